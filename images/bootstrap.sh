@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what nodeos needs on a fresh Debian machine (as root): the lab's host tools
+# from Debian and a virtualenv (.venv) with nodeos and its test tools from PyPI.
+# Idempotent: a second run installs nothing new.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+
+APT_PACKAGES=(
+  qemu-system-x86 qemu-utils ovmf mmdebstrap debootstrap gdisk dosfstools mtools
+  e2fsprogs iproute2 ethtool strace socat busybox-static cpio zstd kmod
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "bootstrap: installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then
+    echo "bootstrap: need root to install Debian packages" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x "$top/.venv/bin/python" ]; then
+  echo "bootstrap: creating $top/.venv"
+  python3 -m venv "$top/.venv"
+fi
+stamp="$top/.venv/.nodeos-installed"
+if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ]; then
+  echo "bootstrap: installing nodeos and test tools into .venv"
+  "$top/.venv/bin/pip" install -q --upgrade pip
+  "$top/.venv/bin/pip" install -q -e "$top[dev,spdk]"
+  touch "$stamp"
+fi
