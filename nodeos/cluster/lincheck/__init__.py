@@ -1,0 +1,26 @@
+"""Linearizability checker: histories, models and a Wing & Gong / porcupine-style search."""
+
+from nodeos.cluster.lincheck.checker import LINEARIZABLE, NOT_LINEARIZABLE, UNKNOWN_VERDICT, Result, check
+from nodeos.cluster.lincheck.history import UNKNOWN, Op, parse_history
+from nodeos.cluster.lincheck.model import KV, MODELS, REGISTER, Model
+
+__all__ = [
+    "KV",
+    "LINEARIZABLE",
+    "MODELS",
+    "NOT_LINEARIZABLE",
+    "REGISTER",
+    "UNKNOWN",
+    "UNKNOWN_VERDICT",
+    "Model",
+    "Op",
+    "Result",
+    "check",
+    "check_text",
+    "parse_history",
+]
+
+
+def check_text(model_name: str, text: str, timeout: float | None = None) -> Result:
+    model = MODELS[model_name]
+    return check(model, parse_history(text, model.functions), timeout=timeout)

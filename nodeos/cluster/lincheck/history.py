@@ -1,0 +1,300 @@
+"""Histories: operations with invocation/completion positions, and the parsers that build them.
+
+Three file formats are read, each one event per line, in real-time order:
+
+- the Jepsen register log (`INFO  jepsen.util - <process>\\t:<type>\\t:<f>\\t<value>`),
+- the Jepsen key-value EDN maps (`{:process 0, :type :invoke, :f :append, :key "0", :value "x"}`),
+- our own JSON lines (`{"process": 0, "type": "invoke", "f": "write", "key": "k", "value": 3}`),
+  written by the cluster's test clients; `f` is one of the model's functions, `type` one of
+  invoke/ok/fail/info, `value` of a cas is `[from, to]` and of an ok read the value read.
+
+Outcome rules (as in ../shared/linearizability/README.md): `ok` completes an operation; a
+`fail` of a cas means the value was not `from`; any other `fail` means the operation did not
+take effect and it is dropped; `info`, and an invocation still open at the end (or when the
+same process invokes again), leave the outcome unknown: the operation may take effect at any
+time after its invocation, or never. A read with an unknown result constrains nothing and is
+dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from nodeos.errors import BadInput
+
+
+class _Unknown:
+    """Marker for an outcome the history does not know."""
+
+    _instance: _Unknown | None = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+TYPES = ("invoke", "ok", "fail", "info")
+READS = frozenset({"read", "get"})
+VALUE_OUTPUT = READS  # operations whose ok completion carries the value observed
+
+
+@dataclass
+class Op:
+    """One operation. `call`/`ret` are event positions; `ret` None means unknown outcome."""
+
+    process: Any
+    f: str
+    key: Any
+    value: Any
+    call: int
+    ret: int | None = None
+    output: Any = UNKNOWN
+
+
+def history_error(line_no: int, message: str) -> BadInput:
+    return BadInput(f"line {line_no}: {message}", field=f"line {line_no}")
+
+
+@dataclass(frozen=True)
+class Event:
+    line: int
+    process: Any
+    type: str
+    f: str
+    key: Any
+    value: Any
+
+
+def build_ops(events: Iterable[Event], functions: frozenset[str]) -> list[Op]:
+    """Pair invocations with completions per process and apply the outcome rules."""
+    ops: list[Op] = []
+    open_ops: dict[Any, Op] = {}
+    pos = 0
+    for ev in events:
+        pos += 1
+        if ev.f not in functions:
+            raise history_error(ev.line, f"unknown function {ev.f!r}; allowed: {sorted(functions)}")
+        if ev.type == "invoke":
+            # A process that invokes again gave up on its previous operation: outcome unknown.
+            open_ops.pop(ev.process, None)
+            op = Op(ev.process, ev.f, ev.key, ev.value, call=pos)
+            open_ops[ev.process] = op
+            ops.append(op)
+            continue
+        op = open_ops.pop(ev.process, None)
+        if op is None:
+            raise history_error(ev.line, f"{ev.type} for process {ev.process!r} which has no open invocation")
+        if op.f != ev.f or op.key != ev.key:
+            raise history_error(
+                ev.line, f"completion {ev.f} {ev.key!r} does not match the invocation {op.f} {op.key!r}"
+            )
+        if ev.type == "ok":
+            op.ret = pos
+            op.output = ev.value if ev.f in VALUE_OUTPUT else (True if ev.f == "cas" else None)
+        elif ev.type == "fail":
+            if ev.f == "cas":
+                op.ret = pos
+                op.output = False
+            else:
+                op.output = None
+                op.f = "_dropped"
+        # info: stays unknown (ret None)
+    return [op for op in ops if op.f != "_dropped" and not (op.ret is None and op.f in READS)]
+
+
+# --- Jepsen register log ---------------------------------------------------------------
+
+_JEPSEN = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\t:(\w+)\t:(\w+)\t(.*)$")
+
+
+def _jepsen_value(text: str, line: int) -> Any:
+    text = text.strip()
+    if text == "nil":
+        return None
+    if text == ":timed-out":
+        return UNKNOWN
+    if text.startswith("[") and text.endswith("]"):
+        parts = text[1:-1].split()
+        if len(parts) != 2:
+            raise history_error(line, f"a cas value must be [from to], got {text!r}")
+        return tuple(_jepsen_value(p, line) for p in parts)
+    try:
+        return int(text)
+    except ValueError:
+        raise history_error(line, f"value {text!r} is not nil, an integer or [from to]") from None
+
+
+def parse_jepsen(lines: list[str]) -> list[Event]:
+    events = []
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        m = _JEPSEN.match(raw.rstrip("\n"))
+        if m is None:
+            raise history_error(
+                n, "not a Jepsen register line 'INFO  jepsen.util - <p>\\t:<type>\\t:<f>\\t<value>'"
+            )
+        proc, typ, f, value = int(m.group(1)), m.group(2), m.group(3), _jepsen_value(m.group(4), n)
+        if typ not in TYPES:
+            raise history_error(n, f"type :{typ} is not one of {list(TYPES)}")
+        if f == "cas" and value is not UNKNOWN and not isinstance(value, tuple):
+            raise history_error(n, "a cas value must be [from to]")
+        events.append(Event(n, proc, typ, f, None, value))
+    return events
+
+
+# --- EDN (the subset Jepsen writes) -----------------------------------------------------
+
+_EDN_TOKEN = re.compile(r'\s*(?:([{}\[\]])|"((?:[^"\\]|\\.)*)"|([^\s,{}\[\]"]+))\s*,?')
+
+
+class Keyword(str):
+    """An EDN keyword such as :ok (stored without the colon)."""
+
+
+def parse_edn(text: str, line: int) -> Any:
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _EDN_TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise history_error(line, f"cannot read EDN at column {pos + 1}")
+        pos = m.end()
+        if m.group(1):
+            tokens.append(("p", m.group(1)))
+        elif m.group(2) is not None:
+            tokens.append(("s", json.loads('"' + m.group(2) + '"')))
+        else:
+            tokens.append(("a", m.group(3)))
+    value, rest = _edn_value(tokens, 0, line)
+    if rest != len(tokens):
+        raise history_error(line, "trailing text after the EDN value")
+    return value
+
+
+def _edn_value(tokens: list[tuple[str, str]], i: int, line: int) -> tuple[Any, int]:
+    if i >= len(tokens):
+        raise history_error(line, "EDN value ends early")
+    kind, tok = tokens[i]
+    if kind == "s":
+        return tok, i + 1
+    if kind == "p":
+        if tok in "{[":
+            close = "}" if tok == "{" else "]"
+            items = []
+            i += 1
+            while i < len(tokens) and tokens[i] != ("p", close):
+                item, i = _edn_value(tokens, i, line)
+                items.append(item)
+            if i >= len(tokens):
+                raise history_error(line, f"missing {close!r}")
+            if tok == "[":
+                return tuple(items), i + 1
+            if len(items) % 2:
+                raise history_error(line, "an EDN map needs an even number of forms")
+            return dict(zip(items[::2], items[1::2], strict=True)), i + 1
+        raise history_error(line, f"unexpected {tok!r}")
+    if tok == "nil":
+        return None, i + 1
+    if tok in ("true", "false"):
+        return tok == "true", i + 1
+    if tok.startswith(":"):
+        return Keyword(tok[1:]), i + 1
+    try:
+        return int(tok), i + 1
+    except ValueError:
+        raise history_error(line, f"unsupported EDN atom {tok!r}") from None
+
+
+def parse_kv_edn(lines: list[str]) -> list[Event]:
+    events = []
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        m = parse_edn(raw, n)
+        if not isinstance(m, dict):
+            raise history_error(n, "each line must be an EDN map")
+        events.append(_event_from_map({str(k): v for k, v in m.items()}, n))
+    return events
+
+
+# --- our own JSON lines ------------------------------------------------------------------
+
+
+def parse_jsonl(lines: list[str]) -> list[Event]:
+    events = []
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            m = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise history_error(n, f"not valid JSON: {exc.msg}") from None
+        if not isinstance(m, dict):
+            raise history_error(n, "each line must be a JSON object")
+        value = m.get("value")
+        if isinstance(value, list):
+            value = tuple(value)
+        m["value"] = value
+        events.append(_event_from_map(m, n))
+    return events
+
+
+def _event_from_map(m: dict[str, Any], n: int) -> Event:
+    for field in ("process", "type", "f"):
+        if field not in m:
+            raise history_error(n, f"missing field {field!r}")
+    typ, f = str(m["type"]), str(m["f"])
+    if typ not in TYPES:
+        raise history_error(n, f"type {typ!r} is not one of {list(TYPES)}")
+    value = m.get("value")
+    if f == "cas" and typ in ("invoke", "ok") and not (isinstance(value, tuple) and len(value) == 2):
+        raise history_error(n, "a cas value must be [from, to]")
+    key = m.get("key")
+    if isinstance(key, list):
+        key = tuple(key)
+    return Event(n, m["process"], typ, f, key, value)
+
+
+def detect_format(lines: list[str]) -> str:
+    for raw in lines:
+        s = raw.lstrip()
+        if not s:
+            continue
+        if s.startswith("INFO"):
+            return "jepsen"
+        if s.startswith("{:"):
+            return "edn"
+        if s.startswith("{"):
+            return "jsonl"
+        break
+    return "unknown"
+
+
+def parse_history(text: str, functions: frozenset[str]) -> list[Op]:
+    lines = text.splitlines()
+    if not any(raw.strip() for raw in lines):
+        return []  # an empty history is trivially linearizable
+    fmt = detect_format(lines)
+    if fmt == "jepsen":
+        events = parse_jepsen(lines)
+    elif fmt == "edn":
+        events = parse_kv_edn(lines)
+    elif fmt == "jsonl":
+        events = parse_jsonl(lines)
+    else:
+        first = next((i for i, raw in enumerate(lines, 1) if raw.strip()), 1)
+        raise history_error(
+            first, "unrecognised history format (expected a Jepsen log, EDN maps or JSON lines)"
+        )
+    return build_ops(events, functions)
