@@ -4,14 +4,31 @@ A Service owns one area (the local node's volumes, the cluster, ...). The daemon
 every service, routes each API method to the service that declared it, and stops them in
 reverse order on SIGTERM. Handlers get the request's params and return a msgpack-safe
 result or raise a NodeosError (sent back as `{code, message, field?, allowed?}`).
+
+How the daemon finds services: each entry of `SERVICE_FACTORIES` ("module:function") is
+imported at start; the function is called with a `DaemonContext` and returns a Service
+(or None to stay out, e.g. when its configuration is absent). A module that is not installed
+yet is skipped with a log line; any other error stops the daemon from starting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from nodeos.dataplane.base import DataPlane
+    from nodeos.store.lmdb_store import Store
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+# Order matters: services start in this order and stop in reverse.
+SERVICE_FACTORIES: list[str] = [
+    "nodeos.node.service:create_service",
+    "nodeos.cluster.service:create_service",
+]
 
 
 class Service(Protocol):
@@ -28,3 +45,26 @@ class Service(Protocol):
     def status(self) -> dict[str, Any]:
         """A msgpack-safe summary merged into `nodeos status` under the service's name."""
         ...
+
+
+@dataclass
+class DaemonContext:
+    """What the daemon hands to every service factory.
+
+    `store` is the node's own LMDB environment (sub-databases listed in
+    nodeos.daemon.main.NODE_DBS). A service with state of its own (e.g. the Raft log) opens
+    its own Store under `state_dir / <service name>`: one LMDB environment per directory and
+    process, sub-databases fixed when it is opened.
+    """
+
+    node_id: str  # stable per state dir, hex uuid, created on first start
+    node_name: str
+    state_dir: Path
+    store: Store
+    dataplane: DataPlane | None  # None: witness (--dataplane none) or no usable data plane
+    dataplane_reason: str  # why this data plane was chosen (shown by `nodeos status`)
+    peer_listen: tuple[str, int] | None
+    storage_addresses: list[str]
+    config: dict[str, Any] = field(default_factory=dict)  # the merged config (flags over file)
+    # Runs a blocking call in the daemon's single data plane worker thread.
+    run_blocking: Callable[..., Awaitable[Any]] | None = None
