@@ -1,0 +1,1 @@
+"""Cluster consensus and the replicated cluster map."""
