@@ -1,0 +1,332 @@
+"""KernelDataPlane: the DataPlane protocol over nvmet configfs and LVM thin."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener, PoolInfo, VolumeInfo
+from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
+from nodeos.dataplane.kernel import lvm
+from nodeos.dataplane.kernel.configfs import ConfigFs
+from nodeos.dataplane.kernel.nvmet import (
+    DEFAULT_ANA_GROUP,
+    Nvmet,
+    PortAddr,
+    discovery_addrs,
+)
+from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec
+from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
+
+QOS_UNSUPPORTED = "per-volume QoS is not supported by the kernel data plane"
+
+
+class KernelDataPlane:
+    name = "kernel"
+
+    def __init__(
+        self,
+        configfs: ConfigFs | None = None,
+        runner: lvm.LvmRunner | None = None,
+        discovery_svcid: str | None = "8009",
+    ) -> None:
+        self.fs = configfs or ConfigFs()
+        self.nvmet = Nvmet(self.fs)
+        self.lvm = runner or lvm.LvmRunner()
+        self.discovery_svcid = discovery_svcid
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "version": platform.release(),
+            "transports": ["tcp", "rdma"],
+            "qos": False,
+            "snapshots": True,
+            "dhchap": True,
+            "discovery_svcid": self.discovery_svcid,
+            "configfs": str(self.fs.root),
+            "usable": self.fs.usable(),
+        }
+
+    # ---- pools -----------------------------------------------------------------------
+    def create_pool(self, pool_id: str, devices: list[str]) -> PoolInfo:
+        vg = lvm.vg_name(pool_id)
+        if not devices:
+            raise BadInput("a pool needs at least one drive", field="devices")
+        devs = [os.path.realpath(d) for d in devices]
+        pvs = lvm.parse_pvs(self.lvm.run(lvm.cmd_pvs()))
+        in_vg = {os.path.realpath(pv): v for pv, v, _ in pvs}
+        mine = sorted(os.path.realpath(pv) for pv, v, _ in pvs if v == vg)
+        if mine and mine != sorted(devs):
+            raise AlreadyExists(
+                f"pool {pool_id!r} exists on other drives ({', '.join(mine)})", field="pool_id"
+            )
+        for d in devs:
+            other = in_vg.get(d)
+            if other and other != vg:
+                raise BadInput(f"drive {d} already belongs to volume group {other}", field="devices")
+            if not os.path.exists(d):
+                raise NotFound(f"drive {d} does not exist", field="devices")
+        if not mine:
+            fresh = [d for d in devs if d not in in_vg]
+            if fresh:
+                self.lvm.run(lvm.cmd_pvcreate(fresh))
+            self.lvm.run(lvm.cmd_vgcreate(pool_id, devs))
+        # A crash between vgcreate and lvcreate leaves a VG without a thin pool: finish it.
+        if not any(lv.name == lvm.THIN_POOL for lv in self.lvm.lvs(pool_id)):
+            self.lvm.run(lvm.cmd_thin_pool(pool_id, len(devs)))
+        return self._pool_info(pool_id)
+
+    def delete_pool(self, pool_id: str) -> None:
+        vg = lvm.vg_name(pool_id)
+        lvs = self.lvm.lvs(pool_id)
+        vols = [lv.name for lv in lvs if lvm.vol_id_of(lv.name) is not None]
+        if vols:
+            raise OperationFailed(
+                f"pool {pool_id!r} still holds {len(vols)} volume(s); delete them first", field="pool_id"
+            )
+        pvs = [pv for pv, v, _ in lvm.parse_pvs(self.lvm.run(lvm.cmd_pvs())) if v == vg]
+        if not pvs:
+            return
+        self.lvm.run(lvm.cmd_vgremove(pool_id))
+        self.lvm.run(lvm.cmd_pvremove(pvs))
+
+    def list_pools(self) -> list[PoolInfo]:
+        pvs = lvm.parse_pvs(self.lvm.run(lvm.cmd_pvs()))
+        lvs = self.lvm.lvs()
+        out = []
+        for vg in sorted({v for _, v, _ in pvs if lvm.pool_id_of(v)}):
+            out.append(self._pool_from(vg, pvs, lvs))
+        return out
+
+    def _pool_info(self, pool_id: str) -> PoolInfo:
+        pvs = lvm.parse_pvs(self.lvm.run(lvm.cmd_pvs()))
+        return self._pool_from(lvm.vg_name(pool_id), pvs, self.lvm.lvs(pool_id))
+
+    @staticmethod
+    def _pool_from(vg: str, pvs: list[tuple[str, str, int]], lvs: list[lvm.Lv]) -> PoolInfo:
+        tp = next((lv for lv in lvs if lv.vg == vg and lv.name == lvm.THIN_POOL), None)
+        size = tp.size_bytes if tp else 0
+        used = (tp.data_percent or 0.0) if tp else 0.0
+        return PoolInfo(
+            pool_id=lvm.pool_id_of(vg) or vg,
+            size_bytes=size,
+            free_bytes=max(0, int(size * (100.0 - used) / 100.0)),
+            devices=tuple(sorted(pv for pv, v, _ in pvs if v == vg)),
+        )
+
+    # ---- volumes ---------------------------------------------------------------------
+    def _vinfo(self, pool_id: str, lv: lvm.Lv) -> VolumeInfo:
+        kind = lv.kind
+        origin = lvm.vol_id_of(lv.origin) if lv.origin else None
+        return VolumeInfo(
+            pool_id=pool_id,
+            vol_id=lvm.vol_id_of(lv.name) or lv.name,
+            size_bytes=lv.size_bytes,
+            kind=kind,
+            origin=origin,
+            device=lv.path or None,
+        )  # type: ignore[arg-type]
+
+    def _need_pool(self, pool_id: str) -> None:
+        if not any(lv.name == lvm.THIN_POOL for lv in self.lvm.lvs(pool_id)):
+            raise NotFound(f"no pool {pool_id!r}", field="pool_id")
+
+    def create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
+        _check_size(size_bytes)
+        lv = self.lvm.find(pool_id, vol_id)
+        if lv is None:
+            self._need_pool(pool_id)
+            self.lvm.run(lvm.cmd_create_thin(pool_id, vol_id, size_bytes))
+            lv = self.lvm.require(pool_id, vol_id)
+        elif lv.kind != "volume" or lv.size_bytes < size_bytes:
+            raise AlreadyExists(
+                f"{lv.kind} {vol_id!r} already exists with size {lv.size_bytes}", field="vol_id"
+            )
+        return self._vinfo(pool_id, lv)
+
+    def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
+        _check_size(size_bytes)
+        lv = self.lvm.require(pool_id, vol_id)
+        if lv.kind == "snapshot":
+            raise BadInput(f"{vol_id!r} is a snapshot; snapshots cannot be resized", field="vol_id")
+        if size_bytes < lv.size_bytes:
+            raise BadInput(
+                f"size {size_bytes} is smaller than the volume ({lv.size_bytes}); shrinking is refused",
+                field="size_bytes",
+                allowed=f">= {lv.size_bytes}",
+            )
+        if size_bytes > lv.size_bytes:
+            self.lvm.run(lvm.cmd_extend(pool_id, vol_id, size_bytes))
+            lv = self.lvm.require(pool_id, vol_id)
+            for nqn in self._exports_of(lv):
+                self.nvmet.revalidate(nqn)
+        return self._vinfo(pool_id, lv)
+
+    def delete_volume(self, pool_id: str, vol_id: str) -> None:
+        lv = self.lvm.find(pool_id, vol_id)
+        if lv is None:
+            return
+        users = self._exports_of(lv)
+        if users:
+            raise OperationFailed(
+                f"volume {vol_id!r} is exported as {users[0]}; remove the export first", field="vol_id"
+            )
+        self.lvm.run(lvm.cmd_lvremove(pool_id, vol_id))
+
+    def snapshot_volume(self, pool_id: str, vol_id: str, snap_id: str) -> VolumeInfo:
+        lvm.lv_name(snap_id, "snap_id")
+        snap = self.lvm.find(pool_id, snap_id)
+        if snap is not None:
+            if snap.kind == "snapshot" and snap.origin == lvm.lv_name(vol_id):
+                return self._vinfo(pool_id, snap)
+            raise AlreadyExists(f"{snap.kind} {snap_id!r} already exists", field="snap_id")
+        self.lvm.require(pool_id, vol_id)
+        self.lvm.run(lvm.cmd_snapshot(pool_id, vol_id, snap_id))
+        return self._vinfo(pool_id, self.lvm.require(pool_id, snap_id, "snap_id"))
+
+    def clone_snapshot(self, pool_id: str, snap_id: str, new_vol_id: str) -> VolumeInfo:
+        lvm.lv_name(new_vol_id, "new_vol_id")
+        lv = self.lvm.find(pool_id, new_vol_id)
+        if lv is not None:
+            if lv.kind == "clone" and lv.origin == lvm.lv_name(snap_id, "snap_id"):
+                return self._vinfo(pool_id, self._active(pool_id, lv))
+            raise AlreadyExists(f"{lv.kind} {new_vol_id!r} already exists", field="new_vol_id")
+        snap = self.lvm.require(pool_id, snap_id, "snap_id")
+        if snap.kind != "snapshot":
+            raise BadInput(f"{snap_id!r} is a {snap.kind}, not a snapshot", field="snap_id")
+        self.lvm.run(lvm.cmd_clone(pool_id, snap_id, new_vol_id))
+        lv = self.lvm.require(pool_id, new_vol_id, "new_vol_id")
+        return self._vinfo(pool_id, self._active(pool_id, lv))
+
+    def _active(self, pool_id: str, lv: lvm.Lv) -> lvm.Lv:
+        if lv.active:
+            return lv
+        vol_id = lvm.vol_id_of(lv.name) or lv.name
+        self.lvm.run(lvm.cmd_activate(pool_id, vol_id))
+        return self.lvm.require(pool_id, vol_id)
+
+    def list_volumes(self, pool_id: str | None = None) -> list[VolumeInfo]:
+        out = []
+        for lv in self.lvm.lvs(pool_id):
+            pid = lvm.pool_id_of(lv.vg)
+            if pid is None or lvm.vol_id_of(lv.name) is None:
+                continue
+            out.append(self._vinfo(pid, lv))
+        return out
+
+    def _exports_of(self, lv: lvm.Lv) -> list[str]:
+        paths = {
+            p for p in (lv.path, f"/dev/mapper/{lv.vg.replace('-', '--')}-{lv.name.replace('-', '--')}") if p
+        }
+        real = {os.path.realpath(p) for p in paths if os.path.exists(p)}
+        out = []
+        for nqn in self.nvmet.subsystems():
+            dev = self.nvmet.namespace(nqn).get("device_path", "")
+            if dev and (dev in paths or (os.path.exists(dev) and os.path.realpath(dev) in real)):
+                out.append(nqn)
+        return out
+
+    # ---- exports ---------------------------------------------------------------------
+    def apply_export(self, spec: ExportSpec) -> ExportInfo:
+        check_export_spec(spec)
+        if spec.qos_iops or spec.qos_mbps:
+            raise NotSupported(QOS_UNSUPPORTED, field="qos_iops" if spec.qos_iops else "qos_mbps")
+        self.fs.require()
+        lv = self.lvm.require(spec.pool_id, spec.vol_id)
+        if lv.kind == "snapshot":
+            raise BadInput(f"{spec.vol_id!r} is a snapshot; export a clone of it", field="vol_id")
+        lv = self._active(spec.pool_id, lv)
+        n = self.nvmet
+        nqn = spec.nqn
+        fresh = not n.has_subsystem(nqn)
+        n.ensure_subsystem(nqn, spec.serial, spec.cntlid_min, spec.cntlid_max)
+        try:
+            n.ensure_namespace(
+                nqn, lv.path, normalize_uuid(spec.uuid), normalize_nguid(spec.nguid), spec.ana_group
+            )
+            # Hosts before ports: a subsystem is never reachable with a stale host list.
+            wanted_hosts = {h.host_nqn: h for h in spec.hosts}
+            for h in spec.hosts:
+                n.ensure_host(h.host_nqn, h.dhchap_key)
+                n.allow_host(nqn, h.host_nqn)
+            for host in n.allowed_hosts(nqn):
+                if host not in wanted_hosts:
+                    n.disallow_host(nqn, host)
+                    n.disconnect_host(nqn, host)
+                    n.gc_host(host)
+            addrs = [PortAddr.of(li) for li in spec.listeners]
+            addrs += discovery_addrs(spec.listeners, self.discovery_svcid)
+            keep: set[int] = set()
+            for a in addrs:
+                pid = n.ensure_port(a)
+                keep.add(pid)
+                n.set_port_ana_state(pid, spec.ana_group, spec.ana_state)
+                n.link_port(pid, nqn, a)
+            for pid in sorted(n.ports()):
+                if pid not in keep and nqn in n.port_subsystems(pid):
+                    n.unlink_port(pid, nqn)
+                    n.gc_port(pid)
+        except Exception:
+            if fresh:
+                # A first export that failed half-way is taken down again: nothing leaks.
+                n.remove_subsystem(nqn)
+            raise
+        return self._export_info(nqn)
+
+    def remove_export(self, nqn: str) -> None:
+        check_nqn(nqn)
+        if self.fs.usable():
+            self.nvmet.remove_subsystem(nqn)
+
+    def list_exports(self) -> list[ExportInfo]:
+        if not self.fs.usable():
+            return []
+        return [self._export_info(nqn) for nqn in self.nvmet.subsystems()]
+
+    def export_info(self, nqn: str) -> ExportInfo | None:
+        """One export by NQN (no scan of all subsystems); None when absent."""
+        check_nqn(nqn)
+        return self._export_info(nqn) if self.fs.usable() and self.nvmet.has_subsystem(nqn) else None
+
+    def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None:
+        check_nqn(nqn)
+        check_ana_state(state)
+        if not self.nvmet.has_subsystem(nqn):
+            raise NotFound(f"no export {nqn}", field="nqn")
+        for pid in sorted(self.nvmet.ports()):
+            if nqn in self.nvmet.port_subsystems(pid):
+                self.nvmet.set_port_ana_state(pid, ana_group, state)
+
+    def _export_info(self, nqn: str) -> ExportInfo:
+        n = self.nvmet
+        ns = n.namespace(nqn)
+        pool_id = vol_id = None
+        dev = ns.get("device_path", "")
+        if dev:
+            vg, _, lvname = dev.removeprefix("/dev/").partition("/")
+            pool_id, vol_id = lvm.pool_id_of(vg), lvm.vol_id_of(lvname)
+        grp = int(ns.get("ana_grpid") or DEFAULT_ANA_GROUP)
+        listeners: list[Listener] = []
+        ana: str | None = None
+        for pid, addr in sorted(n.ports().items()):
+            if nqn not in n.port_subsystems(pid):
+                continue
+            if self.discovery_svcid and addr.trsvcid == self.discovery_svcid:
+                continue
+            listeners.append(addr.listener())
+            ana = ana or n.port_ana_state(pid, grp)
+        return ExportInfo(
+            nqn=nqn,
+            pool_id=pool_id,
+            vol_id=vol_id,
+            listeners=tuple(listeners),
+            hosts=tuple(n.allowed_hosts(nqn)),
+            ana_state=ana,
+            connected_hosts=tuple(sorted({h for _, h in n.controllers(nqn)})),
+        )
+
+
+def _check_size(size_bytes: int) -> None:
+    if not isinstance(size_bytes, int) or isinstance(size_bytes, bool) or size_bytes <= 0:
+        raise BadInput(f"size {size_bytes!r} is not a positive number of bytes", field="size_bytes")

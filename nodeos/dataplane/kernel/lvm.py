@@ -1,0 +1,287 @@
+"""LVM thin: command building and report parsing (pure), and a runner (the edge).
+
+Naming: pool `P` is VG `nodeos_P` with thin pool LV `tpool`; volume, snapshot or clone `V`
+is thin LV `v_V`, its kind kept in an LV tag (`nodeos_kind_<kind>`), so LVM's own metadata
+says what each LV is after any crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nodeos.dataplane.ids import check_id
+from nodeos.errors import BadInput, EnvironmentProblem, NotFound, OperationFailed
+
+VG_PREFIX = "nodeos_"
+THIN_POOL = "tpool"
+LV_PREFIX = "v_"
+KIND_TAG = "nodeos_kind_"
+KINDS = ("volume", "snapshot", "clone")
+# LVM refuses LV names containing these (they name its internal sub-LVs).
+_RESERVED = (
+    "_cdata",
+    "_cmeta",
+    "_corig",
+    "_iorig",
+    "_mimage",
+    "_mlog",
+    "_pmspare",
+    "_rimage",
+    "_rmeta",
+    "_tdata",
+    "_tmeta",
+    "_vdo",
+    "_vorigin",
+    "_wcorig",
+)
+# The share of the VG given to the thin pool's data; the rest holds metadata and its spare.
+POOL_PERCENT = 95
+
+
+def vg_name(pool_id: str) -> str:
+    return VG_PREFIX + check_id(pool_id, "pool_id")
+
+
+def lv_name(vol_id: str, field: str = "vol_id") -> str:
+    check_id(vol_id, field)
+    if any(r in vol_id for r in _RESERVED):
+        raise BadInput(
+            f"{field} {vol_id!r} contains a name LVM reserves",
+            field=field,
+            allowed=f"ids without {', '.join(_RESERVED)}",
+        )
+    return LV_PREFIX + vol_id
+
+
+def pool_id_of(vg: str) -> str | None:
+    return vg[len(VG_PREFIX) :] if vg.startswith(VG_PREFIX) else None
+
+
+def vol_id_of(lv: str) -> str | None:
+    return lv[len(LV_PREFIX) :] if lv.startswith(LV_PREFIX) else None
+
+
+# ---- commands (pure) ----------------------------------------------------------------------
+def cmd_pvcreate(devices: Sequence[str]) -> list[str]:
+    return ["pvcreate", "-y", *devices]
+
+
+def cmd_vgcreate(pool_id: str, devices: Sequence[str]) -> list[str]:
+    return ["vgcreate", "-y", vg_name(pool_id), *devices]
+
+
+def cmd_thin_pool(pool_id: str, n_devices: int) -> list[str]:
+    cmd = ["lvcreate", "-y", "--type", "thin-pool", "-l", f"{POOL_PERCENT}%FREE", "-n", THIN_POOL]
+    if n_devices > 1:
+        # Stripe the data over every drive: the kernel analogue of SPDK's raid0 bdev.
+        cmd += ["--stripes", str(n_devices), "--stripesize", "64k"]
+    return [*cmd, vg_name(pool_id)]
+
+
+def cmd_vgremove(pool_id: str) -> list[str]:
+    return ["vgremove", "-y", "-f", vg_name(pool_id)]
+
+
+def cmd_pvremove(devices: Sequence[str]) -> list[str]:
+    return ["pvremove", "-y", *devices]
+
+
+def cmd_create_thin(pool_id: str, vol_id: str, size_bytes: int) -> list[str]:
+    return [
+        "lvcreate",
+        "-y",
+        "-n",
+        lv_name(vol_id),
+        "-V",
+        f"{size_bytes}b",
+        "--thinpool",
+        THIN_POOL,
+        "--addtag",
+        KIND_TAG + "volume",
+        "--setactivationskip",
+        "n",
+        vg_name(pool_id),
+    ]
+
+
+def cmd_snapshot(pool_id: str, vol_id: str, snap_id: str) -> list[str]:
+    # Thin snapshot (no size), read-only; it stays inactive until something needs it.
+    return [
+        "lvcreate",
+        "-y",
+        "-s",
+        "-n",
+        lv_name(snap_id, "snap_id"),
+        "--permission",
+        "r",
+        "--addtag",
+        KIND_TAG + "snapshot",
+        f"{vg_name(pool_id)}/{lv_name(vol_id)}",
+    ]
+
+
+def cmd_clone(pool_id: str, snap_id: str, new_vol_id: str) -> list[str]:
+    # A writable thin snapshot of the snapshot; activation skip off so it comes up at boot.
+    return [
+        "lvcreate",
+        "-y",
+        "-s",
+        "-n",
+        lv_name(new_vol_id, "new_vol_id"),
+        "--permission",
+        "rw",
+        "--setactivationskip",
+        "n",
+        "--addtag",
+        KIND_TAG + "clone",
+        f"{vg_name(pool_id)}/{lv_name(snap_id, 'snap_id')}",
+    ]
+
+
+def cmd_activate(pool_id: str, vol_id: str) -> list[str]:
+    return ["lvchange", "-ay", "-K", f"{vg_name(pool_id)}/{lv_name(vol_id)}"]
+
+
+def cmd_extend(pool_id: str, vol_id: str, size_bytes: int) -> list[str]:
+    return ["lvextend", "-y", "-L", f"{size_bytes}b", f"{vg_name(pool_id)}/{lv_name(vol_id)}"]
+
+
+def cmd_lvremove(pool_id: str, vol_id: str) -> list[str]:
+    return ["lvremove", "-y", f"{vg_name(pool_id)}/{lv_name(vol_id)}"]
+
+
+LVS_FIELDS = "vg_name,lv_name,lv_size,origin,lv_tags,lv_attr,pool_lv,lv_path,data_percent,lv_dm_path"
+
+
+def cmd_lvs(pool_id: str | None = None) -> list[str]:
+    cmd = ["lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-a", "-o", LVS_FIELDS]
+    return [*cmd, vg_name(pool_id)] if pool_id is not None else cmd
+
+
+def cmd_pvs() -> list[str]:
+    return ["pvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "pv_name,vg_name,pv_size"]
+
+
+# ---- reports (pure) -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Lv:
+    vg: str
+    name: str
+    size_bytes: int
+    origin: str
+    tags: tuple[str, ...]
+    attr: str
+    pool_lv: str
+    path: str
+    data_percent: float | None
+
+    @property
+    def active(self) -> bool:
+        return len(self.attr) > 4 and self.attr[4] == "a"
+
+    @property
+    def kind(self) -> str:
+        for t in self.tags:
+            if t.startswith(KIND_TAG) and t[len(KIND_TAG) :] in KINDS:
+                return t[len(KIND_TAG) :]
+        return "volume"
+
+
+def _report_rows(text: str, key: str) -> list[dict[str, Any]]:
+    try:
+        doc = json.loads(text)
+        return [row for rep in doc.get("report", []) for row in rep.get(key, [])]
+    except (ValueError, AttributeError, TypeError) as e:
+        raise OperationFailed(f"could not parse LVM's JSON report: {e}") from None
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(str(v).strip() or 0)
+    except ValueError:
+        return 0
+
+
+def parse_lvs(text: str) -> list[Lv]:
+    out = []
+    for r in _report_rows(text, "lv"):
+        dp = str(r.get("data_percent", "")).strip()
+        out.append(
+            Lv(
+                vg=r.get("vg_name", ""),
+                name=r.get("lv_name", "").strip("[]"),
+                size_bytes=_int(r.get("lv_size")),
+                origin=r.get("origin", "") or "",
+                tags=tuple(t for t in (r.get("lv_tags", "") or "").split(",") if t),
+                attr=r.get("lv_attr", ""),
+                pool_lv=r.get("pool_lv", "") or "",
+                path=r.get("lv_path", "") or r.get("lv_dm_path", "") or "",
+                data_percent=float(dp) if dp else None,
+            )
+        )
+    return out
+
+
+def parse_pvs(text: str) -> list[tuple[str, str, int]]:
+    """(pv_name, vg_name, pv_size) rows."""
+    return [
+        (r.get("pv_name", ""), r.get("vg_name", ""), _int(r.get("pv_size"))) for r in _report_rows(text, "pv")
+    ]
+
+
+# ---- runner (edge) ------------------------------------------------------------------------
+class LvmError(OperationFailed):
+    def __init__(self, cmd: Sequence[str], rc: int, stderr: str) -> None:
+        lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+        detail = "; ".join(lines[-3:]) or f"exit status {rc}"
+        super().__init__(f"{cmd[0]} failed: {detail}")
+        self.cmd = list(cmd)
+        self.rc = rc
+        self.stderr = stderr
+
+    @property
+    def not_found(self) -> bool:
+        s = self.stderr
+        return "not found" in s or "Failed to find" in s or "does not exist" in s
+
+
+class LvmRunner:
+    def __init__(self, timeout_s: float = 300.0) -> None:
+        self.timeout_s = timeout_s
+
+    def run(self, cmd: Sequence[str]) -> str:
+        env = dict(os.environ, LC_ALL="C", LVM_SUPPRESS_FD_WARNINGS="1")
+        try:
+            p = subprocess.run(
+                list(cmd), capture_output=True, text=True, env=env, timeout=self.timeout_s, check=False
+            )
+        except FileNotFoundError:
+            raise EnvironmentProblem(f"{cmd[0]} is not installed (package lvm2)") from None
+        except subprocess.TimeoutExpired:
+            raise OperationFailed(f"{cmd[0]} did not finish within {self.timeout_s:.0f} s") from None
+        if p.returncode != 0:
+            raise LvmError(cmd, p.returncode, p.stderr)
+        return p.stdout
+
+    def lvs(self, pool_id: str | None = None) -> list[Lv]:
+        try:
+            return parse_lvs(self.run(cmd_lvs(pool_id)))
+        except LvmError as e:
+            if pool_id is not None and e.not_found:
+                return []
+            raise
+
+    def find(self, pool_id: str, vol_id: str) -> Lv | None:
+        name = lv_name(vol_id)
+        return next((lv for lv in self.lvs(pool_id) if lv.name == name), None)
+
+    def require(self, pool_id: str, vol_id: str, field: str = "vol_id") -> Lv:
+        lv = self.find(pool_id, vol_id)
+        if lv is None:
+            raise NotFound(f"no volume {vol_id!r} in pool {pool_id!r}", field=field)
+        return lv
