@@ -1,0 +1,222 @@
+"""`nodeos-lab`: boot, drive and tear down the VM lab from the console.
+
+Exit codes: 0 ok, 1 operation failed / environment lacks something, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nodeos.errors import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, NodeosError
+from nodeos.lab import image as image_mod
+from nodeos.lab.lab import MAX_DRIVES, MAX_HOSTS, MAX_STORAGE, Lab
+
+
+def _run(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except NodeosError as e:
+        msg = f"nodeos-lab: error: {e.message}"
+        if e.field:
+            msg += f" [field: {e.field}]"
+        if e.allowed is not None:
+            msg += f" (allowed: {e.allowed})"
+        click.echo(msg, err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("nodeos-lab: interrupted", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+def _lab(ctx: click.Context) -> Lab:
+    return _run(lambda: Lab(ctx.obj["name"]))
+
+
+name_option = click.option(
+    "--name",
+    "-n",
+    default="default",
+    show_default=True,
+    envvar="NODEOS_LAB_NAME",
+    help="Which lab (several can run).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@name_option
+@click.pass_context
+def cli(ctx: click.Context, name: str) -> None:
+    """The nodeos VM lab: storage VMs (s1..) and GPU-node VMs (h1..) on a private network."""
+    ctx.obj = {"name": name}
+
+
+class _Count(click.ParamType):
+    """An integer whose range error exits 2 through the same path as every bad input."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not an integer", param, ctx)
+
+
+@cli.command()
+@click.option(
+    "--storage", "-s", type=_Count(), default=1, show_default=True, help=f"Storage VMs (1..{MAX_STORAGE})."
+)
+@click.option(
+    "--drives", "-d", type=_Count(), default=2, show_default=True, help=f"NVMe drives each (1..{MAX_DRIVES})."
+)
+@click.option(
+    "--hosts", "-g", type=_Count(), default=1, show_default=True, help=f"GPU-node VMs (0..{MAX_HOSTS})."
+)
+@click.option(
+    "--drive-size", type=_Count(), default=1024, show_default=True, help="MiB per drive (64..65536)."
+)
+@click.option("--qemu", "qemu_bin", default=None, help="QEMU binary (default qemu-system-x86_64).")
+@click.option(
+    "--kernel", type=click.Path(path_type=Path), default=None, help="Boot this kernel instead of the image's."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_context
+def up(ctx: click.Context, storage: int, drives: int, hosts: int, drive_size: int,
+       qemu_bin: str | None, kernel: Path | None, as_json: bool) -> None:  # fmt: skip
+    """Build/refresh the image if needed, boot the VMs, return when all are ready."""
+    lab = _lab(ctx)
+    st = _run(
+        lambda: lab.up(storage, drives, hosts, drive_size_mib=drive_size, qemu_bin=qemu_bin, kernel=kernel)
+    )
+    _print_status(st, as_json)
+
+
+def _print_status(st: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(f"lab {st['lab']}: {st['subnet']} in netns {st['netns']}, {st['accel'].upper()}")
+    click.echo(f"{'VM':<5} {'ROLE':<8} {'ADDRESS':<16} {'STATE':<8} DRIVES")
+    for v in st["vms"]:
+        click.echo(
+            f"{v['name']:<5} {v['role']:<8} {v['address']:<16} {v['state']:<8} {' '.join(v['drives'])}"
+        )
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Names, addresses and state of the lab's VMs."""
+    lab = _lab(ctx)
+    _print_status(_run(lab.status), as_json)
+
+
+@cli.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--timeout", type=float, default=600.0, show_default=True, help="Seconds before the command is killed."
+)
+@click.argument("vm")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def exec_(ctx: click.Context, timeout: float, vm: str, argv: tuple[str, ...]) -> None:
+    """Run a command inside VM (`exec s1 -- nvme list`); its exit code is ours."""
+    lab = _lab(ctx)
+    data = None if sys.stdin.isatty() else sys.stdin.buffer.read()
+    r = _run(lambda: lab.exec(vm, list(argv), timeout=timeout, input=data or None))
+    sys.stdout.buffer.write(r.stdout_bytes)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(r.stderr_bytes)
+    sys.exit(r.rc)
+
+
+def _vm_command(name: str, method: str, doc: str) -> None:
+    @click.argument("vm")
+    @click.pass_context
+    def cmd(ctx: click.Context, vm: str) -> None:
+        lab = _lab(ctx)
+        _run(lambda: getattr(lab, method)(vm))
+
+    cmd.__doc__ = doc
+    cli.command(name=name)(cmd)
+
+
+_vm_command("kill", "kill", "Power VM off abruptly (its drives keep their contents).")
+_vm_command("start", "start", "Boot VM again with the same drives; returns when it is ready.")
+_vm_command("cut", "cut", "Cut VM off the lab network.")
+_vm_command("heal", "heal", "Put VM back on the lab network.")
+
+
+@cli.command()
+@click.argument("vm")
+@click.pass_context
+def logs(ctx: click.Context, vm: str) -> None:
+    """VM's serial console (kernel and systemd messages)."""
+    lab = _lab(ctx)
+    click.echo(_run(lambda: lab.logs(vm)), nl=False)
+
+
+@cli.command()
+@click.pass_context
+def down(ctx: click.Context) -> None:
+    """Stop every VM, remove the namespace, taps, drives and state."""
+    lab = _lab(ctx)
+    _run(lab.down)
+    click.echo(f"lab {lab.name}: down")
+
+
+@cli.command(name="list")
+def list_() -> None:
+    """Labs that are up."""
+    for n in Lab().all_names():
+        click.echo(n)
+
+
+@cli.command()
+@click.option("--raw", is_flag=True, help="Also the raw GPT/UEFI disk image for bare metal.")
+@click.option("--json", "as_json", is_flag=True)
+def image(raw: bool, as_json: bool) -> None:
+    """Build or refresh the appliance image (cached by a key of its inputs)."""
+    img = _run(lambda: image_mod.build_image(raw=raw))
+    out = {"key": img.key, "dir": str(img.dir), "kernel": str(img.kernel), "initrd": str(img.initrd),
+           "rootfs": str(img.rootfs), "raw": str(img.raw) if img.raw.exists() else None}  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        for k, v in out.items():
+            click.echo(f"{k}: {v}")
+
+
+@cli.command()
+@click.option("--keep", is_flag=True, help="Leave the lab up at the end.")
+@click.pass_context
+def demo(ctx: click.Context, keep: bool) -> None:
+    """End to end: s1 exports a drive-backed volume over TCP and RDMA, h1 verifies data."""
+    from nodeos.lab.demo import run_demo
+
+    _run(lambda: run_demo(ctx.obj["name"], keep=keep))
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.UsageError as e:
+        # Bad command-line input is bad input: exit 2 with click's message naming the option.
+        e.show()
+        sys.exit(EXIT_BAD_INPUT)
+    except click.exceptions.Abort:
+        sys.exit(EXIT_FAILED)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except BadInput as e:  # pragma: no cover - _run handles these
+        click.echo(f"nodeos-lab: error: {e.message}", err=True)
+        sys.exit(EXIT_BAD_INPUT)

@@ -1,0 +1,29 @@
+#!/bin/sh
+# Lab VMs only (kernel command line nodeos.lab=1): identity, address, kernel modules and the
+# Soft-RoCE device, all given by nodeos-lab on the kernel command line.
+set -eu
+arg() {
+  for w in $(cat /proc/cmdline); do
+    case "$w" in "$1="*) echo "${w#*=}"; return 0 ;; esac
+  done
+  return 0
+}
+role=$(arg nodeos.role)
+ip=$(arg nodeos.ip)
+hostid=$(arg nodeos.hostid)
+hostnqn=$(arg nodeos.hostnqn)
+mkdir -p /etc/nvme
+[ -n "$hostid" ] && echo "$hostid" > /etc/nvme/hostid
+[ -n "$hostnqn" ] && echo "$hostnqn" > /etc/nvme/hostnqn
+ip link set lo up
+ip link set eth0 up
+[ -n "$ip" ] && ip addr replace "$ip" dev eth0
+# rdma_rxe needs crc32 before it can make a device (measured: -2 without it).
+modprobe crc32_generic || true
+case "$role" in
+  storage) modprobe -a nvmet nvmet-tcp nvmet-rdma nvme-tcp nvme-rdma rdma_rxe ;;
+  *) modprobe -a nvme-tcp nvme-rdma rdma_rxe ;;
+esac
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev eth0
+echo "nodeos-lab-init: role=$role ip=$ip hostnqn=$hostnqn rxe0 up"

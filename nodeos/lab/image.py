@@ -1,0 +1,452 @@
+"""The appliance image build: Debian 13 (trixie) base + the nodeos layer.
+
+Two cached layers, each keyed by a hash of its inputs:
+
+- base (slow, ~1-3 min): `mmdebstrap --variant=minbase` of trixie with the kernel, systemd and
+  every Debian package nodeos and the lab need, as a directory plus the kernel and initramfs.
+  Its key covers the package list, suite, mirror and the base customisation below.
+- image (fast, seconds): the base hard-linked into a staging tree, the nodeos package, its
+  console scripts and systemd units added, then an ext4 file system made from it with
+  `mke2fs -d` (no loop device, no mount). Its key covers the base key and every file of the
+  nodeos package and the unit, so a code change refreshes only this layer.
+
+The raw UEFI disk image (GPT, systemd-boot, ESP + root) is assembled from the image layer on
+demand, again without loop devices (sgdisk, mkfs.vfat + mtools, dd).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import nodeos
+from nodeos.errors import EnvironmentProblem, OperationFailed
+
+SUITE = "trixie"
+MIRROR = os.environ.get("NODEOS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+
+# Everything the appliance and the lab need, from Debian (nodeos's Python deps too, never pip).
+PACKAGES: tuple[str, ...] = (
+    "linux-image-amd64",
+    "initramfs-tools",
+    "systemd",
+    "systemd-sysv",
+    "systemd-boot-efi",
+    "udev",
+    "dbus",
+    "kmod",
+    "iproute2",
+    "iputils-ping",
+    "procps",
+    "ethtool",
+    "nvme-cli",
+    "rdma-core",
+    "ibverbs-providers",
+    "python3-pyverbs",
+    "lvm2",
+    "thin-provisioning-tools",
+    "fio",
+    "qemu-guest-agent",
+    "python3",
+    "python3-lmdb",
+    "python3-msgpack",
+    "python3-click",
+    "python3-pyroute2",
+    "python3-systemd",
+)
+
+# Timers and services an appliance does not want running behind its back (masked in the base).
+MASKED_UNITS: tuple[str, ...] = (
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "apt-daily.service",
+    "apt-daily-upgrade.service",
+    "dpkg-db-backup.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "fstrim.timer",
+)
+
+# Bumped whenever the base customisation below changes meaning.
+BASE_RECIPE = 3
+IMAGE_RECIPE = 2
+
+ROOT_LABEL = "nodeos-root"
+ROOT_SIZE_MIB = 3072
+ESP_SIZE_MIB = 256
+# Fixed partition GUID of the raw image's root, so the boot entry can name it.
+ROOT_PARTUUID = "6e6f6465-6f73-4000-8000-726f6f746673"
+
+GUEST_DIR = Path(__file__).resolve().parent / "guest"
+PROJECT_DIR = Path(nodeos.__file__).resolve().parent.parent
+SCRIPTS = {"nodeos": "nodeos.cli.main:main", "nodeosd": "nodeos.daemon.main:main"}
+
+Progress = Callable[[str], None]
+
+
+def _default_progress(msg: str) -> None:
+    print(f"image: {msg}", file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    """Where builds are kept between runs: NODEOS_CACHE, else /var/cache/nodeos as root."""
+    env = os.environ.get("NODEOS_CACHE")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/cache/nodeos")
+    return Path.home() / ".cache" / "nodeos"
+
+
+@dataclass(frozen=True)
+class Image:
+    """A built lab image: what QEMU boots directly."""
+
+    dir: Path
+    key: str
+
+    @property
+    def kernel(self) -> Path:
+        return self.dir / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.dir / "initrd.img"
+
+    @property
+    def rootfs(self) -> Path:
+        return self.dir / "rootfs.ext4"
+
+    @property
+    def raw(self) -> Path:
+        return self.dir / "disk.raw"
+
+    @property
+    def has_daemon(self) -> bool:
+        """Whether the nodeos layer in this image carries a `nodeosd` entry module."""
+        return (self.dir / "has-daemon").exists()
+
+
+def _hash_update_file(h: hashlib._Hash, path: Path, rel: str) -> None:
+    h.update(rel.encode() + b"\0")
+    h.update(path.read_bytes())
+    h.update(b"\0")
+
+
+def base_key() -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([BASE_RECIPE, SUITE, MIRROR, sorted(PACKAGES), sorted(MASKED_UNITS)]).encode())
+    return h.hexdigest()[:16]
+
+
+def _nodeos_files() -> list[tuple[Path, str]]:
+    pkg = Path(nodeos.__file__).resolve().parent
+    out: list[tuple[Path, str]] = []
+    for p in sorted(pkg.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith(".pyc"):
+            out.append((p, str(p.relative_to(pkg.parent))))
+    return out
+
+
+def unit_file() -> Path | None:
+    p = PROJECT_DIR / "systemd" / "nodeosd.service"
+    return p if p.is_file() else None
+
+
+def image_key(bkey: str | None = None) -> str:
+    h = hashlib.sha256()
+    h.update(f"{IMAGE_RECIPE}:{bkey or base_key()}\0".encode())
+    for path, rel in _nodeos_files():
+        _hash_update_file(h, path, rel)
+    unit = unit_file()
+    if unit is not None:
+        _hash_update_file(h, unit, "systemd/nodeosd.service")
+    return h.hexdigest()[:16]
+
+
+def _run(argv: list[str], progress: Progress, *, quiet: bool = False) -> None:
+    """Run a build step; its output goes to our stderr so long steps show their progress."""
+    try:
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE if quiet else sys.stderr,
+            stderr=subprocess.STDOUT if quiet else sys.stderr,
+            check=False,
+        )
+    except FileNotFoundError as e:
+        raise EnvironmentProblem(f"{argv[0]} is not installed (run images/bootstrap.sh)") from e
+    if proc.returncode != 0:
+        out = proc.stdout.decode(errors="replace")[-2000:] if quiet and proc.stdout else ""
+        raise OperationFailed(f"image build step failed ({proc.returncode}): {' '.join(argv)}\n{out}")
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("building the image needs root (mmdebstrap root mode, device nodes)")
+
+
+def build_base(progress: Progress = _default_progress) -> Path:
+    """The cached base layer directory (rootfs/, vmlinuz, initrd.img); built when missing."""
+    key = base_key()
+    root = cache_root()
+    done = root / f"base-{key}"
+    if (done / "ok").exists():
+        return done
+    _need_root()
+    for tool in ("mmdebstrap",):
+        if shutil.which(tool) is None:
+            raise EnvironmentProblem(f"{tool} is not installed (run images/bootstrap.sh)")
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"base-{key}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    rootfs = tmp / "rootfs"
+    t0 = time.monotonic()
+    progress(f"building the Debian {SUITE} base layer {key} with mmdebstrap (1-3 minutes)")
+    _run(
+        [
+            "mmdebstrap",
+            "--mode=root",
+            "--variant=minbase",
+            "--components=main",
+            "--include=" + ",".join(PACKAGES),
+            # Documentation and other locales are dead weight in an appliance.
+            "--dpkgopt=path-exclude=/usr/share/man/*",
+            "--dpkgopt=path-exclude=/usr/share/doc/*",
+            "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+            "--dpkgopt=path-exclude=/usr/share/locale/*",
+            "--dpkgopt=path-exclude=/usr/share/info/*",
+            SUITE,
+            str(rootfs),
+            MIRROR,
+        ],
+        progress,
+    )
+    progress(f"base packages installed in {time.monotonic() - t0:.0f} s; customising")
+    _customise_base(rootfs)
+    boot = rootfs / "boot"
+    kernels = sorted(boot.glob("vmlinuz-*"))
+    initrds = sorted(boot.glob("initrd.img-*"))
+    if not kernels or not initrds:
+        raise OperationFailed(f"no kernel or initramfs in {boot} after the base build")
+    shutil.copy2(kernels[-1], tmp / "vmlinuz")
+    shutil.copy2(initrds[-1], tmp / "initrd.img")
+    (tmp / "kernel-version").write_text(kernels[-1].name.removeprefix("vmlinuz-") + "\n")
+    (tmp / "ok").write_text(f"{time.monotonic() - t0:.1f}\n")
+    shutil.rmtree(done, ignore_errors=True)
+    tmp.rename(done)
+    progress(f"base layer ready in {time.monotonic() - t0:.0f} s: {done}")
+    return done
+
+
+def _symlink(target: str, link: Path) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target)
+
+
+def _customise_base(rootfs: Path) -> None:
+    etc = rootfs / "etc"
+    (etc / "hostname").write_text("nodeos\n")
+    (etc / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+    (etc / "fstab").write_text(f"LABEL={ROOT_LABEL} / ext4 defaults,errors=remount-ro 0 1\n")
+    # Identity is per machine: generated at first boot (or given by the lab), never baked in.
+    (etc / "machine-id").write_text("")
+    for name in ("hostnqn", "hostid"):
+        p = etc / "nvme" / name
+        if p.exists():
+            p.unlink()
+    for unit in MASKED_UNITS:
+        _symlink("/dev/null", etc / "systemd" / "system" / unit)
+    # No apt lists in the image: it is rebuilt, not upgraded in place.
+    lists = rootfs / "var" / "lib" / "apt" / "lists"
+    for p in lists.glob("*"):
+        if p.is_file():
+            p.unlink()
+
+
+def _write_script(path: Path, module_attr: str) -> None:
+    module, attr = module_attr.split(":")
+    path.write_text(f"#!/usr/bin/python3\nimport sys\nfrom {module} import {attr}\nsys.exit({attr}())\n")
+    path.chmod(0o755)
+
+
+def _add_nodeos_layer(rootfs: Path) -> bool:
+    """Copy the nodeos package, scripts and units in; returns whether nodeosd's module exists."""
+    site = rootfs / "usr" / "lib" / "python3" / "dist-packages"
+    dst = site / "nodeos"
+    if dst.exists():
+        shutil.rmtree(dst)
+    for path, rel in _nodeos_files():
+        out = site / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, out)
+    for name, target in SCRIPTS.items():
+        p = rootfs / "usr" / "bin" / name
+        if p.exists():
+            p.unlink()
+        _write_script(p, target)
+    sysd = rootfs / "etc" / "systemd" / "system"
+    wants = sysd / "multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    units = [p for p in GUEST_DIR.glob("*.service")]
+    unit = unit_file()
+    if unit is not None:
+        units.append(unit)
+    for u in units:
+        shutil.copyfile(u, sysd / u.name)
+        _symlink(f"/etc/systemd/system/{u.name}", wants / u.name)
+    libexec = rootfs / "usr" / "lib" / "nodeos"
+    libexec.mkdir(parents=True, exist_ok=True)
+    for s in GUEST_DIR.glob("*.sh"):
+        shutil.copyfile(s, libexec / s.name)
+        (libexec / s.name).chmod(0o755)
+    (rootfs / "etc" / "nodeos").mkdir(exist_ok=True)
+    return (dst / "daemon" / "main.py").exists()
+
+
+def build_image(progress: Progress = _default_progress, *, raw: bool = False) -> Image:
+    """The lab image for the current work tree: built or refreshed when stale, else reused."""
+    bkey = base_key()
+    key = image_key(bkey)
+    root = cache_root()
+    out = root / f"image-{key}"
+    img = Image(out, key)
+    if not (out / "ok").exists():
+        base = build_base(progress)
+        _need_root()
+        for tool in ("mke2fs",):
+            if shutil.which(tool) is None:
+                raise EnvironmentProblem(f"{tool} is not installed (run images/bootstrap.sh)")
+        t0 = time.monotonic()
+        progress(f"assembling image {key} (base {bkey} + nodeos layer)")
+        tmp = root / f"image-{key}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        staging = tmp / "staging"
+        # Hard links: the base is not copied, and the layer only adds or replaces files.
+        _run(["cp", "-al", str(base / "rootfs"), str(staging)], progress)
+        has_daemon = _add_nodeos_layer(staging)
+        progress("making the ext4 root file system (mke2fs -d)")
+        _run(
+            [
+                "mke2fs", "-q", "-F", "-t", "ext4", "-L", ROOT_LABEL, "-d", str(staging),
+                str(tmp / "rootfs.ext4"), f"{ROOT_SIZE_MIB}M",
+            ],
+            progress,
+        )  # fmt: skip
+        shutil.rmtree(staging)
+        shutil.copy2(base / "vmlinuz", tmp / "vmlinuz")
+        shutil.copy2(base / "initrd.img", tmp / "initrd.img")
+        if has_daemon:
+            (tmp / "has-daemon").write_text("")
+        (tmp / "ok").write_text(f"{time.monotonic() - t0:.1f}\n")
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        progress(f"image ready in {time.monotonic() - t0:.0f} s: {out}")
+        _prune(root, keep={f"base-{bkey}", f"image-{key}"})
+    if raw and not img.raw.exists():
+        build_raw(img, progress)
+    return img
+
+
+def _prune(root: Path, keep: Iterable[str]) -> None:
+    """Drop older image layers (not bases: another branch may still want them)."""
+    keep = set(keep)
+    images = sorted(
+        (p for p in root.glob("image-*") if p.is_dir() and p.name not in keep),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for p in images[:-2]:  # keep the two most recent others for quick switching
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def boot_options() -> str:
+    return f"root=PARTUUID={ROOT_PARTUUID} rw console=tty0 console=ttyS0,115200 net.ifnames=0"
+
+
+def build_raw(img: Image, progress: Progress = _default_progress) -> Path:
+    """GPT disk: ESP (systemd-boot, kernel, initramfs) + the root file system; UEFI boot."""
+    _need_root()
+    for tool in ("sgdisk", "mkfs.vfat", "mcopy", "mmd"):
+        if shutil.which(tool) is None:
+            raise EnvironmentProblem(f"{tool} is not installed (run images/bootstrap.sh)")
+    t0 = time.monotonic()
+    progress("assembling the raw UEFI disk image (GPT, systemd-boot)")
+    base = cache_root() / f"base-{base_key()}"
+    efi = base / "rootfs" / "usr" / "lib" / "systemd" / "boot" / "efi" / "systemd-bootx64.efi"
+    if not efi.exists():
+        raise OperationFailed(f"{efi} missing: the base lacks systemd-boot-efi")
+    tmp = img.dir / "raw.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    esp = tmp / "esp.img"
+    _run(
+        ["mkfs.vfat", "-F", "32", "-n", "ESP", "-C", str(esp), str(ESP_SIZE_MIB * 1024)], progress, quiet=True
+    )
+    loader = tmp / "loader.conf"
+    loader.write_text("default nodeos.conf\ntimeout 0\n")
+    entry = tmp / "nodeos.conf"
+    entry.write_text(
+        f"title nodeos\nlinux /nodeos/vmlinuz\ninitrd /nodeos/initrd.img\noptions {boot_options()}\n"
+    )
+    m = ["-i", str(esp)]
+    dirs = ["::/EFI", "::/EFI/BOOT", "::/EFI/systemd", "::/loader", "::/loader/entries", "::/nodeos"]
+    _run(["mmd", *m, *dirs], progress, quiet=True)
+    for src, dst in (
+        (efi, "::/EFI/BOOT/BOOTX64.EFI"),
+        (efi, "::/EFI/systemd/systemd-bootx64.efi"),
+        (loader, "::/loader/loader.conf"),
+        (entry, "::/loader/entries/nodeos.conf"),
+        (img.kernel, "::/nodeos/vmlinuz"),
+        (img.initrd, "::/nodeos/initrd.img"),
+    ):
+        _run(["mcopy", *m, str(src), dst], progress, quiet=True)
+    sector = 512
+    esp_start = 2048
+    esp_sectors = ESP_SIZE_MIB * 1024 * 1024 // sector
+    root_start = esp_start + esp_sectors
+    root_sectors = img.rootfs.stat().st_size // sector
+    total = (root_start + root_sectors + 2048) * sector
+    disk = tmp / "disk.raw"
+    with open(disk, "wb") as f:
+        f.truncate(total)
+    # Never -q with bookworm's sgdisk: it then silently writes nothing.
+    _run(
+        [
+            "sgdisk", "-o",
+            "-n", f"1:{esp_start}:{root_start - 1}", "-t", "1:ef00", "-c", "1:ESP",
+            "-n", f"2:{root_start}:{root_start + root_sectors - 1}", "-t", "2:8304", "-c", f"2:{ROOT_LABEL}",
+            "-u", f"2:{ROOT_PARTUUID}", "-U", str(uuid.uuid5(uuid.NAMESPACE_URL, img.key)),
+            str(disk),
+        ],
+        progress,
+        quiet=True,
+    )  # fmt: skip
+    for src, start in ((esp, esp_start), (img.rootfs, root_start)):
+        _run(["dd", f"if={src}", f"of={disk}", "bs=1M", f"seek={start * sector}", "oflag=seek_bytes",
+              "conv=notrunc,sparse", "status=none"], progress)  # fmt: skip
+    disk.rename(img.raw)
+    shutil.rmtree(tmp)
+    progress(f"raw disk image ready in {time.monotonic() - t0:.0f} s: {img.raw}")
+    return img.raw
+
+
+def installed_scripts() -> dict[str, str]:
+    """The console scripts of the installed nodeos distribution (for the docs and checks)."""
+    try:
+        eps = importlib.metadata.entry_points(group="console_scripts")
+    except Exception:  # pragma: no cover - metadata missing in odd installs
+        return dict(SCRIPTS)
+    return {e.name: e.value for e in eps if e.name in SCRIPTS} or dict(SCRIPTS)

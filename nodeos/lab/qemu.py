@@ -1,0 +1,203 @@
+"""QEMU command lines (pure) and the processes behind them.
+
+KVM is used when it actually boots a kernel here; otherwise TCG with one thread per vCPU.
+The probe boots the lab kernel with no root file system and `panic=-1 -no-reboot`: under
+working KVM it panics and QEMU exits within seconds; a broken KVM aborts or hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeos.errors import EnvironmentProblem
+
+QEMU_DEFAULT = "qemu-system-x86_64"
+PROBE_CACHE = Path("/run/nodeos-lab-accel") if os.geteuid() == 0 else Path("/tmp/nodeos-lab-accel")
+
+
+def find_qemu(qemu: str | None = None) -> str:
+    name = qemu or os.environ.get("NODEOS_LAB_QEMU") or QEMU_DEFAULT
+    path = shutil.which(name)
+    if path is None:
+        raise EnvironmentProblem(
+            f"QEMU not found: {name!r} (install qemu-system-x86 or run images/bootstrap.sh)"
+        )
+    return path
+
+
+def choose_accel(qemu: str, kernel: Path) -> str:
+    """'kvm' or 'tcg' (NODEOS_LAB_ACCEL forces one); the probe result is kept per host boot."""
+    forced = os.environ.get("NODEOS_LAB_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    try:
+        cached = PROBE_CACHE.read_text().split()
+        if len(cached) == 2 and cached[0] == qemu:
+            return cached[1]
+    except OSError:
+        pass
+    accel = "kvm" if _kvm_boots(qemu, kernel) else "tcg"
+    with contextlib.suppress(OSError):
+        PROBE_CACHE.write_text(f"{qemu} {accel}\n")
+    return accel
+
+
+def _kvm_boots(qemu: str, kernel: Path, timeout: float = 20.0) -> bool:
+    argv = [
+        qemu, "-accel", "kvm", "-cpu", "host", "-m", "256", "-nodefaults", "-display", "none",
+        "-no-reboot", "-serial", "stdio", "-kernel", str(kernel),
+        "-append", "console=ttyS0 panic=-1 root=/dev/nonexistent",
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
+    return b"Kernel panic" in out or b"VFS:" in out
+
+
+@dataclass
+class VmSpec:
+    """Everything needed to (re)start one VM; kept in the lab's state file."""
+
+    name: str
+    role: str  # "storage" | "host"
+    index: int
+    ip: str  # with prefix, e.g. 198.18.7.11/24
+    mac: str
+    hostnqn: str
+    hostid: str
+    memory_mib: int
+    drives: list[dict[str, str]] = field(default_factory=list)  # {serial, path}
+    pid: int | None = None
+    cut: bool = False
+
+    @property
+    def addr(self) -> str:
+        return self.ip.split("/")[0]
+
+
+def kernel_cmdline(vm: VmSpec, accel: str) -> str:
+    parts = [
+        "root=/dev/vda", "rw", "console=ttyS0,115200", "net.ifnames=0", "fsck.mode=skip",
+        f"systemd.hostname={vm.name}", "nodeos.lab=1", f"nodeos.role={vm.role}",
+        f"nodeos.ip={vm.ip}", f"nodeos.hostid={vm.hostid}", f"nodeos.hostnqn={vm.hostnqn}",
+        # Only the serial console matters in the lab; no VGA console, no local logins.
+        "systemd.mask=getty@tty1.service", "systemd.mask=systemd-vconsole-setup.service",
+    ]  # fmt: skip
+    if vm.role == "host":
+        parts.append("nvme_core.multipath=Y")
+    else:
+        # Storage VMs keep LVM metadata daemons out of the boot path; nodeos drives LVM itself.
+        parts.append("systemd.mask=lvm2-monitor.service")
+    if accel == "tcg":
+        # TCG's clock is jittery; a looser watchdog avoids spurious soft-lockup reports.
+        parts.append("watchdog_thresh=60")
+    return " ".join(parts)
+
+
+def command_line(
+    qemu: str,
+    vm: VmSpec,
+    *,
+    accel: str,
+    kernel: Path,
+    initrd: Path,
+    rootfs: Path,
+    vm_dir: Path,
+    tap: str,
+    tag: str,
+) -> list[str]:
+    """The QEMU argv for a lab VM (pure: no side effects)."""
+    accel_args = (
+        ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    )
+    argv = [
+        qemu, "-name", tag,
+        *accel_args, "-machine", "q35", "-smp", "1", "-m", str(vm.memory_mib),
+        "-nodefaults", "-no-user-config", "-display", "none",
+        "-kernel", str(kernel), "-initrd", str(initrd), "-append", kernel_cmdline(vm, accel),
+        # The root file system is shared by every VM: each boot sees it fresh (snapshot).
+        "-drive", f"file={rootfs},if=virtio,format=raw,snapshot=on,cache=unsafe",
+        "-netdev", f"tap,id=net0,ifname={tap},script=no,downscript=no",
+        "-device", f"virtio-net-pci,netdev=net0,mac={vm.mac}",
+        "-chardev", f"socket,id=qga,path={vm_dir / 'qga.sock'},server=on,wait=off",
+        "-device", "virtio-serial-pci",
+        "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
+        "-chardev", f"file,id=con,path={vm_dir / 'console.log'},append=on",
+        "-serial", "chardev:con",
+        "-qmp", f"unix:{vm_dir / 'qmp.sock'},server=on,wait=off",
+        "-device", "virtio-rng-pci",
+    ]  # fmt: skip
+    for i, d in enumerate(vm.drives):
+        argv += [
+            "-drive", f"file={d['path']},if=none,id=nvm{i},format=raw,cache=writeback,aio=threads",
+            "-device", f"nvme,serial={d['serial']},drive=nvm{i}",
+        ]  # fmt: skip
+    return argv
+
+
+def start(argv: list[str], netns: str, log: Path) -> int:
+    """Start QEMU inside the lab's namespace; returns its PID (`ip netns exec` execs QEMU)."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", netns, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,  # survives the nodeos-lab process that started it
+        )
+    # Catch an immediate failure (bad option, tap busy) rather than waiting for a boot.
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EnvironmentProblem(f"QEMU exited at once ({proc.returncode}): {log.read_text()[-1500:]}")
+        time.sleep(0.1)
+    return proc.pid
+
+
+def is_ours(pid: int | None, tag: str) -> bool:
+    """Whether pid is still the QEMU of this VM (guards against PID reuse)."""
+    if not pid:
+        return False
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    return b"\0-name\0" + tag.encode() + b"\0" in cmd
+
+
+def kill(pid: int | None, tag: str, timeout: float = 10.0) -> None:
+    """Abrupt power-off: SIGKILL, then wait until the process is gone."""
+    if not is_ours(pid, tag):
+        return
+    assert pid is not None
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            # Our own child when started by this process: reap it.
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        if not is_ours(pid, tag):
+            return
+        time.sleep(0.05)
