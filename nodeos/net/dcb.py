@@ -48,8 +48,14 @@ SEL_ANY = 4
 SEL_DSCP = 5
 SEL_PCP = 255
 IEEE_SELECTORS = (SEL_ETHERTYPE, SEL_STREAM, SEL_DGRAM, SEL_ANY, SEL_DSCP)
-TRUST_NAMES = {"ethtype": SEL_ETHERTYPE, "stream": SEL_STREAM, "dgram": SEL_DGRAM,
-               "any": SEL_ANY, "dscp": SEL_DSCP, "pcp": SEL_PCP}
+TRUST_NAMES = {
+    "ethtype": SEL_ETHERTYPE,
+    "stream": SEL_STREAM,
+    "dgram": SEL_DGRAM,
+    "any": SEL_ANY,
+    "dscp": SEL_DSCP,
+    "pcp": SEL_PCP,
+}
 
 # DCBX capability bits (DCB_CAP_DCBX_*)
 DCBX_HOST = 0x01
@@ -57,8 +63,11 @@ DCBX_LLD_MANAGED = 0x02
 DCBX_VER_CEE = 0x04
 DCBX_VER_IEEE = 0x08
 DCBX_STATIC = 0x10
-DCBX_MODE_BITS = {"host-ieee": DCBX_HOST | DCBX_VER_IEEE, "host-cee": DCBX_HOST | DCBX_VER_CEE,
-                  "firmware": DCBX_LLD_MANAGED | DCBX_VER_IEEE}
+DCBX_MODE_BITS = {
+    "host-ieee": DCBX_HOST | DCBX_VER_IEEE,
+    "host-cee": DCBX_HOST | DCBX_VER_CEE,
+    "firmware": DCBX_LLD_MANAGED | DCBX_VER_IEEE,
+}
 
 # Transmission selection algorithms (IEEE_8021QAZ_TSA_*)
 TSA_BY_NAME = {"strict": 0, "cbs": 1, "ets": 2, "vendor": 255}
@@ -94,9 +103,18 @@ class Ets:
     reco_prio_tc: tuple[int, ...] = (0,) * 8
 
     def pack(self) -> bytes:
-        return _ETS.pack(self.willing, self.ets_cap, self.cbs, _arr(self.tc_tx_bw), _arr(self.tc_rx_bw),
-                         _arr(self.tc_tsa), _arr(self.prio_tc), _arr(self.tc_reco_bw),
-                         _arr(self.tc_reco_tsa), _arr(self.reco_prio_tc))
+        return _ETS.pack(
+            self.willing,
+            self.ets_cap,
+            self.cbs,
+            _arr(self.tc_tx_bw),
+            _arr(self.tc_rx_bw),
+            _arr(self.tc_tsa),
+            _arr(self.prio_tc),
+            _arr(self.tc_reco_bw),
+            _arr(self.tc_reco_tsa),
+            _arr(self.reco_prio_tc),
+        )
 
     @classmethod
     def unpack(cls, data: bytes) -> Ets:
@@ -118,8 +136,7 @@ class Pfc:
     def pack(self) -> bytes:
         if len(self.requests) != 8 or len(self.indications) != 8:
             raise DcbCodecError("ieee_pfc counters need 8 values each")
-        return _PFC.pack(self.pfc_cap, self.pfc_en, self.mbc, self.delay, *self.requests,
-                         *self.indications)
+        return _PFC.pack(self.pfc_cap, self.pfc_en, self.mbc, self.delay, *self.requests, *self.indications)
 
     @classmethod
     def unpack(cls, data: bytes) -> Pfc:
@@ -188,13 +205,19 @@ class DcbState:
 
 class _app_table(nla):
     # DCB_ATTR_IEEE_APP holds an IEEE-selector dcb_app; DCB_ATTR_DCB_APP a non-IEEE one (PCP).
-    nla_map = ((0, "DCB_ATTR_IEEE_APP_UNSPEC", "none"), (1, "DCB_ATTR_IEEE_APP", "cdata"),
-               (2, "DCB_ATTR_DCB_APP", "cdata"))
+    nla_map = (
+        (0, "DCB_ATTR_IEEE_APP_UNSPEC", "none"),
+        (1, "DCB_ATTR_IEEE_APP", "cdata"),
+        (2, "DCB_ATTR_DCB_APP", "cdata"),
+    )
 
 
 class _trust_table(nla):
-    nla_map = ((0, "DCB_ATTR_IEEE_APP_UNSPEC", "none"), (1, "DCB_ATTR_IEEE_APP", "uint8"),
-               (2, "DCB_ATTR_DCB_APP", "uint8"))
+    nla_map = (
+        (0, "DCB_ATTR_IEEE_APP_UNSPEC", "none"),
+        (1, "DCB_ATTR_IEEE_APP", "uint8"),
+        (2, "DCB_ATTR_DCB_APP", "uint8"),
+    )
 
 
 class _ieee(nla):
@@ -282,12 +305,14 @@ def encode_set_buffer(ifname: str, buf: Buffer, seq: int = 0, pid: int = 0) -> b
 
 
 def _app_entries(apps: tuple[App, ...] | list[App]) -> list[list[object]]:
-    return [["DCB_ATTR_IEEE_APP" if a.selector in IEEE_SELECTORS else "DCB_ATTR_DCB_APP", a.pack()]
-            for a in apps]
+    return [
+        ["DCB_ATTR_IEEE_APP" if a.selector in IEEE_SELECTORS else "DCB_ATTR_DCB_APP", a.pack()] for a in apps
+    ]
 
 
-def encode_app(ifname: str, apps: tuple[App, ...] | list[App], delete: bool = False, seq: int = 0,
-               pid: int = 0) -> bytes:
+def encode_app(
+    ifname: str, apps: tuple[App, ...] | list[App], delete: bool = False, seq: int = 0, pid: int = 0
+) -> bytes:
     """Add (IEEE_SET) or remove (IEEE_DEL) APP table entries."""
     cmd = DCB_CMD_IEEE_DEL if delete else DCB_CMD_IEEE_SET
     table = ["DCB_ATTR_IEEE_APP_TABLE", {"attrs": _app_entries(apps)}]
@@ -334,8 +359,9 @@ def state_from_msg(m: dcbmsg) -> DcbState:
     trust_tab = ieee.get_attr("DCB_ATTR_DCB_APP_TRUST_TABLE")
     trust = None
     if trust_tab is not None:
-        trust = tuple(int(a[1]) for a in trust_tab["attrs"]
-                      if a[0] in ("DCB_ATTR_IEEE_APP", "DCB_ATTR_DCB_APP"))
+        trust = tuple(
+            int(a[1]) for a in trust_tab["attrs"] if a[0] in ("DCB_ATTR_IEEE_APP", "DCB_ATTR_DCB_APP")
+        )
     return DcbState(
         ifname=ifname,
         ets=None if ets_raw is None else Ets.unpack(ets_raw),
@@ -346,12 +372,3 @@ def state_from_msg(m: dcbmsg) -> DcbState:
         dcbx=dcbx,
         maxrate=ieee.get_attr("DCB_ATTR_IEEE_MAXRATE"),
     )
-
-
-def set_status(m: dcbmsg) -> int | None:
-    """The u8 status the kernel returns in a SET reply (0 = accepted by the driver)."""
-    ieee = m.get_attr("DCB_ATTR_IEEE")
-    if ieee is not None and not isinstance(ieee, dict | nla):
-        return int(ieee)
-    dcbx = m.get_attr("DCB_ATTR_DCBX")
-    return None if dcbx is None else int(dcbx)

@@ -18,7 +18,7 @@ from nodeos.net.profiles import MTU_MAX, MTU_MIN, QosSettings, resolve
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 # Routes we install carry this protocol number so we only ever remove our own.
-NODEOS_RTPROTO = 186
+NODEOS_RTPROTO = 245
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class RouteSpec:
 class InterfaceSpec:
     name: str
     mtu: int | None
-    addresses: tuple[str, ...]  # normalised "ip/prefix", sorted
-    routes: tuple[RouteSpec, ...] = ()
+    addresses: tuple[str, ...] | None  # normalised "ip/prefix", sorted; None: left alone
+    routes: tuple[RouteSpec, ...] | None = None  # None: left alone
     up: bool = True
 
 
@@ -72,8 +72,11 @@ def _table(value: Any, fld: str) -> dict[str, Any]:
 
 def check_mtu(value: Any, fld: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not MTU_MIN <= value <= MTU_MAX:
-        raise _fail(f"{fld} must be an integer from {MTU_MIN} to {MTU_MAX}, got {value!r}", fld,
-                    f"{MTU_MIN}-{MTU_MAX}")
+        raise _fail(
+            f"{fld} must be an integer from {MTU_MIN} to {MTU_MAX}, got {value!r}",
+            fld,
+            f"{MTU_MIN}-{MTU_MAX}",
+        )
     return value
 
 
@@ -87,8 +90,9 @@ def check_address(value: Any, fld: str) -> str:
     try:
         iface = ipaddress.ip_interface(str(value))
     except ValueError:
-        raise _fail(f"{fld} must be an address with prefix length, e.g. 192.0.2.11/24, got {value!r}",
-                    fld) from None
+        raise _fail(
+            f"{fld} must be an address with prefix length, e.g. 192.0.2.11/24, got {value!r}", fld
+        ) from None
     if not isinstance(value, str) or "/" not in value:
         raise _fail(f"{fld} needs a prefix length, e.g. 192.0.2.11/24", fld)
     return f"{iface.ip}/{iface.network.prefixlen}"
@@ -98,8 +102,9 @@ def _route(value: Any, fld: str) -> RouteSpec:
     t = _table(value, fld)
     unknown = sorted(set(t) - {"dst", "gateway", "metric"})
     if unknown:
-        raise _fail(f"{fld}.{unknown[0]} is not a route key", f"{fld}.{unknown[0]}",
-                    ["dst", "gateway", "metric"])
+        raise _fail(
+            f"{fld}.{unknown[0]} is not a route key", f"{fld}.{unknown[0]}", ["dst", "gateway", "metric"]
+        )
     try:
         dst = str(ipaddress.ip_network(str(t.get("dst")), strict=False))
     except ValueError:
@@ -111,8 +116,9 @@ def _route(value: Any, fld: str) -> RouteSpec:
         except ValueError:
             raise _fail(f"{fld}.gateway must be an IP address", f"{fld}.gateway") from None
     metric = t.get("metric")
-    if metric is not None and (isinstance(metric, bool) or not isinstance(metric, int)
-                               or not 0 <= metric < 2**32):
+    if metric is not None and (
+        isinstance(metric, bool) or not isinstance(metric, int) or not 0 <= metric < 2**32
+    ):
         raise _fail(f"{fld}.metric must be an integer 0-4294967295", f"{fld}.metric")
     return RouteSpec(dst=dst, gateway=gw, metric=metric)
 
@@ -126,17 +132,21 @@ def _interface(value: Any, idx: int, default_mtu: int | None) -> InterfaceSpec:
         raise _fail(f"{fld}.{unknown[0]} is not an interface key", f"{fld}.{unknown[0]}", allowed)
     name = check_ifname(t.get("name"), f"{fld}.name")
     mtu = check_mtu(t["mtu"], f"{fld}.mtu") if "mtu" in t else default_mtu
-    addrs = t.get("addresses", [])
-    if not isinstance(addrs, list):
+    addrs = t.get("addresses")
+    if addrs is not None and not isinstance(addrs, list):
         raise _fail(f"{fld}.addresses must be a list", f"{fld}.addresses")
-    norm = tuple(sorted({check_address(a, f"{fld}.addresses[{i}]") for i, a in enumerate(addrs)}))
-    routes = t.get("routes", [])
-    if not isinstance(routes, list):
+    norm = (
+        None
+        if addrs is None
+        else tuple(sorted({check_address(a, f"{fld}.addresses[{i}]") for i, a in enumerate(addrs)}))
+    )
+    routes = t.get("routes")
+    if routes is not None and not isinstance(routes, list):
         raise _fail(f"{fld}.routes must be a list of tables", f"{fld}.routes")
     up = t.get("up", True)
     if not isinstance(up, bool):
         raise _fail(f"{fld}.up must be true or false", f"{fld}.up", [True, False])
-    rs = tuple(_route(r, f"{fld}.routes[{i}]") for i, r in enumerate(routes))
+    rs = None if routes is None else tuple(_route(r, f"{fld}.routes[{i}]") for i, r in enumerate(routes))
     return InterfaceSpec(name=name, mtu=mtu, addresses=norm, routes=rs, up=up)
 
 
@@ -145,8 +155,7 @@ def _management(value: Any) -> Management:
     allowed = ["interface", "probe", "timeout"]
     unknown = sorted(set(t) - set(allowed))
     if unknown:
-        raise _fail(f"management.{unknown[0]} is not a management key", f"management.{unknown[0]}",
-                    allowed)
+        raise _fail(f"management.{unknown[0]} is not a management key", f"management.{unknown[0]}", allowed)
     iface = None if t.get("interface") is None else check_ifname(t["interface"], "management.interface")
     probe = t.get("probe")
     if probe is not None:

@@ -106,8 +106,11 @@ class QosSettings:
 def _int(params: dict[str, Any], name: str, lo: int, hi: int) -> int:
     value = params[name]
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise BadInput(f"qos.{name} must be an integer from {lo} to {hi}, got {value!r}",
-                       field=f"qos.{name}", allowed=f"{lo}-{hi}")
+        raise BadInput(
+            f"qos.{name} must be an integer from {lo} to {hi}, got {value!r}",
+            field=f"qos.{name}",
+            allowed=f"{lo}-{hi}",
+        )
     return value
 
 
@@ -118,20 +121,23 @@ def _opt_int(params: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
 def _choice(params: dict[str, Any], name: str, allowed: tuple[str, ...]) -> str:
     value = params[name]
     if value not in allowed:
-        raise BadInput(f"qos.{name} must be one of {', '.join(allowed)}, got {value!r}",
-                       field=f"qos.{name}", allowed=list(allowed))
+        raise BadInput(
+            f"qos.{name} must be one of {', '.join(allowed)}, got {value!r}",
+            field=f"qos.{name}",
+            allowed=list(allowed),
+        )
     return str(value)
 
 
 def _priorities(params: dict[str, Any], name: str) -> tuple[int, ...]:
     value = params[name]
     if not isinstance(value, list) or not value:
-        raise BadInput(f"qos.{name} must be a non-empty list of priorities 0-7",
-                       field=f"qos.{name}", allowed="0-7")
+        raise BadInput(
+            f"qos.{name} must be a non-empty list of priorities 0-7", field=f"qos.{name}", allowed="0-7"
+        )
     for p in value:
         if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 7:
-            raise BadInput(f"qos.{name} holds {p!r}; a priority is 0-7", field=f"qos.{name}",
-                           allowed="0-7")
+            raise BadInput(f"qos.{name} holds {p!r}; a priority is 0-7", field=f"qos.{name}", allowed="0-7")
     return tuple(sorted(set(value)))
 
 
@@ -140,8 +146,9 @@ def _cc_name(params: dict[str, Any], name: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.isidentifier() or len(value) > 15:
-        raise BadInput(f"qos.{name} must name a TCP congestion control (e.g. dctcp, cubic)",
-                       field=f"qos.{name}")
+        raise BadInput(
+            f"qos.{name} must name a TCP congestion control (e.g. dctcp, cubic)", field=f"qos.{name}"
+        )
     return value
 
 
@@ -153,8 +160,11 @@ def resolve(qos: dict[str, Any]) -> QosSettings:
     defaults = PROFILE_DEFAULTS[name]
     unknown = sorted(set(qos) - set(defaults) - {"profile"})
     if unknown:
-        raise BadInput(f"qos.{unknown[0]} is not a parameter of profile {name}",
-                       field=f"qos.{unknown[0]}", allowed=sorted(defaults))
+        raise BadInput(
+            f"qos.{unknown[0]} is not a parameter of profile {name}",
+            field=f"qos.{unknown[0]}",
+            allowed=sorted(defaults),
+        )
     p = {**defaults, **{k: v for k, v in qos.items() if k != "profile"}}
     mtu = _opt_int(p, "mtu", MTU_MIN, MTU_MAX)
     sysctls: dict[str, str] = {}
@@ -167,12 +177,10 @@ def resolve(qos: dict[str, Any]) -> QosSettings:
     route_cc = _cc_name(p, "route_congestion_control")
     route_ecn = p.get("route_ecn", False)
     if not isinstance(route_ecn, bool):
-        raise BadInput("qos.route_ecn must be true or false", field="qos.route_ecn",
-                       allowed=[True, False])
+        raise BadInput("qos.route_ecn must be true or false", field="qos.route_ecn", allowed=[True, False])
     qdisc = p.get("qdisc")
     if qdisc is not None and (not isinstance(qdisc, str) or not qdisc.replace("_", "").isalnum()):
-        raise BadInput("qos.qdisc must name a queueing discipline (e.g. fq_codel, mq)",
-                       field="qos.qdisc")
+        raise BadInput("qos.qdisc must name a queueing discipline (e.g. fq_codel, mq)", field="qos.qdisc")
     storage_dscp = _opt_int(p, "storage_dscp", 0, 63)
     dcb = None
     roce_tos = None
@@ -184,9 +192,20 @@ def resolve(qos: dict[str, Any]) -> QosSettings:
         if not isinstance(knobs_val, list) or not all(isinstance(k, str) for k in knobs_val):
             raise BadInput("qos.ecn_knobs must be a list of path templates", field="qos.ecn_knobs")
         knobs = tuple(knobs_val)
-    return QosSettings(profile=name, mtu=mtu, dcb=dcb, roce_tos=roce_tos, ecn_priorities=ecn_prios,
-                       ecn_knobs=knobs, sysctls=sysctls, route_congestion_control=route_cc,
-                       route_ecn=route_ecn, qdisc=qdisc, storage_dscp=storage_dscp, params=p)
+    return QosSettings(
+        profile=name,
+        mtu=mtu,
+        dcb=dcb,
+        roce_tos=roce_tos,
+        ecn_priorities=ecn_prios,
+        ecn_knobs=knobs,
+        sysctls=sysctls,
+        route_congestion_control=route_cc,
+        route_ecn=route_ecn,
+        qdisc=qdisc,
+        storage_dscp=storage_dscp,
+        params=p,
+    )
 
 
 def _resolve_roce(p: dict[str, Any]) -> tuple[DcbSettings, int, tuple[int, ...]]:
@@ -195,16 +214,21 @@ def _resolve_roce(p: dict[str, Any]) -> tuple[DcbSettings, int, tuple[int, ...]]
     roce_dscp = _int(p, "roce_dscp", 0, 63)
     cnp_dscp = _int(p, "cnp_dscp", 0, 63)
     if roce_prio == cnp_prio:
-        raise BadInput("qos.cnp_priority must differ from qos.roce_priority: CNPs need their own "
-                       "strict class", field="qos.cnp_priority")
+        raise BadInput(
+            "qos.cnp_priority must differ from qos.roce_priority: CNPs need their own strict class",
+            field="qos.cnp_priority",
+        )
     if roce_dscp == cnp_dscp:
         raise BadInput("qos.cnp_dscp must differ from qos.roce_dscp", field="qos.cnp_dscp")
     roce_share = _int(p, "roce_share", 0, 100)
     default_share = _int(p, "default_share", 0, 100)
     if roce_share + default_share != 100:
-        raise BadInput(f"ETS shares must sum to 100: roce_share {roce_share} + default_share "
-                       f"{default_share} = {roce_share + default_share}",
-                       field="qos.roce_share", allowed="roce_share + default_share = 100")
+        raise BadInput(
+            f"ETS shares must sum to 100: roce_share {roce_share} + default_share "
+            f"{default_share} = {roce_share + default_share}",
+            field="qos.roce_share",
+            allowed="roce_share + default_share = 100",
+        )
     pfc = (roce_prio,) if p.get("pfc_priorities") is None else _priorities(p, "pfc_priorities")
     if cnp_prio in pfc:
         raise BadInput("qos.pfc_priorities must not include the CNP priority", field="qos.pfc_priorities")
@@ -215,11 +239,15 @@ def _resolve_roce(p: dict[str, Any]) -> tuple[DcbSettings, int, tuple[int, ...]]
     tsa = tuple("strict" if tc == cnp_prio else "ets" for tc in range(8))
     bw = tuple(roce_share if tc == roce_prio else default_share if tc == 0 else 0 for tc in range(8))
     if roce_prio == 0:
-        raise BadInput("qos.roce_priority 0 is the default class; use 1-7 so RoCE gets its own class",
-                       field="qos.roce_priority", allowed="1-7")
+        raise BadInput(
+            "qos.roce_priority 0 is the default class; use 1-7 so RoCE gets its own class",
+            field="qos.roce_priority",
+            allowed="1-7",
+        )
     if cnp_prio == 0:
-        raise BadInput("qos.cnp_priority 0 is the default class; use 1-7", field="qos.cnp_priority",
-                       allowed="1-7")
+        raise BadInput(
+            "qos.cnp_priority 0 is the default class; use 1-7", field="qos.cnp_priority", allowed="1-7"
+        )
     dcb = DcbSettings(
         prio_tc=prio_tc,
         tc_tsa=tsa,
