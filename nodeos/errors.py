@@ -87,6 +87,4 @@ _BY_CODE: dict[str, type[NodeosError]] = {
 def error_from_dict(d: dict[str, Any]) -> NodeosError:
     """Rebuild an error sent over RPC as `{code, message, field?, allowed?}`."""
     cls = _BY_CODE.get(str(d.get("code", "failed")), OperationFailed)
-    return cls(
-        str(d.get("message", "unknown error")), field=d.get("field"), allowed=d.get("allowed")
-    )
+    return cls(str(d.get("message", "unknown error")), field=d.get("field"), allowed=d.get("allowed"))

@@ -56,9 +56,7 @@ async def read_frame(
         raise FrameError("connection closed inside a frame header") from None
     (length,) = _LEN.unpack(header)
     if length > max_frame:
-        raise FrameError(
-            f"frame of {length} bytes exceeds the limit of {max_frame}", code="too_large"
-        )
+        raise FrameError(f"frame of {length} bytes exceeds the limit of {max_frame}", code="too_large")
     try:
         body = await reader.readexactly(length)
     except asyncio.IncompleteReadError:
