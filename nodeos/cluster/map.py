@@ -1,0 +1,273 @@
+"""The replicated cluster map: a pure, deterministic state machine fed by committed entries.
+
+Every node applies the same committed commands in the same order and so holds the same
+map. A command is a msgpack map `{"cmd": name, "v": version, "args": {...}}`. Nothing
+here reads a clock, a random source or the environment: the result of `apply` depends
+only on the map and the command, so a rejected command (unknown name or version, bad
+argument) is rejected identically everywhere and recorded in the map.
+
+Sections: nodes, failure domains, drives, volumes, replica placement, host grants and
+path states (the last five are filled by later commands), plus a generic key/value
+space used by tests and operators (`nodeos cluster kv`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
+
+SCHEMA_VERSION = 1
+ROLES = ("storage", "witness")
+MAX_REJECTED = 64  # rejections kept in the map for operators (oldest dropped)
+MAX_KV_KEY = 256
+MAX_KV_VALUE = 64 * 1024
+
+
+def encode_command(cmd: str, args: dict[str, Any], v: int = 1) -> bytes:
+    return msgpack.packb({"cmd": cmd, "v": v, "args": args}, use_bin_type=True)
+
+
+def decode_command(data: bytes) -> dict[str, Any]:
+    """Decode a command; BadInput if it is not a well-formed command map."""
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise BadInput(f"command does not decode as msgpack: {exc}", field="command") from None
+    if not isinstance(obj, dict):
+        raise BadInput("command must be a map", field="command")
+    if not isinstance(obj.get("cmd"), str):
+        raise BadInput("command field 'cmd' must be a string", field="cmd", allowed=sorted(HANDLERS))
+    if type(obj.get("v")) is not int:
+        raise BadInput("command field 'v' must be an int", field="v")
+    if not isinstance(obj.get("args", {}), dict):
+        raise BadInput("command field 'args' must be a map", field="args")
+    return obj
+
+
+def _empty_state() -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "cluster_id": None,
+        "applied_index": 0,
+        "nodes": {},
+        "failure_domains": {},
+        "drives": {},
+        "volumes": {},
+        "placement": {},
+        "hosts": {},
+        "paths": {},
+        "kv": {},
+        "rejected": [],
+    }
+
+
+def _node_id(args: dict[str, Any]) -> int:
+    nid = args.get("node_id")
+    if type(nid) is not int or nid <= 0:
+        raise BadInput("node_id must be a positive integer", field="node_id")
+    return nid
+
+
+def _str_arg(args: dict[str, Any], field: str, max_len: int = 256, required: bool = True) -> str | None:
+    v = args.get(field)
+    if v is None and not required:
+        return None
+    if not isinstance(v, str) or not v or len(v) > max_len:
+        raise BadInput(f"{field} must be a non-empty string of at most {max_len} characters", field=field)
+    return v
+
+
+class ClusterMap:
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = _empty_state()
+
+    # --- reading ---
+    @property
+    def applied_index(self) -> int:
+        return int(self.state["applied_index"])
+
+    @property
+    def nodes(self) -> dict[int, dict[str, Any]]:
+        return self.state["nodes"]
+
+    def kv_get(self, key: str) -> Any:
+        rec = self.state["kv"].get(key)
+        return None if rec is None else rec["value"]
+
+    # --- applying ---
+    def apply(self, index: int, data: bytes) -> dict[str, Any]:
+        """Apply one committed command at log position `index`; returns `{result}` or `{error}`.
+
+        Empty data (the leader's no-op entry of a new term) only advances applied_index.
+        """
+        if index <= self.state["applied_index"]:
+            # Already applied (e.g. replayed after a restart from an older snapshot point).
+            return {"error": {"code": "failed", "message": f"entry {index} already applied"}}
+        self.state["applied_index"] = index
+        if not data:
+            return {"result": None}
+        try:
+            cmd = decode_command(data)
+            handler = HANDLERS.get(cmd["cmd"])
+            if handler is None:
+                raise BadInput(f"unknown command {cmd['cmd']!r}", field="cmd", allowed=sorted(HANDLERS))
+            fn = handler.get(cmd["v"])
+            if fn is None:
+                raise BadInput(
+                    f"command {cmd['cmd']} has no version {cmd['v']}", field="v", allowed=sorted(handler)
+                )
+            return {"result": fn(self.state, cmd.get("args", {}))}
+        except NodeosError as err:
+            rejected = self.state["rejected"]
+            rejected.append({"index": index, "error": err.to_dict()})
+            del rejected[:-MAX_REJECTED]
+            return {"error": err.to_dict()}
+
+    # --- snapshots ---
+    def snapshot(self) -> bytes:
+        return msgpack.packb(self.state, use_bin_type=True)
+
+    def restore(self, data: bytes) -> None:
+        if not data:
+            self.state = _empty_state()
+            return
+        try:
+            state = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except Exception as exc:
+            raise BadInput(f"map snapshot does not decode: {exc}", field="snapshot") from None
+        if not isinstance(state, dict) or state.get("schema") != SCHEMA_VERSION:
+            raise BadInput(
+                f"map snapshot schema {state.get('schema') if isinstance(state, dict) else None!r} "
+                f"is not supported",
+                field="schema",
+                allowed=[SCHEMA_VERSION],
+            )
+        merged = _empty_state()
+        merged.update(state)
+        self.state = merged
+
+    def copy(self) -> ClusterMap:
+        out = ClusterMap()
+        out.state = copy.deepcopy(self.state)
+        return out
+
+
+# --- command handlers (version 1) ---------------------------------------------------------
+# Each takes (state, args), validates everything before changing anything, and returns
+# a msgpack-safe result.
+
+
+def _init_cluster_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    cid = _str_arg(args, "cluster_id", 64)
+    if st["cluster_id"] is not None and st["cluster_id"] != cid:
+        raise AlreadyExists(f"cluster already has id {st['cluster_id']}", field="cluster_id")
+    st["cluster_id"] = cid
+    return {"cluster_id": cid}
+
+
+def _add_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nid = _node_id(args)
+    if nid in st["nodes"]:
+        raise AlreadyExists(f"node id {nid} is already taken", field="node_id")
+    role = args.get("role", "storage")
+    if role not in ROLES:
+        raise BadInput(f"role {role!r} is not allowed", field="role", allowed=list(ROLES))
+    addresses = args.get("addresses", {})
+    if not isinstance(addresses, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in addresses.items()
+    ):
+        raise BadInput("addresses must map names (e.g. 'peer') to 'host:port' strings", field="addresses")
+    fd = _str_arg(args, "failure_domain", required=False) or f"node-{nid}"
+    name = _str_arg(args, "name", required=False) or f"node-{nid}"
+    st["nodes"][nid] = {
+        "id": nid,
+        "name": name,
+        "addresses": dict(addresses),
+        "failure_domain": fd,
+        "role": role,
+    }
+    st["failure_domains"].setdefault(fd, {"name": fd})
+    return st["nodes"][nid]
+
+
+def _remove_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nid = _node_id(args)
+    if nid not in st["nodes"]:
+        raise NotFound(f"node {nid} is not a member", field="node_id")
+    node = st["nodes"].pop(nid)
+    _drop_unused_domain(st, node["failure_domain"])
+    return {"removed": nid}
+
+
+def _set_failure_domain_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nid = _node_id(args)
+    fd = _str_arg(args, "failure_domain")
+    if nid not in st["nodes"]:
+        raise NotFound(f"node {nid} is not a member", field="node_id")
+    old = st["nodes"][nid]["failure_domain"]
+    st["nodes"][nid]["failure_domain"] = fd
+    st["failure_domains"].setdefault(fd, {"name": fd})
+    _drop_unused_domain(st, old)
+    return st["nodes"][nid]
+
+
+def _drop_unused_domain(st: dict[str, Any], fd: str) -> None:
+    if not any(n["failure_domain"] == fd for n in st["nodes"].values()):
+        st["failure_domains"].pop(fd, None)
+
+
+def _kv_key(args: dict[str, Any]) -> str:
+    key = _str_arg(args, "key", MAX_KV_KEY)
+    assert key is not None
+    return key
+
+
+def _kv_value(args: dict[str, Any], field: str = "value") -> Any:
+    v = args.get(field)
+    if not isinstance(v, (str, int, bytes)) or isinstance(v, bool):
+        raise BadInput(f"{field} must be a string, an integer or bytes", field=field)
+    if isinstance(v, (str, bytes)) and len(v) > MAX_KV_VALUE:
+        raise BadInput(f"{field} is longer than {MAX_KV_VALUE}", field=field)
+    return v
+
+
+def _kv_put_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    key, value = _kv_key(args), _kv_value(args)
+    st["kv"][key] = {"value": value, "revision": st["applied_index"]}
+    return {"key": key, "value": value, "revision": st["applied_index"]}
+
+
+def _kv_cas_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Set `value` only if the current value equals `expect` (None: the key is absent)."""
+    key, value = _kv_key(args), _kv_value(args)
+    expect = args.get("expect")
+    if expect is not None:
+        expect = _kv_value(args, "expect")
+    rec = st["kv"].get(key)
+    current = None if rec is None else rec["value"]
+    if current != expect:
+        return {"key": key, "succeeded": False, "value": current}
+    st["kv"][key] = {"value": value, "revision": st["applied_index"]}
+    return {"key": key, "succeeded": True, "value": value, "revision": st["applied_index"]}
+
+
+def _kv_get_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    key = _kv_key(args)
+    rec = st["kv"].get(key)
+    return {"key": key, "value": None if rec is None else rec["value"]}
+
+
+HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] = {
+    "init_cluster": {1: _init_cluster_v1},
+    "add_node": {1: _add_node_v1},
+    "remove_node": {1: _remove_node_v1},
+    "set_failure_domain": {1: _set_failure_domain_v1},
+    "kv_put": {1: _kv_put_v1},
+    "kv_cas": {1: _kv_cas_v1},
+    "kv_get": {1: _kv_get_v1},
+}
