@@ -1,0 +1,165 @@
+"""The local API: framed msgpack requests over a root-only unix socket, routed to services.
+
+A bad frame (oversized, not msgpack, wrong version, bad types) is answered with an error and
+logged; the connection is closed when the stream can no longer be trusted (after a bad
+length or a truncated body), kept otherwise. Nothing a client sends can stop the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from nodeos.errors import EnvironmentProblem, NodeosError
+from nodeos.rpc import framing
+
+from .logsetup import fields
+
+LOG = logging.getLogger("nodeosd.api")
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+def prepare_socket_path(path: Path) -> None:
+    """Create the parent (0700) if needed; refuse to steal a live daemon's socket."""
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(parents=True, mode=0o700)
+        os.chmod(parent, 0o700)  # mkdir's mode is filtered by the umask
+    if path.exists() or path.is_symlink():
+        st = os.lstat(path)
+        if not stat.S_ISSOCK(st.st_mode):
+            raise EnvironmentProblem(f"{path} exists and is not a socket", field="api_socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale: left by a daemon that died
+        else:
+            raise EnvironmentProblem(f"another daemon answers on {path}", field="api_socket")
+        finally:
+            probe.close()
+
+
+class ApiServer:
+    def __init__(self, path: Path, max_frame: int = framing.DEFAULT_MAX_FRAME) -> None:
+        self.path = path
+        self.max_frame = max_frame
+        self.routes: dict[str, Handler] = {}
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+        self.requests = 0
+        self.bad_frames = 0
+
+    def add_routes(self, owner: str, routes: dict[str, Handler]) -> None:
+        for method, handler in routes.items():
+            if method in self.routes:
+                raise RuntimeError(f"API method {method!r} of {owner} is already registered")
+            self.routes[method] = handler
+
+    async def start(self) -> None:
+        prepare_socket_path(self.path)
+        old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
+        try:
+            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=1 << 16)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for t in list(self._conns):
+                t.cancel()
+            await asyncio.gather(*self._conns, return_exceptions=True)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            while True:
+                try:
+                    msg = await framing.read_frame(reader, self.max_frame)
+                except framing.FrameError as exc:
+                    # The stream is out of step (bad length or truncated): answer and hang up.
+                    self.bad_frames += 1
+                    LOG.warning("bad frame from API client: %s", exc, extra=fields(frame_error=exc.code))
+                    await self._send(
+                        writer, framing.reply_error(None, {"code": exc.code, "message": str(exc)})
+                    )
+                    return
+                if msg is None:
+                    return
+                reply = await self._handle(msg)
+                if not await self._send(writer, reply):
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        except asyncio.CancelledError:
+            return
+        finally:
+            self._conns.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _send(self, writer: asyncio.StreamWriter, obj: dict[str, Any]) -> bool:
+        try:
+            data = framing.pack(obj)
+        except Exception as exc:  # a handler returned something msgpack cannot carry
+            LOG.error("reply cannot be encoded: %s", exc)
+            data = framing.pack(
+                framing.reply_error(obj.get("id"), {"code": "failed", "message": "reply encoding failed"})
+            )
+        try:
+            writer.write(data)
+            await writer.drain()
+            return True
+        except (ConnectionError, OSError):
+            return False
+
+    async def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        req_id = msg.get("id")
+        if not isinstance(req_id, (int, str, type(None))):
+            req_id = None
+        try:
+            req_id, method, params = framing.check_request(msg)
+        except framing.FrameError as exc:
+            self.bad_frames += 1
+            LOG.warning("bad request: %s", exc, extra=fields(frame_error=exc.code))
+            return framing.reply_error(req_id, {"code": exc.code, "message": str(exc)})
+        handler = self.routes.get(method)
+        if handler is None:
+            return framing.reply_error(
+                req_id,
+                {
+                    "code": "bad_input",
+                    "message": f"unknown method {method!r}",
+                    "field": "method",
+                    "allowed": sorted(self.routes),
+                },
+            )
+        self.requests += 1
+        try:
+            result = await handler(params)
+        except NodeosError as err:
+            LOG.info("%s: %s", method, err.message, extra=fields(method=method, code=err.code))
+            return framing.reply_error(req_id, err.to_dict())
+        except Exception as exc:  # a bug: report it, keep serving
+            LOG.exception("%s failed unexpectedly", method, extra=fields(method=method))
+            return framing.reply_error(
+                req_id, {"code": "failed", "message": f"internal error: {type(exc).__name__}: {exc}"}
+            )
+        return framing.reply_ok(req_id, result)

@@ -1,0 +1,96 @@
+"""nodeosd's configuration: a TOML file (optional; absent means defaults) with flags on top.
+
+Keys (file) / flags:
+  state_dir        --state-dir        /var/lib/nodeos
+  api_socket       --api-socket       /run/nodeos/api.sock
+  peer_listen      --peer-listen      (unset: no peer listener)  HOST:PORT
+  dataplane        --dataplane        auto | kernel | spdk | none
+  spdk_socket      --spdk-socket      /var/tmp/spdk.sock
+  storage_address  --storage-address  list; default: the node's non-loopback addresses
+  node_name        --node-name        the host name
+  log_level        --log-level        info
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodeos import validate
+from nodeos.errors import BadInput
+
+DEFAULT_CONFIG = "/etc/nodeos/nodeosd.toml"
+DATAPLANES = ("auto", "kernel", "spdk", "none")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass
+class Config:
+    state_dir: str = "/var/lib/nodeos"
+    api_socket: str = "/run/nodeos/api.sock"
+    peer_listen: str | None = None
+    dataplane: str = "auto"
+    spdk_socket: str = "/var/tmp/spdk.sock"
+    storage_address: list[str] = field(default_factory=list)
+    node_name: str = ""
+    log_level: str = "info"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load(path: str | None, overrides: dict[str, Any]) -> tuple[Config, str]:
+    """Read the file (if present) and apply non-None overrides; returns (config, source note)."""
+    data: dict[str, Any] = {}
+    note = "defaults"
+    p = Path(path or DEFAULT_CONFIG)
+    if p.exists():
+        try:
+            data = tomllib.loads(p.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise BadInput(f"config file {p} is not valid TOML: {exc}", field="config") from None
+        except OSError as exc:
+            raise BadInput(f"config file {p} cannot be read: {exc}", field="config") from None
+        note = str(p)
+    elif path and path != DEFAULT_CONFIG:
+        # An explicitly named file that is missing is a mistake; the unit's default may be absent.
+        raise BadInput(f"config file {p} does not exist", field="config")
+    known = set(Config.__dataclass_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise BadInput(f"unknown key(s) in {p}: {', '.join(unknown)}", field="config", allowed=sorted(known))
+    merged = {**data, **{k: v for k, v in overrides.items() if v is not None and v != ()}}
+    if isinstance(merged.get("storage_address"), str):
+        merged["storage_address"] = [merged["storage_address"]]
+    cfg = Config(**merged)
+    check(cfg)
+    if not cfg.node_name:
+        cfg.node_name = socket.gethostname()
+    return cfg, note
+
+
+def check(cfg: Config) -> None:
+    validate.choice(cfg.dataplane, DATAPLANES, "dataplane")
+    validate.choice(cfg.log_level, LOG_LEVELS, "log_level")
+    for key in ("state_dir", "api_socket", "spdk_socket"):
+        v = getattr(cfg, key)
+        if not isinstance(v, str) or not v:
+            raise BadInput(f"{key} must be a non-empty path", field=key)
+    if len(cfg.api_socket.encode()) > 107:
+        raise BadInput("api_socket path is longer than a unix socket allows (107 bytes)", field="api_socket")
+    if cfg.peer_listen is not None:
+        validate.host_port(cfg.peer_listen, "peer_listen")
+    if not isinstance(cfg.storage_address, list) or not all(isinstance(a, str) for a in cfg.storage_address):
+        raise BadInput("storage_address must be a list of IP addresses", field="storage_address")
+    import ipaddress
+
+    for a in cfg.storage_address:
+        try:
+            ipaddress.ip_address(a)
+        except ValueError:
+            raise BadInput(f"storage_address {a!r} is not an IP address", field="storage_address") from None
+    if cfg.node_name:
+        validate.name(cfg.node_name, "node_name")

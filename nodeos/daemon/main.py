@@ -1,0 +1,340 @@
+"""`nodeosd`: the storage node daemon.
+
+Start-up order: config -> logging -> state dir lock -> LMDB store and node identity ->
+data plane choice -> services (the node service finishes interrupted operations here) ->
+API socket -> READY=1. SIGTERM/SIGINT: STOPPING=1, API closed, services stopped in reverse,
+store closed, exit 0. Exit codes: 0 stopped cleanly, 1 could not start (environment),
+2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import functools
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from nodeos import __version__, validate
+from nodeos.errors import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, EnvironmentProblem, NodeosError
+
+from . import config as configmod
+from . import logsetup
+from .api import ApiServer
+from .notify import Notifier
+from .service import SERVICE_FACTORIES, DaemonContext, Service
+
+LOG = logging.getLogger("nodeosd")
+
+# Sub-databases of the node's LMDB environment (state_dir/node).
+NODE_DBS = ["meta", "pools", "volumes", "snapshots", "hosts", "intents"]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="nodeosd", description="nodeos storage node daemon")
+    p.add_argument(
+        "--config", default=None, help=f"TOML config file (default {configmod.DEFAULT_CONFIG}, may be absent)"
+    )
+    p.add_argument("--state-dir", dest="state_dir")
+    p.add_argument("--api-socket", dest="api_socket")
+    p.add_argument("--peer-listen", dest="peer_listen", metavar="HOST:PORT")
+    p.add_argument("--dataplane", choices=configmod.DATAPLANES)
+    p.add_argument("--spdk-socket", dest="spdk_socket")
+    p.add_argument(
+        "--storage-address",
+        dest="storage_address",
+        action="append",
+        metavar="ADDR",
+        help="address to export on (repeat for several); default: the node's non-loopback addresses",
+    )
+    p.add_argument("--node-name", dest="node_name")
+    p.add_argument("--log-level", dest="log_level", choices=configmod.LOG_LEVELS)
+    p.add_argument("--version", action="version", version=f"nodeosd {__version__}")
+    return p.parse_args(argv)
+
+
+def lock_state_dir(state_dir: Path) -> int:
+    """One daemon per state dir: an flock held for the process's life."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(state_dir / "nodeosd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise EnvironmentProblem(
+            f"another nodeosd uses the state directory {state_dir}", field="state_dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def node_identity(store: Any, node_name: str) -> str:
+    """The node id is made once per state dir and never changes."""
+    with store.write() as txn:
+        ident = txn.get("meta", "identity")
+        if ident is None:
+            ident = {"node_id": uuid.uuid4().hex, "created": time.time(), "node_name": node_name}
+            txn.put("meta", "identity", ident)
+        return str(ident["node_id"])
+
+
+def default_storage_addresses() -> list[str]:
+    """Global-scope addresses of the node's interfaces, loopback and link-local left out."""
+    import ipaddress
+
+    try:
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            addrs = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr()]
+    except Exception as exc:  # netlink unavailable: the operator sets --storage-address
+        LOG.warning("cannot list the node's addresses: %s", exc)
+        return []
+    out: list[str] = []
+    for a in addrs:
+        try:
+            ip = ipaddress.ip_address(a)
+        except (TypeError, ValueError):
+            continue
+        if ip.is_loopback or ip.is_link_local or ip.is_multicast:
+            continue
+        if str(ip) not in out:
+            out.append(str(ip))
+    return out
+
+
+def choose_dataplane(cfg: configmod.Config) -> tuple[Any, str]:
+    """(data plane, why). `auto` with nothing usable leaves the node running as a witness."""
+    try:
+        from nodeos.dataplane.select import choose
+    except ImportError as exc:  # backends not installed in this build
+        if cfg.dataplane == "none":
+            return None, "witness (--dataplane none)"
+        raise EnvironmentProblem(f"no data plane backends in this build: {exc}", field="dataplane") from None
+    if cfg.dataplane == "none":
+        return choose("none"), "witness (--dataplane none)"
+    try:
+        dp = choose(cfg.dataplane, cfg.spdk_socket)
+    except NodeosError as err:
+        if cfg.dataplane != "auto":
+            raise
+        LOG.error("no usable data plane, running as a witness: %s", err.message)
+        return choose("none"), f"auto found none usable: {err.message}"
+    if cfg.dataplane == "auto":
+        why = (
+            f"auto: SPDK answers on {cfg.spdk_socket}"
+            if dp.name == "spdk"
+            else "auto: kernel nvmet configfs usable"
+        )
+    else:
+        why = f"--dataplane {cfg.dataplane}"
+    return dp, why
+
+
+def load_services(ctx: DaemonContext) -> list[Service]:
+    services: list[Service] = []
+    for target in SERVICE_FACTORIES:
+        module, attr = target.split(":")
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                LOG.info("service module %s is not installed; skipped", module)
+                continue
+            raise
+        factory = getattr(mod, attr, None)
+        if factory is None:
+            LOG.info("service module %s has no %s(); skipped", module, attr)
+            continue
+        svc = factory(ctx)
+        if svc is not None:
+            services.append(svc)
+    return services
+
+
+class Daemon:
+    def __init__(self, cfg: configmod.Config, cfg_source: str) -> None:
+        self.cfg = cfg
+        self.cfg_source = cfg_source
+        self.notifier = Notifier()
+        self.started = time.monotonic()
+        self.services: list[Service] = []
+        self.stop_event = asyncio.Event()
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dataplane")
+        self.ctx: DaemonContext | None = None
+        self.api: ApiServer | None = None
+        self.store: Any = None
+        self._lock_fd: int | None = None
+
+    async def run_blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    async def start(self) -> None:
+        from nodeos.store.lmdb_store import Store
+
+        cfg = self.cfg
+        state_dir = Path(cfg.state_dir)
+        self._lock_fd = lock_state_dir(state_dir)
+        self.store = Store(state_dir / "node", dbs=NODE_DBS)
+        node_id = node_identity(self.store, cfg.node_name)
+        self.notifier.status("choosing data plane")
+        dp, why = await self.run_blocking(choose_dataplane, cfg)
+        # pyroute2 0.9 refuses to run inside a running event loop: ask from a thread.
+        addrs = cfg.storage_address or await asyncio.to_thread(default_storage_addresses)
+        peer = validate.host_port(cfg.peer_listen, "peer_listen") if cfg.peer_listen else None
+        self.ctx = DaemonContext(
+            node_id=node_id,
+            node_name=cfg.node_name,
+            state_dir=state_dir,
+            store=self.store,
+            dataplane=dp,
+            dataplane_reason=why,
+            peer_listen=peer,
+            storage_addresses=addrs,
+            config=cfg.to_dict(),
+            run_blocking=self.run_blocking,
+        )
+        LOG.info(
+            "nodeosd %s starting: node %s (%s), data plane %s (%s)",
+            __version__,
+            cfg.node_name,
+            node_id,
+            dp.name if dp is not None else "none",
+            why,
+            extra=logsetup.fields(node_id=node_id, dataplane=dp.name if dp is not None else "none"),
+        )
+        self.api = ApiServer(Path(cfg.api_socket))
+        self.api.add_routes("daemon", {"status": self.api_status, "daemon.ping": self.api_ping})
+        self.services = load_services(self.ctx)
+        for svc in self.services:
+            self.api.add_routes(svc.name, svc.methods())
+        for svc in self.services:
+            self.notifier.status(f"starting {svc.name}")
+            await svc.start()
+        await self.api.start()
+
+    def status_line(self) -> str:
+        dp = self.ctx.dataplane if self.ctx else None
+        return f"ready: node {self.cfg.node_name}, data plane {dp.name if dp is not None else 'none'}"
+
+    async def api_ping(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"pong": True, "pid": os.getpid()}
+
+    async def api_status(self, params: dict[str, Any]) -> dict[str, Any]:
+        assert self.ctx is not None and self.api is not None
+        dp = self.ctx.dataplane
+        describe: dict[str, Any] = {}
+        if dp is not None:
+            try:
+                describe = dict(await self.run_blocking(dp.describe))
+            except Exception as exc:  # a dead SPDK must show in status, not break it
+                describe = {"error": str(exc)}
+        out: dict[str, Any] = {
+            "node_id": self.ctx.node_id,
+            "node_name": self.ctx.node_name,
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self.started, 1),
+            "state_dir": str(self.ctx.state_dir),
+            "api_socket": self.cfg.api_socket,
+            "config_source": self.cfg_source,
+            "peer_listen": self.cfg.peer_listen,
+            "storage_addresses": self.ctx.storage_addresses,
+            "dataplane": {
+                **describe,
+                "name": dp.name if dp is not None else "none",
+                "reason": self.ctx.dataplane_reason,
+            },
+            "api": {"requests": self.api.requests, "bad_frames": self.api.bad_frames},
+            "services": [s.name for s in self.services],
+        }
+        for svc in self.services:
+            try:
+                out[svc.name] = svc.status()
+            except Exception as exc:
+                out[svc.name] = {"error": str(exc)}
+        return out
+
+    async def watchdog(self) -> None:
+        # Pings come from the event loop itself, so a wedged loop stops them and systemd restarts us.
+        interval = self.notifier.watchdog_usec / 2e6
+        while True:
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    async def stop(self) -> None:
+        self.notifier.stopping()
+        if self.api is not None:
+            await self.api.stop()
+        for svc in reversed(self.services):
+            try:
+                await svc.stop()
+            except Exception:
+                LOG.exception("stopping %s failed", svc.name)
+        self.executor.shutdown(wait=True)
+        if self.store is not None:
+            self.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop_event.set)
+        wd: asyncio.Task[None] | None = None
+        if self.notifier.watchdog_usec:
+            # Pinging during start-up too: recovery and re-exporting may take a while.
+            wd = asyncio.create_task(self.watchdog())
+        try:
+            await self.start()
+        except BaseException:
+            if wd is not None:
+                wd.cancel()
+            await self.stop()
+            raise
+        self.notifier.ready(self.status_line())
+        LOG.info("%s; API on %s", self.status_line(), self.cfg.api_socket)
+        await self.stop_event.wait()
+        LOG.info("stopping on signal")
+        if wd is not None:
+            wd.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await wd
+        await self.stop()
+        LOG.info("stopped")
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
+    try:
+        cfg, source = configmod.load(args.config, overrides)
+    except BadInput as err:
+        print(f"nodeosd: {err.message}" + (f" (field: {err.field})" if err.field else ""), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    logsetup.setup(cfg.log_level)
+    daemon = Daemon(cfg, source)
+    try:
+        return asyncio.run(daemon.run())
+    except NodeosError as err:
+        LOG.error("cannot start: %s", err.message, extra=logsetup.fields(field=err.field or ""))
+        return err.exit_code if err.exit_code != 0 else EXIT_FAILED
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The local node service: pools, volumes, snapshots, clones, hosts and grants on this node."""

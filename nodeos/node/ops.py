@@ -1,0 +1,337 @@
+"""Durable operations: intent first, then the data plane, then the final state.
+
+Every change to the data plane follows the same shape:
+  1. one LMDB transaction records the intent and the object in a transient state
+     ("creating", "deleting", ...) -- synced before step 2;
+  2. the data plane steps run (each idempotent), with crash points between them;
+  3. one transaction writes the final state and drops the intent.
+If the daemon dies between 1 and 3, start-up finds the intent and rolls it forward or back
+(model.RECOVERY). If a step fails while the daemon lives, the operation is compensated
+(undone, or the object put back as it was) and the error is returned; if even that fails,
+the intent stays and is retried at the next start and by the periodic retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nodeos.daemon.logsetup import fields
+from nodeos.dataplane.base import Listener
+from nodeos.errors import NodeosError, OperationFailed
+
+from . import crash, model
+
+LOG = logging.getLogger("nodeosd.node")
+Step = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Ops:
+    def __init__(
+        self,
+        store: Any,
+        dataplane: Any,
+        run_blocking: Callable[..., Awaitable[Any]],
+        listeners: Callable[[], tuple[Listener, ...]],
+    ) -> None:
+        self.store = store
+        self.dp = dataplane
+        self.run_blocking = run_blocking
+        self.listeners = listeners
+        self.forward: dict[str, Step] = {
+            "pool.create": self._pool_create,
+            "pool.delete": self._pool_delete,
+            "volume.create": self._volume_create,
+            "volume.clone": self._volume_create,
+            "volume.resize": self._volume_resize,
+            "volume.delete": self._volume_delete,
+            "volume.snapshot": self._snapshot_create,
+            "snapshot.delete": self._snapshot_delete,
+            "volume.grant": self._volume_export,
+            "volume.revoke": self._volume_export,
+        }
+        self.compensate: dict[str, Step] = {
+            "pool.create": self._undo_pool_create,
+            "pool.delete": self._restore("pools", "name"),
+            "volume.create": self._undo_volume_create,
+            "volume.clone": self._undo_volume_create,
+            "volume.resize": self._undo_volume_resize,
+            "volume.delete": self._undo_volume_delete,
+            "volume.snapshot": self._undo_snapshot_create,
+            "snapshot.delete": self._restore("snapshots", "name"),
+            "volume.grant": self._undo_volume_export,
+            "volume.revoke": self._undo_volume_export,
+        }
+
+    # --- edges ------------------------------------------------------------------------
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """A data plane call in the worker thread; foreign exceptions become OperationFailed."""
+        try:
+            return await self.run_blocking(getattr(self.dp, method), *args)
+        except NodeosError:
+            raise
+        except Exception as exc:
+            raise OperationFailed(f"data plane {method} failed: {type(exc).__name__}: {exc}") from exc
+
+    def hosts(self, txn: Any) -> dict[str, dict[str, Any]]:
+        return {h["nqn"]: h for _, h in txn.items("hosts")}
+
+    def spec_for(self, vol: dict[str, Any]) -> Any:
+        with self.store.read() as txn:
+            hosts = self.hosts(txn)
+        return model.export_spec(vol, self.listeners(), hosts)
+
+    # --- the intent engine ------------------------------------------------------------
+
+    @staticmethod
+    def begin(txn: Any, op: str, data: dict[str, Any]) -> int:
+        """Record an intent inside the caller's transaction; returns its sequence number."""
+        seq = int(txn.get("meta", "intent_seq", 0)) + 1
+        txn.put("meta", "intent_seq", seq)
+        data["_seq"] = seq
+        data["op"] = op
+        txn.put("intents", seq, {"seq": seq, "op": op, "data": data, "started": time.time()})
+        return seq
+
+    @staticmethod
+    def end(txn: Any, data: dict[str, Any]) -> None:
+        txn.delete("intents", int(data["_seq"]))
+
+    async def run(self, op: str, data: dict[str, Any], prepare: Callable[[Any], None]) -> None:
+        """Fresh operation: `prepare(txn)` writes the transient records with the intent."""
+        with self.store.write() as txn:
+            prepare(txn)
+            self.begin(txn, op, data)
+        crash.point(f"{op}:intent")
+        LOG.info("%s %s: intent %d recorded", op, data.get("name"), data["_seq"], extra=fields(op=op))
+        try:
+            await self.forward[op](data)
+        except Exception as err:
+            LOG.warning("%s %s failed (%s); compensating", op, data.get("name"), err, extra=fields(op=op))
+            try:
+                await self.compensate[op](data)
+            except Exception as err2:
+                LOG.error(
+                    "%s %s: compensation failed too (%s); intent %d kept for retry",
+                    op,
+                    data.get("name"),
+                    err2,
+                    data["_seq"],
+                    extra=fields(op=op),
+                )
+            raise
+        crash.point(f"{op}:done")
+
+    def pending(self) -> list[dict[str, Any]]:
+        with self.store.read() as txn:
+            return [v for _, v in txn.items("intents")]
+
+    async def recover(self) -> list[dict[str, Any]]:
+        """Finish or undo every intent left behind, oldest first. Returns what was done."""
+        report: list[dict[str, Any]] = []
+        for intent in self.pending():
+            op, data = intent["op"], dict(intent["data"])
+            data["_seq"] = intent["seq"]
+            data["op"] = op
+            how = model.RECOVERY.get(op, "forward")
+            step = self.forward[op] if how == "forward" else self.compensate[op]
+            entry = {"seq": intent["seq"], "op": op, "name": data.get("name"), "action": how}
+            try:
+                await step(data)
+                entry["result"] = "ok"
+            except Exception as err:
+                entry["error"] = str(err)
+                if how == "forward":
+                    try:
+                        await self.compensate[op](data)
+                        entry["result"] = "rolled back after failure"
+                    except Exception as err2:
+                        entry["result"] = "pending"
+                        entry["error"] = f"{err}; rollback: {err2}"
+                else:
+                    entry["result"] = "pending"
+            LOG.warning(
+                "recovery: %s %s -> %s %s",
+                op,
+                data.get("name"),
+                how,
+                entry["result"],
+                extra=fields(op=op, intent=intent["seq"]),
+            )
+            report.append(entry)
+        return report
+
+    # --- pools ------------------------------------------------------------------------
+
+    async def _pool_create(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            pool = txn.get("pools", d["name"])
+        if pool is None:
+            return self._drop(d)
+        info = await self.call("create_pool", pool["pool_id"], list(pool["devices"]))
+        crash.point("pool.create:pool-created")
+        with self.store.write() as txn:
+            pool = dict(txn.get("pools", d["name"]), state="ready", size_bytes=info.size_bytes)
+            txn.put("pools", d["name"], pool)
+            self.end(txn, d)
+
+    async def _undo_pool_create(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            pool = txn.get("pools", d["name"])
+        if pool is not None:
+            await self.call("delete_pool", pool["pool_id"])
+        with self.store.write() as txn:
+            txn.delete("pools", d["name"])
+            self.end(txn, d)
+
+    async def _pool_delete(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            pool = txn.get("pools", d["name"])
+        if pool is not None:
+            await self.call("delete_pool", pool["pool_id"])
+        crash.point("pool.delete:pool-deleted")
+        with self.store.write() as txn:
+            txn.delete("pools", d["name"])
+            self.end(txn, d)
+
+    def _restore(self, db: str, key: str) -> Step:
+        """Compensation for a failed delete: the object is back to ready, untouched."""
+
+        async def step(d: dict[str, Any]) -> None:
+            with self.store.write() as txn:
+                rec = txn.get(db, d[key])
+                if rec is not None:
+                    txn.put(db, d[key], dict(rec, state="ready"))
+                self.end(txn, d)
+
+        return step
+
+    def _drop(self, d: dict[str, Any]) -> None:
+        with self.store.write() as txn:
+            self.end(txn, d)
+
+    # --- volumes ----------------------------------------------------------------------
+
+    async def _volume_create(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            vol = txn.get("volumes", d["name"])
+        if vol is None:
+            return self._drop(d)
+        if d.get("snap_id"):
+            info = await self.call("clone_snapshot", vol["pool_id"], d["snap_id"], vol["vol_id"])
+            crash.point("volume.clone:clone-created")
+        else:
+            info = await self.call("create_volume", vol["pool_id"], vol["vol_id"], vol["size_bytes"])
+            crash.point("volume.create:volume-created")
+        vol = dict(vol, size_bytes=info.size_bytes)
+        await self.call("apply_export", self.spec_for(vol))
+        crash.point("volume.clone:export-applied" if d.get("snap_id") else "volume.create:export-applied")
+        with self.store.write() as txn:
+            txn.put("volumes", d["name"], dict(vol, state="ready"))
+            self.end(txn, d)
+
+    async def _undo_volume_create(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            vol = txn.get("volumes", d["name"])
+        if vol is not None:
+            await self.call("remove_export", vol["nqn"])
+            await self.call("delete_volume", vol["pool_id"], vol["vol_id"])
+        with self.store.write() as txn:
+            txn.delete("volumes", d["name"])
+            self.end(txn, d)
+
+    async def _volume_resize(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            vol = txn.get("volumes", d["name"])
+        if vol is None:
+            return self._drop(d)
+        info = await self.call("resize_volume", vol["pool_id"], vol["vol_id"], int(d["size_bytes"]))
+        crash.point("volume.resize:volume-resized")
+        vol = dict(vol, size_bytes=info.size_bytes)
+        await self.call("apply_export", self.spec_for(vol))
+        crash.point("volume.resize:export-applied")
+        with self.store.write() as txn:
+            txn.put("volumes", d["name"], dict(vol, state="ready"))
+            self.end(txn, d)
+
+    async def _undo_volume_resize(self, d: dict[str, Any]) -> None:
+        # The size only changes on success; the record keeps the old size until then.
+        await self._restore("volumes", "name")(d)
+
+    async def _volume_delete(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            vol = txn.get("volumes", d["name"])
+        if vol is None:
+            return self._drop(d)
+        await self.call("remove_export", vol["nqn"])
+        crash.point("volume.delete:export-removed")
+        await self.call("delete_volume", vol["pool_id"], vol["vol_id"])
+        crash.point("volume.delete:volume-deleted")
+        with self.store.write() as txn:
+            txn.delete("volumes", d["name"])
+            self.end(txn, d)
+
+    async def _undo_volume_delete(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            vol = txn.get("volumes", d["name"])
+        if vol is not None:
+            await self.call("apply_export", self.spec_for(vol))
+        await self._restore("volumes", "name")(d)
+
+    async def _volume_export(self, d: dict[str, Any]) -> None:
+        """Grant/revoke: the record already holds the new host list; make the export match."""
+        with self.store.read() as txn:
+            vol = txn.get("volumes", d["name"])
+        if vol is None:
+            return self._drop(d)
+        await self.call("apply_export", self.spec_for(vol))
+        crash.point(f"{d['op']}:export-applied")
+        with self.store.write() as txn:
+            txn.put("volumes", d["name"], dict(txn.get("volumes", d["name"]), state="ready"))
+            self.end(txn, d)
+
+    async def _undo_volume_export(self, d: dict[str, Any]) -> None:
+        with self.store.write() as txn:
+            vol = txn.get("volumes", d["name"])
+            if vol is not None:
+                vol = dict(vol, hosts=list(d["old_hosts"]), state="ready")
+                txn.put("volumes", d["name"], vol)
+        if vol is not None:
+            await self.call("apply_export", self.spec_for(vol))
+        self._drop(d)
+
+    # --- snapshots --------------------------------------------------------------------
+
+    async def _snapshot_create(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            snap = txn.get("snapshots", d["name"])
+        if snap is None:
+            return self._drop(d)
+        info = await self.call("snapshot_volume", snap["pool_id"], d["vol_id"], snap["snap_id"])
+        crash.point("volume.snapshot:snapshot-created")
+        with self.store.write() as txn:
+            txn.put("snapshots", d["name"], dict(snap, state="ready", size_bytes=info.size_bytes))
+            self.end(txn, d)
+
+    async def _undo_snapshot_create(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            snap = txn.get("snapshots", d["name"])
+        if snap is not None:
+            await self.call("delete_volume", snap["pool_id"], snap["snap_id"])
+        with self.store.write() as txn:
+            txn.delete("snapshots", d["name"])
+            self.end(txn, d)
+
+    async def _snapshot_delete(self, d: dict[str, Any]) -> None:
+        with self.store.read() as txn:
+            snap = txn.get("snapshots", d["name"])
+        if snap is None:
+            return self._drop(d)
+        await self.call("delete_volume", snap["pool_id"], snap["snap_id"])
+        crash.point("snapshot.delete:snapshot-deleted")
+        with self.store.write() as txn:
+            txn.delete("snapshots", d["name"])
+            self.end(txn, d)

@@ -1,0 +1,560 @@
+"""The local node service: the API of pools, volumes, snapshots, clones, hosts and grants.
+
+Each handler validates its whole request first (nothing changes on bad input), then runs the
+change as a durable operation (ops.Ops: intent -> data plane -> final state). Mutations are
+serialized by one lock: on one node they also share one data plane worker thread, so the
+lock costs nothing and keeps "validate, then record" atomic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from nodeos import validate
+from nodeos.daemon.logsetup import fields
+from nodeos.daemon.service import DaemonContext, Handler
+from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
+
+from . import crash, inventory, model
+from .ops import Ops
+
+LOG = logging.getLogger("nodeosd.node")
+RETRY_INTERVAL_S = 30.0
+
+
+def create_service(ctx: DaemonContext) -> NodeService:
+    return NodeService(ctx)
+
+
+def _param(params: dict[str, Any], key: str, field: str | None = None) -> Any:
+    if params.get(key) is None:
+        raise BadInput(f"{field or key} is required", field=field or key)
+    return params[key]
+
+
+class NodeService:
+    name = "node"
+
+    def __init__(self, ctx: DaemonContext) -> None:
+        self.ctx = ctx
+        self.store = ctx.store
+        self.dp = ctx.dataplane
+        self.lock = asyncio.Lock()
+        self.describe: dict[str, Any] = {}
+        self._listeners: tuple[Any, ...] = ()
+        self.recovery: list[dict[str, Any]] = []
+        self.reconcile_report: dict[str, Any] = {}
+        self._retry_task: asyncio.Task[None] | None = None
+        self.ops = Ops(self.store, self.dp, self._run_blocking, lambda: self._listeners)
+
+    async def _run_blocking(self, fn: Any, *args: Any) -> Any:
+        assert self.ctx.run_blocking is not None
+        return await self.ctx.run_blocking(fn, *args)
+
+    @property
+    def has_dataplane(self) -> bool:
+        return self.dp is not None and getattr(self.dp, "name", "none") != "none"
+
+    def _need_dataplane(self) -> None:
+        if not self.has_dataplane:
+            raise NotSupported(
+                "this node runs without a data plane (witness, --dataplane none; "
+                f"{self.ctx.dataplane_reason}): pools and volumes live on storage nodes",
+                field="dataplane",
+            )
+
+    def methods(self) -> dict[str, Handler]:
+        return {
+            "drive.list": self.drive_list,
+            "pool.create": self.pool_create,
+            "pool.list": self.pool_list,
+            "pool.delete": self.pool_delete,
+            "volume.create": self.volume_create,
+            "volume.list": self.volume_list,
+            "volume.show": self.volume_show,
+            "volume.resize": self.volume_resize,
+            "volume.delete": self.volume_delete,
+            "volume.snapshot": self.volume_snapshot,
+            "volume.clone": self.volume_clone,
+            "volume.grant": self.volume_grant,
+            "volume.revoke": self.volume_revoke,
+            "host.add": self.host_add,
+            "host.list": self.host_list,
+            "host.remove": self.host_remove,
+            "node.reconcile": self.node_reconcile,
+            "node.crash_points": self.crash_points,
+        }
+
+    # --- life cycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self.has_dataplane:
+            return
+        self.describe = dict(await self._run_blocking(self.dp.describe))  # type: ignore[union-attr]
+        transports = [str(t) for t in self.describe.get("transports", ["tcp"])]  # type: ignore[union-attr]
+        addrs = self.ctx.storage_addresses
+        rdma = await asyncio.to_thread(inventory.rdma_addresses, addrs) if "rdma" in transports else set()
+        self._listeners = model.listeners(addrs, transports, rdma)
+        if not self._listeners:
+            LOG.warning("no storage address to export on; set --storage-address")
+        async with self.lock:
+            self.recovery = await self.ops.recover()
+            await self._reconcile()
+        self._retry_task = asyncio.create_task(self._retry_loop())
+
+    async def stop(self) -> None:
+        if self._retry_task is not None:
+            self._retry_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retry_task
+
+    async def _retry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RETRY_INTERVAL_S)
+            if self.ops.pending() and not self.lock.locked():
+                async with self.lock:
+                    self.recovery += await self.ops.recover()
+
+    async def _reconcile(self) -> dict[str, Any]:
+        """Make the data plane match the records after a restart (configfs and SPDK forget
+        their exports on reboot): re-attach pools, re-apply exports, drop exports of ours that
+        no volume wants. A ready volume missing from the data plane is reported, never
+        re-created empty."""
+        rep: dict[str, Any] = {
+            "pools_attached": [],
+            "exports_applied": 0,
+            "exports_removed": [],
+            "missing": [],
+            "errors": [],
+        }
+        with self.store.read() as txn:
+            pools = {k.decode(): v for k, v in txn.items("pools")}
+            vols = {k.decode(): v for k, v in txn.items("volumes")}
+        try:
+            have_pools = {p.pool_id for p in await self.ops.call("list_pools")}
+            for p in pools.values():
+                if p["state"] == "ready" and p["pool_id"] not in have_pools:
+                    await self.ops.call("create_pool", p["pool_id"], list(p["devices"]))
+                    rep["pools_attached"].append(p["name"])
+            have_vols = {v.vol_id for v in await self.ops.call("list_volumes", None)}
+            wanted: set[str] = set()
+            for v in vols.values():
+                if v["state"] != "ready":
+                    continue
+                if v["vol_id"] not in have_vols:
+                    rep["missing"].append(v["name"])
+                    continue
+                wanted.add(v["nqn"])
+                await self.ops.call("apply_export", self.ops.spec_for(v))
+                rep["exports_applied"] += 1
+            for e in await self.ops.call("list_exports"):
+                if e.nqn.startswith(model.NQN_PREFIX) and e.nqn not in wanted:
+                    await self.ops.call("remove_export", e.nqn)
+                    rep["exports_removed"].append(e.nqn)
+        except Exception as err:
+            LOG.error("reconcile failed: %s", err)
+            rep["errors"].append(str(err))
+        if rep["missing"]:
+            LOG.error("volumes missing from the data plane: %s", ", ".join(rep["missing"]))
+        self.reconcile_report = rep
+        return rep
+
+    def status(self) -> dict[str, Any]:
+        with self.store.read() as txn:
+            counts = {db: sum(1 for _ in txn.items(db)) for db in ("pools", "volumes", "snapshots", "hosts")}
+            pending = [
+                {"seq": v["seq"], "op": v["op"], "name": v["data"].get("name")}
+                for _, v in txn.items("intents")
+            ]
+        return {
+            **counts,
+            "listeners": model.listeners_json(self._listeners),
+            "pending_intents": pending,
+            "recovery": self.recovery[-20:],
+            "reconcile": self.reconcile_report,
+        }
+
+    # --- reading state ----------------------------------------------------------------
+
+    def _all(self, db: str) -> dict[str, dict[str, Any]]:
+        with self.store.read() as txn:
+            return {k.decode(): v for k, v in txn.items(db)}
+
+    def _get(self, db: str, key: str) -> dict[str, Any] | None:
+        with self.store.read() as txn:
+            return txn.get(db, key)
+
+    async def _drives(self) -> dict[str, dict[str, Any]]:
+        drives = await asyncio.to_thread(inventory.list_drives)
+        return {d["id"]: d for d in drives}
+
+    def _used_drives(self) -> dict[str, str]:
+        return {d: p["name"] for p in self._all("pools").values() for d in p.get("drives", [])}
+
+    async def _connected(self, nqn: str) -> list[str]:
+        info_fn = getattr(self.dp, "export_info", None)
+        if info_fn is not None:
+            info = await self.ops.call("export_info", nqn)
+            return list(info.connected_hosts) if info is not None else []
+        for e in await self.ops.call("list_exports"):
+            if e.nqn == nqn:
+                return list(e.connected_hosts)
+        return []
+
+    def _name_free(self, name: str, field: str = "name") -> None:
+        if self._get("volumes", name) is not None or self._get("snapshots", name) is not None:
+            raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
+
+    def _volume(self, name: str, field: str = "name", *, ready: bool = True) -> dict[str, Any]:
+        vol = self._get("volumes", name)
+        if vol is None:
+            raise NotFound(f"volume {name!r} does not exist", field=field)
+        if ready and vol["state"] != "ready":
+            raise OperationFailed(
+                f"volume {name!r} is {vol['state']}: an interrupted operation is pending (see nodeos status)",
+                field=field,
+            )
+        return vol
+
+    # --- drives and pools -------------------------------------------------------------
+
+    async def drive_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        used = self._used_drives()
+        return [dict(d, pool=used.get(d["id"])) for d in (await self._drives()).values()]
+
+    async def pool_create(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        requested = validate.drive_ids(_param(params, "drives"), "drives")
+        self._need_dataplane()
+        async with self.lock:
+            if self._get("pools", name) is not None:
+                raise AlreadyExists(f"pool {name!r} already exists", field="name")
+            chosen = model.pick_drives(requested, await self._drives(), self._used_drives())
+            pool = model.new_pool(name, chosen)
+            await self.ops.run("pool.create", {"name": name}, lambda txn: txn.put("pools", name, pool))
+        LOG.info("pool %s created on %s", name, ", ".join(pool["drives"]), extra=fields(pool=name))
+        return await self._pool_view(self._get("pools", name) or pool)
+
+    async def _pool_view(self, p: dict[str, Any], cap: dict[str, Any] | None = None) -> dict[str, Any]:
+        if cap is None and self.has_dataplane:
+            cap = {i.pool_id: i for i in await self.ops.call("list_pools")}
+        info = (cap or {}).get(p["pool_id"])
+        return {
+            "name": p["name"],
+            "state": p["state"],
+            "drives": p["drives"],
+            "size_bytes": info.size_bytes if info else p.get("size_bytes", 0),
+            "free_bytes": info.free_bytes if info else None,
+        }
+
+    async def pool_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        cap = {i.pool_id: i for i in await self.ops.call("list_pools")} if self.has_dataplane else {}
+        return [await self._pool_view(p, cap) for p in self._all("pools").values()]
+
+    async def pool_delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        self._need_dataplane()
+        async with self.lock:
+            pool = self._get("pools", name)
+            if pool is None:
+                raise NotFound(f"pool {name!r} does not exist", field="name")
+            users = [v["name"] for v in self._all("volumes").values() if v["pool"] == name]
+            users += [s["name"] for s in self._all("snapshots").values() if s["pool"] == name]
+            if users:
+                raise OperationFailed(
+                    f"pool {name!r} still holds {', '.join(sorted(users))}; delete them first", field="name"
+                )
+            await self.ops.run(
+                "pool.delete",
+                {"name": name},
+                lambda txn: txn.put("pools", name, dict(pool, state="deleting")),
+            )
+        return {"name": name, "deleted": True}
+
+    # --- volumes ----------------------------------------------------------------------
+
+    async def volume_create(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        size = validate.size(_param(params, "size"), "size")
+        pool_name = validate.name(params["pool"], "pool") if params.get("pool") is not None else None
+        qi = validate.qos_iops(params.get("qos_iops"))
+        qm = validate.qos_mbps(params.get("qos_mbps"))
+        self._need_dataplane()
+        if (qi or qm) and not self.describe.get("qos"):
+            raise NotSupported(
+                f"QoS limits are not supported by the {self.dp.name} data plane",  # type: ignore[union-attr]
+                field="qos_iops" if qi else "qos_mbps",
+            )
+        async with self.lock:
+            self._name_free(name)
+            cap = {i.pool_id: (i.size_bytes, i.free_bytes) for i in await self.ops.call("list_pools")}
+            choice = model.choose_pool(self._all("pools"), cap, await self._drives(), pool_name, size)
+            vol = model.new_volume(name, choice.pool, size, qos_iops=qi, qos_mbps=qm)
+            await self.ops.run("volume.create", {"name": name}, lambda txn: txn.put("volumes", name, vol))
+        LOG.info("volume %s created in pool %s", name, choice.pool["name"], extra=fields(volume=name))
+        return await self.volume_show({"name": name})
+
+    async def volume_clone(self, params: dict[str, Any]) -> dict[str, Any]:
+        snap_name = validate.name(_param(params, "snapshot"), "snapshot")
+        name = validate.name(_param(params, "name"), "name")
+        self._need_dataplane()
+        async with self.lock:
+            snap = self._get("snapshots", snap_name)
+            if snap is None:
+                raise NotFound(f"snapshot {snap_name!r} does not exist", field="snapshot")
+            if snap["state"] != "ready":
+                raise OperationFailed(f"snapshot {snap_name!r} is {snap['state']}", field="snapshot")
+            self._name_free(name)
+            pool = self._get("pools", snap["pool"])
+            assert pool is not None
+            vol = model.new_volume(name, pool, snap["size_bytes"], kind="clone", origin=snap_name)
+            await self.ops.run(
+                "volume.clone",
+                {"name": name, "snap_id": snap["snap_id"]},
+                lambda txn: txn.put("volumes", name, vol),
+            )
+        return await self.volume_show({"name": name})
+
+    async def volume_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        out = [
+            {
+                "name": v["name"],
+                "kind": v["kind"],
+                "pool": v["pool"],
+                "size_bytes": v["size_bytes"],
+                "state": v["state"],
+                "nqn": v["nqn"],
+                "hosts": list(v.get("hosts", [])),
+                "origin": v.get("origin"),
+            }
+            for v in self._all("volumes").values()
+        ]
+        out += [
+            {
+                "name": s["name"],
+                "kind": "snapshot",
+                "pool": s["pool"],
+                "size_bytes": s["size_bytes"],
+                "state": s["state"],
+                "nqn": None,
+                "hosts": [],
+                "origin": s["volume"],
+            }
+            for s in self._all("snapshots").values()
+        ]
+        return sorted(out, key=lambda r: r["name"])
+
+    async def volume_show(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        vol = self._get("volumes", name)
+        if vol is None:
+            snap = self._get("snapshots", name)
+            if snap is None:
+                raise NotFound(f"volume {name!r} does not exist", field="name")
+            return {**snap, "kind": "snapshot", "listeners": [], "nqn": None}
+        connected: list[str] = []
+        if self.has_dataplane and vol["state"] == "ready":
+            with contextlib.suppress(Exception):
+                connected = await self._connected(vol["nqn"])
+        keep = (
+            "name",
+            "uuid",
+            "nqn",
+            "nguid",
+            "serial",
+            "pool",
+            "size_bytes",
+            "state",
+            "kind",
+            "origin",
+            "hosts",
+            "qos_iops",
+            "qos_mbps",
+            "created",
+        )
+        out = {k: vol.get(k) for k in keep}
+        out["listeners"] = model.listeners_json(self._listeners) if vol["state"] == "ready" else []
+        out["connected_hosts"] = connected
+        out["snapshots"] = sorted(s["name"] for s in self._all("snapshots").values() if s["volume"] == name)
+        return out
+
+    async def volume_resize(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        size = validate.size(_param(params, "size"), "size")
+        self._need_dataplane()
+        async with self.lock:
+            vol = self._volume(name)
+            if size < vol["size_bytes"]:
+                raise BadInput(
+                    f"volume {name!r} is {vol['size_bytes']} bytes; volumes only grow "
+                    "(shrinking would cut off data)",
+                    field="size",
+                    allowed=f">= {vol['size_bytes']} bytes",
+                )
+            if size > vol["size_bytes"]:
+                cap = {i.pool_id: i for i in await self.ops.call("list_pools")}
+                pinfo = cap.get(vol["pool_id"])
+                if pinfo is not None and size > pinfo.size_bytes:
+                    raise BadInput(
+                        f"size of {size} bytes is larger than pool {vol['pool']!r}",
+                        field="size",
+                        allowed=f"<= {pinfo.size_bytes} bytes",
+                    )
+                await self.ops.run(
+                    "volume.resize",
+                    {"name": name, "size_bytes": size},
+                    lambda txn: txn.put("volumes", name, dict(vol, state="resizing")),
+                )
+        return await self.volume_show({"name": name})
+
+    async def volume_delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        force = bool(params.get("force", False))
+        self._need_dataplane()
+        async with self.lock:
+            snap = self._get("snapshots", name)
+            if snap is not None and self._get("volumes", name) is None:
+                clones = [v["name"] for v in self._all("volumes").values() if v.get("origin") == name]
+                if clones and not force:
+                    raise OperationFailed(
+                        f"snapshot {name!r} is the origin of {', '.join(clones)}; "
+                        "use --force to delete it anyway",
+                        field="name",
+                    )
+                await self.ops.run(
+                    "snapshot.delete",
+                    {"name": name},
+                    lambda txn: txn.put("snapshots", name, dict(snap, state="deleting")),
+                )
+                return {"name": name, "deleted": True, "kind": "snapshot"}
+            vol = self._volume(name, ready=False)
+            if vol["state"] == "ready":
+                connected = await self._connected(vol["nqn"])
+                if connected and not force:
+                    raise OperationFailed(
+                        f"volume {name!r} has connected hosts ({', '.join(connected)}); "
+                        "disconnect them or use --force",
+                        field="name",
+                    )
+            elif not force:
+                raise OperationFailed(
+                    f"volume {name!r} is {vol['state']}: an operation is pending; "
+                    "use --force to delete it anyway",
+                    field="name",
+                )
+            await self.ops.run(
+                "volume.delete",
+                {"name": name},
+                lambda txn: txn.put("volumes", name, dict(vol, state="deleting")),
+            )
+        LOG.info("volume %s deleted", name, extra=fields(volume=name))
+        return {"name": name, "deleted": True, "kind": vol["kind"]}
+
+    async def volume_snapshot(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        snap_name = validate.name(_param(params, "snapshot"), "snapshot")
+        self._need_dataplane()
+        async with self.lock:
+            vol = self._volume(name)
+            self._name_free(snap_name, "snapshot")
+            snap = model.new_snapshot(snap_name, vol)
+            await self.ops.run(
+                "volume.snapshot",
+                {"name": snap_name, "vol_id": vol["vol_id"]},
+                lambda txn: txn.put("snapshots", snap_name, snap),
+            )
+        return await self.volume_show({"name": snap_name})
+
+    async def _set_hosts(self, op: str, name: str, host: str) -> dict[str, Any]:
+        self._need_dataplane()
+        async with self.lock:
+            vol = self._volume(name)
+            if self._get("hosts", host) is None:
+                raise NotFound(
+                    f"host {host!r} is not registered; add it with `nodeos host add`", field="host"
+                )
+            old = list(vol.get("hosts", []))
+            if op == "volume.grant":
+                if host in old:
+                    return {"name": name, "host": host, "changed": False}
+                new = [*old, host]
+            else:
+                if host not in old:
+                    raise NotFound(f"host {host!r} has no grant on volume {name!r}", field="host")
+                new = [h for h in old if h != host]
+            await self.ops.run(
+                op,
+                {"name": name, "old_hosts": old},
+                lambda txn: txn.put("volumes", name, dict(vol, hosts=new, state="exporting")),
+            )
+        LOG.info("%s %s host %s", op, name, host, extra=fields(volume=name, host=host))
+        return {"name": name, "host": host, "changed": True}
+
+    async def volume_grant(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        host = validate.host_nqn(_param(params, "host"), "host")
+        return await self._set_hosts("volume.grant", name, host)
+
+    async def volume_revoke(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        host = validate.host_nqn(_param(params, "host"), "host")
+        return await self._set_hosts("volume.revoke", name, host)
+
+    # --- hosts ------------------------------------------------------------------------
+
+    async def host_add(self, params: dict[str, Any]) -> dict[str, Any]:
+        nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
+        secret = validate.dhchap_secret(params.get("dhchap_secret"))
+        import time
+
+        async with self.lock:
+            with self.store.write() as txn:
+                if txn.get("hosts", nqn) is not None:
+                    raise AlreadyExists(f"host {nqn!r} is already registered", field="host")
+                rec = {"nqn": nqn, "dhchap_secret": secret, "added": time.time()}
+                txn.put("hosts", nqn, rec)
+            crash.point("host.add:done")
+        LOG.info("host %s added", nqn, extra=fields(host=nqn, dhchap=bool(secret)))
+        return model.public_host(rec)
+
+    async def host_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        vols = self._all("volumes").values()
+        return [
+            dict(
+                model.public_host(h),
+                volumes=sorted(v["name"] for v in vols if h["nqn"] in v.get("hosts", [])),
+            )
+            for h in self._all("hosts").values()
+        ]
+
+    async def host_remove(self, params: dict[str, Any]) -> dict[str, Any]:
+        nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
+        async with self.lock:
+            with self.store.write() as txn:
+                if txn.get("hosts", nqn) is None:
+                    raise NotFound(f"host {nqn!r} is not registered", field="host")
+                granted = sorted(v["name"] for _, v in txn.items("volumes") if nqn in v.get("hosts", []))
+                if granted:
+                    raise OperationFailed(
+                        f"host {nqn!r} still has grants on {', '.join(granted)}; revoke them first",
+                        field="host",
+                    )
+                txn.delete("hosts", nqn)
+            crash.point("host.remove:done")
+        LOG.info("host %s removed", nqn, extra=fields(host=nqn))
+        return {"nqn": nqn, "removed": True}
+
+    # --- maintenance ------------------------------------------------------------------
+
+    async def node_reconcile(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._need_dataplane()
+        async with self.lock:
+            rec = await self.ops.recover()
+            self.recovery += rec
+            return {"recovery": rec, "reconcile": await self._reconcile()}
+
+    async def crash_points(self, params: dict[str, Any]) -> list[str]:
+        return list(crash.ALL)
