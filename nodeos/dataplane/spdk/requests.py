@@ -1,0 +1,245 @@
+"""SPDK JSON-RPC requests, built as (method, params) (pure).
+
+Parameter names and shapes follow what a real SPDK v26.05 target accepted in the recorded
+transcript (../shared/spdk/); methods the recording lacks follow the `spdk` package's own
+CLI. Optional values left as None are not sent, as the package's client does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeos.dataplane.base import Listener
+
+Request = tuple[str, dict[str, Any]]
+DISCOVERY_NQN = "nqn.2014-08.org.nvmexpress.discovery"
+MIB = 1024 * 1024
+# SPDK's RPC spells ANA states with underscores and knows only these three.
+ANA_TO_SPDK = {"optimized": "optimized", "non-optimized": "non_optimized", "inaccessible": "inaccessible"}
+ANA_FROM_SPDK = {v: k for k, v in ANA_TO_SPDK.items()}
+
+
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def listen_address(li: Listener) -> dict[str, str]:
+    return {
+        "trtype": li.trtype.upper(),
+        "adrfam": "IPv4" if li.adrfam == "ipv4" else "IPv6",
+        "traddr": li.traddr,
+        "trsvcid": str(li.trsvcid),
+    }
+
+
+def mib_ceil(size_bytes: int) -> int:
+    return -(-size_bytes // MIB)
+
+
+# ---- framework / bdevs ------------------------------------------------------------------
+def get_version() -> Request:
+    return "spdk_get_version", {}
+
+
+def malloc_create_for_tests(name: str, num_blocks: int, block_size: int = 4096) -> Request:
+    """A RAM bdev: tests only, never a production drive."""
+    return "bdev_malloc_create", {"name": name, "num_blocks": num_blocks, "block_size": block_size}
+
+
+def aio_create_for_tests(filename: str, name: str, block_size: int | None = 4096) -> Request:
+    """A file-backed bdev: tests only, never a production drive."""
+    return "bdev_aio_create", _clean({"filename": filename, "name": name, "block_size": block_size})
+
+
+def nvme_attach_pcie(name: str, bdf: str) -> Request:
+    return "bdev_nvme_attach_controller", {"name": name, "trtype": "PCIe", "traddr": bdf}
+
+
+def get_bdevs(name: str | None = None) -> Request:
+    return "bdev_get_bdevs", _clean({"name": name})
+
+
+def raid0_create(name: str, base_bdevs: list[str], strip_size_kb: int = 64) -> Request:
+    # superblock: the raid reassembles itself from its members when the target restarts.
+    return "bdev_raid_create", {
+        "name": name,
+        "raid_level": "raid0",
+        "strip_size_kb": strip_size_kb,
+        "base_bdevs": list(base_bdevs),
+        "superblock": True,
+    }
+
+
+def raid_delete(name: str) -> Request:
+    return "bdev_raid_delete", {"name": name}
+
+
+def set_qos_limit(bdev: str, rw_ios_per_sec: int, rw_mbytes_per_sec: int) -> Request:
+    return "bdev_set_qos_limit", {
+        "name": bdev,
+        "rw_ios_per_sec": rw_ios_per_sec,
+        "rw_mbytes_per_sec": rw_mbytes_per_sec,
+    }
+
+
+# ---- lvol -------------------------------------------------------------------------------
+def lvstore_create(
+    bdev_name: str, lvs_name: str, cluster_sz: int = 4 * MIB, clear_method: str = "none"
+) -> Request:
+    # clear_method none: thin lvols never expose stale data (unallocated clusters read as
+    # zeros, a first write fills the rest of its cluster from the zero device).
+    return "bdev_lvol_create_lvstore", {
+        "bdev_name": bdev_name,
+        "lvs_name": lvs_name,
+        "cluster_sz": cluster_sz,
+        "clear_method": clear_method,
+    }
+
+
+def lvstore_delete(lvs_name: str) -> Request:
+    return "bdev_lvol_delete_lvstore", {"lvs_name": lvs_name}
+
+
+def get_lvstores(lvs_name: str | None = None) -> Request:
+    return "bdev_lvol_get_lvstores", _clean({"lvs_name": lvs_name})
+
+
+def get_lvols(lvs_name: str | None = None) -> Request:
+    return "bdev_lvol_get_lvols", _clean({"lvs_name": lvs_name})
+
+
+def lvol_create(lvs_name: str, lvol_name: str, size_bytes: int) -> Request:
+    return "bdev_lvol_create", {
+        "lvol_name": lvol_name,
+        "size_in_mib": mib_ceil(size_bytes),
+        "lvs_name": lvs_name,
+        "thin_provision": True,
+    }
+
+
+def lvol_resize(alias: str, size_bytes: int) -> Request:
+    return "bdev_lvol_resize", {"name": alias, "size_in_mib": mib_ceil(size_bytes)}
+
+
+def lvol_delete(alias: str) -> Request:
+    return "bdev_lvol_delete", {"name": alias}
+
+
+def lvol_snapshot(alias: str, snapshot_name: str) -> Request:
+    return "bdev_lvol_snapshot", {"lvol_name": alias, "snapshot_name": snapshot_name}
+
+
+def lvol_clone(snapshot_alias: str, clone_name: str) -> Request:
+    return "bdev_lvol_clone", {"snapshot_name": snapshot_alias, "clone_name": clone_name}
+
+
+# ---- nvmf -------------------------------------------------------------------------------
+def create_transport(trtype: str) -> Request:
+    return "nvmf_create_transport", {"trtype": trtype.upper()}
+
+
+def get_transports() -> Request:
+    return "nvmf_get_transports", {}
+
+
+def create_subsystem(
+    nqn: str,
+    serial: str | None = None,
+    model: str | None = None,
+    *,
+    allow_any_host: bool = False,
+    ana_reporting: bool = True,
+    min_cntlid: int | None = None,
+    max_cntlid: int | None = None,
+) -> Request:
+    return "nvmf_create_subsystem", _clean(
+        {
+            "nqn": nqn,
+            "serial_number": serial,
+            "model_number": model,
+            "allow_any_host": allow_any_host,
+            "ana_reporting": ana_reporting,
+            "min_cntlid": min_cntlid,
+            "max_cntlid": max_cntlid,
+        }
+    )
+
+
+def delete_subsystem(nqn: str) -> Request:
+    return "nvmf_delete_subsystem", {"nqn": nqn}
+
+
+def get_subsystems(nqn: str | None = None) -> Request:
+    return "nvmf_get_subsystems", _clean({"nqn": nqn})
+
+
+def add_ns(
+    nqn: str,
+    bdev_name: str,
+    nsid: int | None = 1,
+    *,
+    uuid: str | None = None,
+    nguid: str | None = None,
+    anagrpid: int | None = None,
+) -> Request:
+    ns = _clean(
+        {
+            "bdev_name": bdev_name,
+            "nsid": nsid,
+            "uuid": uuid,
+            "nguid": nguid.upper() if nguid else None,
+            "anagrpid": anagrpid,
+        }
+    )
+    return "nvmf_subsystem_add_ns", {"nqn": nqn, "namespace": ns}
+
+
+def remove_ns(nqn: str, nsid: int = 1) -> Request:
+    return "nvmf_subsystem_remove_ns", {"nqn": nqn, "nsid": nsid}
+
+
+def add_listener(nqn: str, li: Listener) -> Request:
+    return "nvmf_subsystem_add_listener", {"nqn": nqn, "listen_address": listen_address(li)}
+
+
+def remove_listener(nqn: str, li: Listener) -> Request:
+    return "nvmf_subsystem_remove_listener", {"nqn": nqn, "listen_address": listen_address(li)}
+
+
+def get_listeners(nqn: str) -> Request:
+    return "nvmf_subsystem_get_listeners", {"nqn": nqn}
+
+
+def set_ana_state(nqn: str, li: Listener, state: str, anagrpid: int | None = None) -> Request:
+    return "nvmf_subsystem_listener_set_ana_state", _clean(
+        {
+            "nqn": nqn,
+            "listen_address": listen_address(li),
+            "ana_state": ANA_TO_SPDK.get(state, state),
+            "anagrpid": anagrpid,
+        }
+    )
+
+
+def add_host(nqn: str, host: str, dhchap_key: str | None = None) -> Request:
+    return "nvmf_subsystem_add_host", _clean({"nqn": nqn, "host": host, "dhchap_key": dhchap_key})
+
+
+def remove_host(nqn: str, host: str) -> Request:
+    return "nvmf_subsystem_remove_host", {"nqn": nqn, "host": host}
+
+
+def get_controllers(nqn: str) -> Request:
+    return "nvmf_subsystem_get_controllers", {"nqn": nqn}
+
+
+def keyring_add(name: str, path: str) -> Request:
+    return "keyring_file_add_key", {"name": name, "path": path}
+
+
+def keyring_remove(name: str) -> Request:
+    return "keyring_file_remove_key", {"name": name}
+
+
+def keyring_get_keys() -> Request:
+    return "keyring_get_keys", {}
