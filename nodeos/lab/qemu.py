@@ -67,6 +67,26 @@ def _kvm_boots(qemu: str, kernel: Path, timeout: float = 20.0) -> bool:
     return b"Kernel panic" in out or b"VFS:" in out
 
 
+# Units a lab VM does not need (boot time under TCG is mostly userspace): no VGA console,
+# no binfmt, no RDMA hardware ULPs (lab-init loads rdma_rxe itself), no NVMe autoconnect.
+LAB_MASKED_UNITS: tuple[str, ...] = (
+    "getty@tty1.service",
+    "systemd-vconsole-setup.service",
+    "rdma-load-modules@rdma.service",
+    "rdma-load-modules@roce.service",
+    "rdma-load-modules@infiniband.service",
+    "rdma-ndd.service",
+    "nvmf-autoconnect.service",
+    "nvmefc-boot-connections.service",
+    "blk-availability.service",
+    "systemd-binfmt.service",
+    "proc-sys-fs-binfmt_misc.automount",
+    "sys-fs-fuse-connections.mount",
+    "modprobe@drm.service",
+    "systemd-logind.service",
+)
+
+
 @dataclass
 class VmSpec:
     """Everything needed to (re)start one VM; kept in the lab's state file."""
@@ -93,9 +113,8 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
         "root=/dev/vda", "rw", "console=ttyS0,115200", "net.ifnames=0", "fsck.mode=skip",
         f"systemd.hostname={vm.name}", "nodeos.lab=1", f"nodeos.role={vm.role}",
         f"nodeos.ip={vm.ip}", f"nodeos.hostid={vm.hostid}", f"nodeos.hostnqn={vm.hostnqn}",
-        # Only the serial console matters in the lab; no VGA console, no local logins.
-        "systemd.mask=getty@tty1.service", "systemd.mask=systemd-vconsole-setup.service",
     ]  # fmt: skip
+    parts += [f"systemd.mask={u}" for u in LAB_MASKED_UNITS]
     if vm.role == "host":
         parts.append("nvme_core.multipath=Y")
     else:
