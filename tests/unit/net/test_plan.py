@@ -41,7 +41,7 @@ def observed(**links: LinkState) -> Observed:
     )
 
 
-def cfg(qos: dict[str, Any] | None = None, mgmt: dict[str, Any] | None = None, **iface: Any): -> NetConfig:
+def cfg(qos: dict[str, Any] | None = None, mgmt: dict[str, Any] | None = None, **iface: Any) -> NetConfig:
     i = {
         "name": "ens1f0",
         "mtu": 9000,
