@@ -16,6 +16,7 @@ demand, again without loop devices (sgdisk, mkfs.vfat + mtools, dd).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -25,7 +26,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -347,6 +349,31 @@ def build_image(progress: Progress = _default_progress, *, raw: bool = False) ->
     root = cache_root()
     out = root / f"image-{key}"
     img = Image(out, key)
+    if not (out / "ok").exists() or (raw and not img.raw.exists()):
+        with _build_lock(root, progress):
+            img = _build_image_locked(progress, raw=raw, bkey=bkey, key=key)
+    os.utime(img.dir)  # marks it in use for _prune
+    os.utime(cache_root() / f"base-{bkey}")
+    return img
+
+
+@contextmanager
+def _build_lock(root: Path, progress: Progress) -> Iterator[None]:
+    """One build at a time per cache (several labs or engineers may ask at once)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("another image build is running: waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _build_image_locked(progress: Progress, *, raw: bool, bkey: str, key: str) -> Image:
+    root = cache_root()
+    out = root / f"image-{key}"
+    img = Image(out, key)
     if not (out / "ok").exists():
         base = build_base(progress)
         _need_root()
@@ -386,14 +413,22 @@ def build_image(progress: Progress = _default_progress, *, raw: bool = False) ->
 
 
 def _prune(root: Path, keep: Iterable[str]) -> None:
-    """Drop older image layers (not bases: another branch may still want them)."""
+    """Drop image layers unused for hours, keeping the three most recent (a running lab may
+    still boot from one: `up` touches the image it uses), and bases unused for a day."""
     keep = set(keep)
-    images = sorted(
-        (p for p in root.glob("image-*") if p.is_dir() and p.name not in keep),
-        key=lambda p: p.stat().st_mtime,
-    )
-    for p in images[:-2]:  # keep the two most recent others for quick switching
-        shutil.rmtree(p, ignore_errors=True)
+    now = time.time()
+    for pattern, n_keep, max_age in (("image-*", 3, 4 * 3600), ("base-*", 1, 24 * 3600)):
+        old = sorted(
+            (
+                p
+                for p in root.glob(pattern)
+                if p.is_dir() and p.name not in keep and not p.name.endswith(".tmp")
+            ),
+            key=lambda p: p.stat().st_mtime,
+        )
+        for p in old[:-n_keep] if n_keep else old:
+            if now - p.stat().st_mtime > max_age:
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def boot_options() -> str:

@@ -220,3 +220,28 @@ def kill(pid: int | None, tag: str, timeout: float = 10.0) -> None:
         if not is_ours(pid, tag):
             return
         time.sleep(0.05)
+
+
+OVMF_DIR = Path("/usr/share/OVMF")
+
+
+def uefi_command_line(
+    qemu: str, *, accel: str, disk: Path, vars_file: Path, work: Path, tag: str
+) -> list[str]:
+    """QEMU argv that boots a raw GPT disk through OVMF (UEFI) like a bare-metal server would."""
+    accel_args = (
+        ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    )
+    return [
+        qemu, "-name", tag, *accel_args, "-machine", "q35", "-smp", "1", "-m", "1024",
+        "-nodefaults", "-no-user-config", "-display", "none", "-nic", "none",
+        "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_DIR / 'OVMF_CODE_4M.fd'}",
+        "-drive", f"if=pflash,format=raw,unit=1,file={vars_file}",
+        "-drive", f"file={disk},if=virtio,format=raw,snapshot=on",
+        "-chardev", f"socket,id=qga,path={work / 'qga.sock'},server=on,wait=off",
+        "-device", "virtio-serial-pci",
+        "-device", "virtserialport,chardev=qga,name=org.qemu.guest_agent.0",
+        "-chardev", f"file,id=con,path={work / 'console.log'}",
+        "-serial", "chardev:con",
+        "-device", "virtio-rng-pci",
+    ]  # fmt: skip
