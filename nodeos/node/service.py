@@ -61,8 +61,8 @@ class NodeService:
     def _need_dataplane(self) -> None:
         if not self.has_dataplane:
             raise NotSupported(
-                "this node runs without a data plane (witness, --dataplane none; "
-                f"{self.ctx.dataplane_reason}): pools and volumes live on storage nodes",
+                f"this node runs without a data plane ({self.ctx.dataplane_reason}): "
+                "pools and volumes live on storage nodes",
                 field="dataplane",
             )
 
