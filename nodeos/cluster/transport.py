@@ -1,0 +1,537 @@
+"""Peer transport: authenticated asyncio TCP between nodeosd daemons.
+
+Frames use nodeos/rpc/framing.py (4-byte length + msgpack map).
+
+Handshake (both sides prove the cluster secret; the secret never crosses the wire):
+  dialer   -> {v, t: "hello", cluster, node, addr, nonce}
+  acceptor -> {t: "challenge", node, nonce, proof: HMAC(secret, "acceptor" | transcript)}
+  dialer   -> {t: "auth", proof: HMAC(secret, "dialer" | transcript)}
+  acceptor -> {t: "welcome"}
+`transcript` binds the cluster id, both node ids and both nonces, so a proof cannot be
+replayed on another connection. Before authentication frames are limited to a few KiB.
+
+After the handshake every frame is `{s: seq, b: body, m: mac}` where `mac` is
+HMAC-SHA256 over (seq, body) with a per-direction session key derived from the secret
+and both nonces; `seq` must increase by one (no replay, no reordering, no injection).
+
+Connections are opened by the sender. On one connection the dialer sends Raft messages
+(`{k: "raft", msg}`) and requests (`{k: "req", id, method, params}`); the acceptor answers
+requests (`{k: "rep", id, result|error}`) on the same connection.
+
+Bad input from a peer (malformed frame, oversized frame, wrong version, wrong cluster,
+bad proof, bad MAC) is answered with `{t: "error", error: {code, message}}` when possible,
+logged without secrets, and the connection is closed; the server keeps serving.
+
+Slow peers never stall the leader: `send_raft` is synchronous and only appends to that
+peer's bounded queue, dropping the oldest Raft message when full (Raft retransmits).
+Each peer has its own sender task that reconnects with capped exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import hmac
+import itertools
+import logging
+import os
+import random
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from nodeos.errors import BadInput, NodeosError, OperationFailed, error_from_dict
+from nodeos.rpc.framing import DEFAULT_MAX_FRAME, PROTOCOL_VERSION, FrameError, pack, read_frame, unpack_body
+
+log = logging.getLogger(__name__)
+
+HANDSHAKE_MAX_FRAME = 4096
+HANDSHAKE_TIMEOUT = 5.0
+NONCE_BYTES = 32
+_SEQ = struct.Struct(">Q")
+
+RaftHandler = Callable[[int, dict[str, Any]], None]
+RequestHandler = Callable[[int, str, dict[str, Any]], Awaitable[Any]]
+
+
+def parse_address(addr: str, field: str = "address") -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInput(f"{field} must be HOST:PORT, got {addr!r}", field=field)
+    return host.strip("[]"), int(port)
+
+
+def _mac(key: bytes, *parts: bytes) -> bytes:
+    h = hmac.new(key, digestmod=hashlib.sha256)
+    for p in parts:
+        h.update(_SEQ.pack(len(p)))
+        h.update(p)
+    return h.digest()
+
+
+def _transcript(cluster: str, dialer: int, acceptor: int, dn: bytes, an: bytes) -> list[bytes]:
+    return [cluster.encode(), str(dialer).encode(), str(acceptor).encode(), dn, an]
+
+
+@dataclass
+class _Session:
+    """Per-direction keys and sequence numbers of one authenticated connection."""
+
+    send_key: bytes
+    recv_key: bytes
+    send_seq: int = 0
+    recv_seq: int = 0
+
+    def seal(self, body: dict[str, Any]) -> bytes:
+        raw = msgpack.packb(body, use_bin_type=True)
+        self.send_seq += 1
+        return pack({"s": self.send_seq, "b": raw, "m": _mac(self.send_key, _SEQ.pack(self.send_seq), raw)})
+
+    def open(self, frame: dict[str, Any]) -> dict[str, Any]:
+        seq, raw, mac = frame.get("s"), frame.get("b"), frame.get("m")
+        if type(seq) is not int or not isinstance(raw, bytes) or not isinstance(mac, bytes):
+            raise FrameError("authenticated frame must be {s: int, b: bytes, m: bytes}")
+        if seq != self.recv_seq + 1:
+            raise FrameError(
+                f"frame sequence {seq} out of order (expected {self.recv_seq + 1})", code="bad_auth"
+            )
+        if not hmac.compare_digest(mac, _mac(self.recv_key, _SEQ.pack(seq), raw)):
+            raise FrameError("frame MAC does not verify", code="bad_auth")
+        self.recv_seq = seq
+        return unpack_body(raw)
+
+
+def _session(secret: bytes, dn: bytes, an: bytes, dialer: bool) -> _Session:
+    d2a = _mac(secret, b"session d->a", dn, an)
+    a2d = _mac(secret, b"session a->d", dn, an)
+    return _Session(d2a, a2d) if dialer else _Session(a2d, d2a)
+
+
+async def _send_error(writer: asyncio.StreamWriter, code: str, message: str) -> None:
+    with contextlib.suppress(Exception):
+        writer.write(pack({"t": "error", "error": {"code": code, "message": message}}))
+        await asyncio.wait_for(writer.drain(), 1.0)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+
+@dataclass
+class TransportStats:
+    dropped: int = 0  # raft messages dropped from full queues
+    refused: int = 0  # connections refused at handshake (auth, version, cluster)
+    bad_frames: int = 0  # authenticated connections closed on a bad frame
+    sent: int = 0
+    received: int = 0
+    per_peer_dropped: dict[int, int] = field(default_factory=dict)
+
+
+class PeerTransport:
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        secret: bytes,
+        on_raft: RaftHandler,
+        on_request: RequestHandler,
+        *,
+        advertise: str = "",
+        queue_limit: int = 4096,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self._secret = secret
+        self.on_raft = on_raft
+        self.on_request = on_request
+        self.advertise = advertise
+        self.queue_limit = queue_limit
+        self.max_frame = max_frame
+        self.stats = TransportStats()
+        self._peers: dict[int, _PeerSender] = {}
+        self._server: asyncio.Server | None = None
+        self._inbound: set[asyncio.Task[None]] = set()
+
+    # --- server side ---
+    async def listen(self, host: str, port: int) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+        sock = self._server.sockets[0].getsockname()
+        if not self.advertise:
+            self.advertise = f"{sock[0]}:{sock[1]}"
+        return sock[0], sock[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._inbound.add(task)
+        try:
+            peer, session = await asyncio.wait_for(self._accept_handshake(reader, writer), HANDSHAKE_TIMEOUT)
+        except (FrameError, NodeosError) as exc:
+            self.stats.refused += 1
+            code = exc.code if isinstance(exc, (FrameError, NodeosError)) else "bad_frame"
+            log.warning("peer handshake refused: %s", exc)
+            await _send_error(writer, code, str(exc))
+            await _close(writer)
+            self._inbound.discard(task)
+            return
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            self.stats.refused += 1
+            log.info("peer handshake abandoned: %s", exc.__class__.__name__)
+            await _close(writer)
+            self._inbound.discard(task)
+            return
+        try:
+            await self._serve_session(peer, session, reader, writer)
+        finally:
+            await _close(writer)
+            self._inbound.discard(task)
+
+    async def _accept_handshake(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[int, _Session]:
+        hello = await read_frame(reader, HANDSHAKE_MAX_FRAME)
+        if hello is None:
+            raise OSError("closed before hello")
+        if hello.get("v") != PROTOCOL_VERSION:
+            raise FrameError(
+                f"unsupported protocol version {hello.get('v')!r}; this node speaks {PROTOCOL_VERSION}",
+                code="bad_version",
+            )
+        if hello.get("t") != "hello":
+            raise FrameError("expected a hello frame")
+        node, nonce, cluster = hello.get("node"), hello.get("nonce"), hello.get("cluster")
+        if type(node) is not int or node <= 0:
+            raise FrameError("hello field 'node' must be a positive int")
+        if not isinstance(nonce, bytes) or len(nonce) != NONCE_BYTES:
+            raise FrameError(f"hello field 'nonce' must be {NONCE_BYTES} bytes")
+        if cluster != self.cluster_id:
+            raise BadInput(f"peer belongs to cluster {cluster!r}, not this one", field="cluster")
+        mine = os.urandom(NONCE_BYTES)
+        tr = _transcript(self.cluster_id, node, self.node_id, nonce, mine)
+        writer.write(
+            pack(
+                {
+                    "t": "challenge",
+                    "node": self.node_id,
+                    "nonce": mine,
+                    "proof": _mac(self._secret, b"acceptor", *tr),
+                }
+            )
+        )
+        await writer.drain()
+        auth = await read_frame(reader, HANDSHAKE_MAX_FRAME)
+        if auth is None or auth.get("t") != "auth" or not isinstance(auth.get("proof"), bytes):
+            raise FrameError("expected an auth frame")
+        if not hmac.compare_digest(auth["proof"], _mac(self._secret, b"dialer", *tr)):
+            raise FrameError("peer did not prove the cluster secret", code="bad_auth")
+        writer.write(pack({"t": "welcome"}))
+        await writer.drain()
+        return node, _session(self._secret, nonce, mine, dialer=False)
+
+    async def _serve_session(
+        self, peer: int, session: _Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        lock = asyncio.Lock()
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                try:
+                    frame = await read_frame(reader, self.max_frame)
+                    if frame is None:
+                        return
+                    body = session.open(frame)
+                except FrameError as exc:
+                    self.stats.bad_frames += 1
+                    log.warning("peer %d sent a bad frame: %s", peer, exc)
+                    await _send_error(writer, exc.code, str(exc))
+                    return
+                kind = body.get("k")
+                if kind == "raft":
+                    self.stats.received += 1
+                    msg = body.get("msg")
+                    if isinstance(msg, dict):
+                        self.on_raft(peer, msg)
+                elif kind == "req":
+                    t = asyncio.create_task(self._answer(peer, body, session, writer, lock))
+                    pending.add(t)
+                    t.add_done_callback(pending.discard)
+                else:
+                    log.warning("peer %d sent unknown frame kind %r", peer, kind)
+        except (OSError, asyncio.IncompleteReadError):
+            return
+        finally:
+            for t in pending:
+                t.cancel()
+
+    async def _answer(
+        self,
+        peer: int,
+        body: dict[str, Any],
+        session: _Session,
+        writer: asyncio.StreamWriter,
+        lock: asyncio.Lock,
+    ) -> None:
+        rid, method, params = body.get("id"), body.get("method"), body.get("params") or {}
+        try:
+            if not isinstance(method, str) or not isinstance(params, dict):
+                raise BadInput("request needs a string 'method' and a map 'params'", field="method")
+            reply: dict[str, Any] = {
+                "k": "rep",
+                "id": rid,
+                "result": await self.on_request(peer, method, params),
+            }
+        except NodeosError as err:
+            reply = {"k": "rep", "id": rid, "error": err.to_dict()}
+        except Exception as exc:  # a handler bug must not kill the connection silently
+            log.exception("peer request %r failed", method)
+            reply = {"k": "rep", "id": rid, "error": {"code": "failed", "message": f"internal error: {exc}"}}
+        async with lock:
+            with contextlib.suppress(Exception):
+                writer.write(session.seal(reply))
+                await writer.drain()
+
+    # --- client side ---
+    def set_peer(self, node_id: int, address: str) -> None:
+        if node_id == self.node_id:
+            return
+        cur = self._peers.get(node_id)
+        if cur is not None:
+            if cur.address == address:
+                return
+            cur.stop()
+        self._peers[node_id] = _PeerSender(self, node_id, address)
+
+    def remove_peer(self, node_id: int) -> None:
+        sender = self._peers.pop(node_id, None)
+        if sender is not None:
+            sender.stop()
+
+    def peers(self) -> dict[int, str]:
+        return {nid: s.address for nid, s in self._peers.items()}
+
+    def send_raft(self, to: int, msg: dict[str, Any]) -> bool:
+        """Queue a Raft message; never blocks. False if the peer is unknown."""
+        sender = self._peers.get(to)
+        if sender is None:
+            return False
+        sender.enqueue(msg)
+        return True
+
+    async def request(self, to: int, method: str, params: dict[str, Any], timeout: float = 5.0) -> Any:
+        sender = self._peers.get(to)
+        if sender is None:
+            raise OperationFailed(f"node {to} is not a known peer")
+        return await sender.request(method, params, timeout)
+
+    async def request_address(
+        self, address: str, method: str, params: dict[str, Any], timeout: float = 5.0
+    ) -> Any:
+        """A one-off request to an address that is not (yet) a peer, e.g. `join`."""
+        sender = _PeerSender(self, 0, address, one_shot=True)
+        try:
+            return await sender.request(method, params, timeout)
+        finally:
+            sender.stop()
+
+    async def close(self) -> None:
+        for sender in list(self._peers.values()):
+            sender.stop()
+        self._peers.clear()
+        if self._server is not None:
+            self._server.close()
+            for t in list(self._inbound):
+                t.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+    async def dial(
+        self, address: str, expect_node: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, _Session, int]:
+        host, port = parse_address(address)
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            mine = os.urandom(NONCE_BYTES)
+            writer.write(
+                pack(
+                    {
+                        "v": PROTOCOL_VERSION,
+                        "t": "hello",
+                        "cluster": self.cluster_id,
+                        "node": self.node_id,
+                        "addr": self.advertise,
+                        "nonce": mine,
+                    }
+                )
+            )
+            await writer.drain()
+            chal = await read_frame(reader, HANDSHAKE_MAX_FRAME)
+            if chal is None:
+                raise OperationFailed(f"{address} closed the connection during the handshake")
+            if chal.get("t") == "error":
+                raise error_from_dict(chal.get("error") or {})
+            node, nonce, proof = chal.get("node"), chal.get("nonce"), chal.get("proof")
+            if type(node) is not int or not isinstance(nonce, bytes) or not isinstance(proof, bytes):
+                raise OperationFailed(f"{address} sent a malformed challenge")
+            if expect_node and node != expect_node:
+                raise OperationFailed(f"{address} is node {node}, expected node {expect_node}")
+            tr = _transcript(self.cluster_id, self.node_id, node, mine, nonce)
+            if not hmac.compare_digest(proof, _mac(self._secret, b"acceptor", *tr)):
+                raise OperationFailed(f"{address} did not prove the cluster secret")
+            writer.write(pack({"t": "auth", "proof": _mac(self._secret, b"dialer", *tr)}))
+            await writer.drain()
+            welcome = await read_frame(reader, HANDSHAKE_MAX_FRAME)
+            if welcome is None or welcome.get("t") != "welcome":
+                err = (welcome or {}).get("error") or {"message": f"{address} refused the handshake"}
+                raise error_from_dict(err)
+            return reader, writer, _session(self._secret, mine, nonce, dialer=True), node
+        except BaseException:
+            await _close(writer)
+            raise
+
+
+class _PeerSender:
+    """One outbound connection to one peer: bounded Raft queue, requests, reconnects."""
+
+    BACKOFF_MIN = 0.05
+    BACKOFF_MAX = 2.0
+
+    def __init__(self, t: PeerTransport, node_id: int, address: str, one_shot: bool = False) -> None:
+        self.t = t
+        self.node_id = node_id
+        self.address = address
+        self.one_shot = one_shot
+        self.queue: collections.deque[dict[str, Any]] = collections.deque()
+        self.requests: collections.deque[dict[str, Any]] = collections.deque()
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.wake = asyncio.Event()
+        self.ids = itertools.count(1)
+        self.connected = False
+        self.last_error = ""
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def enqueue(self, msg: dict[str, Any]) -> None:
+        if len(self.queue) >= self.t.queue_limit:
+            self.queue.popleft()
+            self.t.stats.dropped += 1
+            self.t.stats.per_peer_dropped[self.node_id] = (
+                self.t.stats.per_peer_dropped.get(self.node_id, 0) + 1
+            )
+        self.queue.append(msg)
+        self.wake.set()
+
+    async def request(self, method: str, params: dict[str, Any], timeout: float) -> Any:
+        rid = next(self.ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waiting[rid] = fut
+        self.requests.append({"k": "req", "id": rid, "method": method, "params": params})
+        self.wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            detail = f" ({self.last_error})" if self.last_error else ""
+            raise OperationFailed(f"no answer from {self.address} within {timeout} s{detail}") from None
+        finally:
+            self.waiting.pop(rid, None)
+
+    def stop(self) -> None:
+        self.task.cancel()
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(OperationFailed(f"connection to {self.address} closed"))
+
+    async def _run(self) -> None:
+        backoff = self.BACKOFF_MIN
+        while True:
+            try:
+                reader, writer, session, _ = await asyncio.wait_for(
+                    self.t.dial(self.address, self.node_id), HANDSHAKE_TIMEOUT
+                )
+            except asyncio.CancelledError:
+                raise
+            except NodeosError as err:
+                self.last_error = err.message
+                if self.one_shot:
+                    self._fail_waiting(err)
+                    return
+            except Exception as exc:
+                self.last_error = f"{exc.__class__.__name__}: {exc}"
+                if self.one_shot:
+                    self._fail_waiting(OperationFailed(f"cannot reach {self.address}: {self.last_error}"))
+                    return
+            else:
+                backoff = self.BACKOFF_MIN
+                self.connected = True
+                self.last_error = ""
+                try:
+                    await self._pump(reader, writer, session)
+                except asyncio.CancelledError:
+                    await _close(writer)
+                    raise
+                except Exception as exc:
+                    self.last_error = f"{exc.__class__.__name__}: {exc}"
+                finally:
+                    self.connected = False
+                    await _close(writer)
+                # Requests in flight on a dead connection have an unknown outcome.
+                self._fail_waiting(OperationFailed(f"connection to {self.address} lost: {self.last_error}"))
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, self.BACKOFF_MAX)
+
+    def _fail_waiting(self, err: NodeosError) -> None:
+        self.requests.clear()
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(err)
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: _Session
+    ) -> None:
+        replies = asyncio.create_task(self._read_replies(reader, session))
+        try:
+            while True:
+                if replies.done():
+                    replies.result()  # re-raise why the connection ended
+                    return
+                if not self.queue and not self.requests:
+                    self.wake.clear()
+                    waiter = asyncio.create_task(self.wake.wait())
+                    await asyncio.wait({waiter, replies}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    continue
+                # Requests first: a client waits on them; Raft messages are retransmitted anyway.
+                while self.requests:
+                    writer.write(session.seal(self.requests.popleft()))
+                batch = 0
+                while self.queue and batch < 256:
+                    writer.write(session.seal({"k": "raft", "msg": self.queue.popleft()}))
+                    batch += 1
+                self.t.stats.sent += batch
+                await writer.drain()
+        finally:
+            replies.cancel()
+
+    async def _read_replies(self, reader: asyncio.StreamReader, session: _Session) -> None:
+        while True:
+            frame = await read_frame(reader, self.t.max_frame)
+            if frame is None:
+                raise ConnectionResetError("peer closed the connection")
+            if frame.get("t") == "error":
+                raise OperationFailed(
+                    f"peer closed the connection: {(frame.get('error') or {}).get('message')}"
+                )
+            body = session.open(frame)
+            if body.get("k") == "rep":
+                fut = self.waiting.get(body.get("id"))  # type: ignore[arg-type]
+                if fut is not None and not fut.done():
+                    if "error" in body:
+                        fut.set_exception(error_from_dict(body["error"] or {}))
+                    else:
+                        fut.set_result(body.get("result"))
