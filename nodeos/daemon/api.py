@@ -53,6 +53,7 @@ class ApiServer:
         self.max_frame = max_frame
         self.routes: dict[str, Handler] = {}
         self._server: asyncio.AbstractServer | None = None
+        self._bound = False  # only the daemon that bound the socket may remove it
         self._conns: set[asyncio.Task[None]] = set()
         self.requests = 0
         self.bad_frames = 0
@@ -68,6 +69,7 @@ class ApiServer:
         old = os.umask(0o177)  # the socket is born 0600: no window where others may connect
         try:
             self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=1 << 16)
+            self._bound = True
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
@@ -81,8 +83,10 @@ class ApiServer:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
             self._server = None
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        if self._bound:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self._bound = False
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
