@@ -107,8 +107,10 @@ def _apply_one(ctx: _Ctx, c: Change) -> None:
         except OSError as exc:
             hint = ""
             if exc.errno == errno.EPERM and n == "net.ipv4.tcp_congestion_control":
-                hint = (" (outside the initial network namespace only the algorithms in "
-                        "net.ipv4.tcp_allowed_congestion_control may be chosen)")
+                hint = (
+                    " (outside the initial network namespace only the algorithms in "
+                    "net.ipv4.tcp_allowed_congestion_control may be chosen)"
+                )
             raise OperationFailed(f"cannot set sysctl {n}={c.after}: {exc.strerror}{hint}") from None
     elif k == "mtu":
         ctx.ipr.link("set", index=ctx.index(n), mtu=c.after)

@@ -288,8 +288,12 @@ def make_plan(cfg: NetConfig, obs: Observed) -> Plan:
         elif have != value:
             changes.append(Change("sysctl", name, have, value))
     rcc = cfg.qos.route_congestion_control
-    if (rcc is not None and rcc not in obs.available_cc and any(i.routes for i in cfg.interfaces)
-            and rcc != cfg.qos.sysctls.get("net.ipv4.tcp_congestion_control")):
+    if (
+        rcc is not None
+        and rcc not in obs.available_cc
+        and any(i.routes for i in cfg.interfaces)
+        and rcc != cfg.qos.sysctls.get("net.ipv4.tcp_congestion_control")
+    ):
         blockers.append(_cc_blocker("qos.route_congestion_control", rcc, obs))
     for iface in cfg.interfaces:
         _plan_interface(cfg, iface, obs, changes)

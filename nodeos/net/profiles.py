@@ -36,6 +36,9 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "roce_tos": None,  # None: roce_dscp with ECT(0)
         "dcbx": "host-ieee",
         "trust": "dscp",
+        # False: the NIC's DCB is owned elsewhere (firmware DCBX, a NIC without DCB such as
+        # Soft-RoCE on virtio); only the RoCE ToS and ECN knobs are set.
+        "manage_dcb": True,
         "ecn_knobs": list(MLX5_ECN_KNOBS),
         "tcp_ecn": None,
         "congestion_control": None,
@@ -188,6 +191,12 @@ def resolve(qos: dict[str, Any]) -> QosSettings:
     knobs: tuple[str, ...] = ()
     if name == "roce-lossless":
         dcb, roce_tos, ecn_prios = _resolve_roce(p)
+        if not isinstance(p["manage_dcb"], bool):
+            raise BadInput(
+                "qos.manage_dcb must be true or false", field="qos.manage_dcb", allowed=[True, False]
+            )
+        if not p["manage_dcb"]:
+            dcb = None
         knobs_val = p["ecn_knobs"]
         if not isinstance(knobs_val, list) or not all(isinstance(k, str) for k in knobs_val):
             raise BadInput("qos.ecn_knobs must be a list of path templates", field="qos.ecn_knobs")
