@@ -1,0 +1,1 @@
+"""Hardware inventory and health: NVMe drives (nvme-cli JSON, SMART) and RDMA ports."""

@@ -1,0 +1,98 @@
+"""Fixtures of the SPDK tier (`-m spdk`): a REAL nvmf_tgt from the build NODEOS_SPDK_DIR names.
+
+The target runs without hugepages and without a PCI scan (`--no-huge -s 1024 -u`), its
+drives are sparse files (AIO bdevs, test drives), it listens on loopback TCP. Skipped with
+the reason when NODEOS_SPDK_DIR is unset or holds no bin/nvmf_tgt. See docs/spdk.md.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nodeos.dataplane.select import spdk_answers
+from nodeos.dataplane.spdk.backend import SpdkDataPlane
+
+START_TIMEOUT_S = 60.0
+
+
+def spdk_dir() -> Path:
+    d = os.environ.get("NODEOS_SPDK_DIR")
+    if not d:
+        pytest.skip("NODEOS_SPDK_DIR is not set: no SPDK build to test against (see docs/spdk.md)")
+    root = Path(d)
+    for cand in (root / "bin" / "nvmf_tgt", root / "build" / "bin" / "nvmf_tgt"):
+        if cand.is_file():
+            return cand.parent
+    pytest.skip(f"NODEOS_SPDK_DIR={d} holds no bin/nvmf_tgt (nor build/bin/nvmf_tgt)")
+    raise AssertionError  # unreachable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SpdkTarget:
+    bin_dir: Path
+    sock: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+    workdir: Path
+    dp: SpdkDataPlane
+
+    def tool(self, name: str) -> Path:
+        p = self.bin_dir / name
+        if not p.is_file():
+            pytest.skip(f"{name} is not in {self.bin_dir}")
+        return p
+
+    def run_tool(self, name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        # SPDK's initiator tools are DPDK apps too: no hugepages, no PCI scan.
+        return subprocess.run(
+            [str(self.tool(name)), *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+
+@pytest.fixture(scope="module")
+def spdk_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpdkTarget]:
+    bin_dir = spdk_dir()
+    if os.geteuid() != 0:
+        pytest.skip("SPDK's nvmf_tgt needs root")
+    work = tmp_path_factory.mktemp("spdk")
+    sock = work / "spdk.sock"
+    log = work / "nvmf_tgt.log"
+    with open(log, "wb") as lf:
+        proc = subprocess.Popen(
+            [str(bin_dir / "nvmf_tgt"), "-u", "--no-huge", "-s", "1024", "-m", "0x1", "-r", str(sock)],
+            stdout=lf,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not spdk_answers(str(sock)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"nvmf_tgt did not answer on {sock}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    dp = SpdkDataPlane(str(sock), keys_dir=work / "keys", transports=("tcp", "rdma"))
+    target = SpdkTarget(bin_dir, sock, proc, log, work, dp)
+    try:
+        yield target
+    finally:
+        dp.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)  # nvmf_tgt can take a few seconds to exit
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
