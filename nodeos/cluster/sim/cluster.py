@@ -1,0 +1,479 @@
+"""The deterministic cluster simulation: one seed = one reproducible run.
+
+Everything random (fault schedule, delays, drops, election jitter, client load) derives
+from the seed, and events are ordered by (virtual time, sequence number), so a seed
+replays exactly. Phases: `duration_ms` of faults (partitions, crashes that lose unsynced
+writes, restarts, lossy/duplicating/reordering network, membership changes, leader
+transfers) with clients proposing commands and doing ReadIndex reads; then a settle
+phase (network healed, every node restarted) in which a final command must commit, and
+every acknowledged command must be in the leader's state.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..raft import (
+    ConfChange,
+    ConfChangeType,
+    Message,
+    MessageType,
+    ProposalDropped,
+    StateRole,
+    bootstrap_storage,
+    from_wire,
+    to_wire,
+)
+from ..raft.storage import MemoryStorage
+from .invariants import Checker, Violation
+from .network import NetworkFaults, SimNetwork
+from .node import PendingRead, SimNode
+
+TICK, DELIVER, SYNC, CLIENT, FAULT, RESTART, HEAL, SETTLE, FINAL, CRASH = range(10)
+
+
+@dataclass
+class SimConfig:
+    nodes: int = 3
+    duration_ms: int = 1500  # fault phase
+    settle_ms: int = 1500  # healed phase: a final command must commit in it
+    tick_ms: int = 10
+    election_tick: int = 10
+    heartbeat_tick: int = 2
+    broken: str | None = None  # a variant from hooks.BROKEN_VARIANTS (self-test only)
+    trace: bool = False
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    ok: bool
+    violation: str | None = None
+    time_ms: int = 0
+    trace: list[str] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def msg_summary(m: Message) -> str:
+    s = f"{m.type.name} {m.frm}->{m.to} term={m.term}"
+    if m.type in (MessageType.APP, MessageType.VOTE, MessageType.PRE_VOTE):
+        s += f" index={m.index} log_term={m.log_term}"
+    if m.type is MessageType.APP_RESP:
+        s += f" index={m.index}"
+    if m.entries:
+        s += f" entries={m.entries[0].index}..{m.entries[-1].index}"
+    if m.commit:
+        s += f" commit={m.commit}"
+    if m.reject:
+        s += f" REJECT hint={m.reject_hint}"
+    if m.snapshot is not None:
+        s += f" snapshot@{m.snapshot.index}/t{m.snapshot.term}"
+    return s
+
+
+class Simulation:
+    def __init__(self, seed: int, cfg: SimConfig) -> None:
+        self.seed = seed
+        self.cfg = cfg
+        self.rng = random.Random(seed)
+        r = self.rng
+        faults = NetworkFaults(
+            drop=r.choice([0.0, 0.01, 0.05, 0.15]),
+            duplicate=r.choice([0.0, 0.02, 0.1]),
+            min_delay=1,
+            max_delay=r.choice([2, 5, 15]),
+            slow=r.choice([0.0, 0.02, 0.1]),
+            slow_delay=r.choice([30, 120]),
+        )
+        self.net = SimNetwork(random.Random(r.getrandbits(64)), faults)
+        self.check = Checker()
+        self.now = 0
+        self._seq = 0
+        self._events: list[tuple[int, int, int, Any]] = []
+        self.trace: list[str] = []
+        self.stats = {"elections": 0, "acked": 0, "reads": 0, "crashes": 0, "snapshots_sent": 0, "events": 0}
+        self.compact_every = r.choice([8, 20, 60])
+        # Swarm testing: each seed picks its own fault density and batching.
+        self.fault_gap = r.choice([(40, 250), (10, 80), (100, 400)])
+        self.max_msg_size = r.choice([1, 64, 256, 4096])
+        # Crashing leaders right after their election leaves entries of their term on a
+        # minority: the Figure 8 situations that the commit rule (5.4.2) exists for.
+        self.crash_new_leader = r.choice([0.0, 0.0, 0.3, 0.6])
+        self.compact_keep = r.choice([0, 2, 10])
+        self.disk_max_ms = r.choice([0, 1, 4])
+        self.next_cmd = 0
+        self.next_read = 0
+        self.proposer: dict[bytes, tuple[int, int]] = {}  # command -> (node, incarnation)
+        self.final_cmd: bytes | None = None
+        self.final_index = 0
+        ids = list(range(1, cfg.nodes + 1))
+        self.nodes: dict[int, SimNode] = {}
+        for nid in ids:
+            disk = MemoryStorage()
+            bootstrap_storage(disk, ids)
+            self.nodes[nid] = SimNode(
+                nid, disk, cfg.election_tick, cfg.heartbeat_tick, seed, self.max_msg_size
+            )
+        for nid in ids:
+            self._start(nid)
+            self._at(r.randint(0, cfg.tick_ms - 1), TICK, (nid, self.nodes[nid].incarnation))
+        self._schedule_faults()
+        self._schedule_clients()
+        self._at(cfg.duration_ms, SETTLE, None)
+        self._at(cfg.duration_ms + cfg.settle_ms // 3, FINAL, None)
+
+    # --- plumbing ---
+    def _at(self, t: int, kind: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, kind, payload))
+
+    def log(self, text: str) -> None:
+        if self.cfg.trace:
+            self.trace.append(f"{self.now:6d}ms {text}")
+
+    def leader(self) -> SimNode | None:
+        best: tuple[int, SimNode] | None = None
+        for n in self.nodes.values():
+            r = n.rn.raft if n.up and n.rn is not None else None
+            if r is not None and r.state is StateRole.LEADER and (best is None or r.term > best[0]):
+                best = (r.term, n)
+        return best[1] if best else None
+
+    def _start(self, nid: int) -> None:
+        n = self.nodes[nid]
+        n.start(self.cfg.broken)
+        self.log(f"n{nid} starts (term {n.last_term}, commit {n.last_commit}, applied {n.applied})")
+        self._after_input(n)
+
+    # --- the run ---
+    def run(self) -> SeedResult:
+        end = self.cfg.duration_ms + self.cfg.settle_ms
+        try:
+            while self._events:
+                t, _, kind, payload = heapq.heappop(self._events)
+                if t > end:
+                    break
+                self.now = t
+                self.stats["events"] += 1
+                self._dispatch(kind, payload)
+            self._final_check()
+        except Violation as v:
+            return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
+        except AssertionError as exc:
+            # Raft's own consistency assertions (e.g. commit past the log) count as violations.
+            v = Violation("internal assertion", f"{exc} ({traceback.extract_tb(exc.__traceback__)[-1].name})")
+            return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
+        return SeedResult(self.seed, True, None, self.now, self.trace, self.stats)
+
+    def _dispatch(self, kind: int, payload: Any) -> None:
+        if kind == TICK:
+            nid, inc = payload
+            n = self.nodes[nid]
+            if n.up and n.incarnation == inc:
+                assert n.rn is not None
+                n.rn.tick()
+                self._after_input(n)
+                self._at(self.now + self.cfg.tick_ms, TICK, payload)
+        elif kind == DELIVER:
+            self._deliver(payload)
+        elif kind == SYNC:
+            nid, inc = payload
+            n = self.nodes[nid]
+            if n.up and n.incarnation == inc and n.syncing is not None:
+                self._sync(n)
+        elif kind == CLIENT:
+            self._client(payload)
+        elif kind == FAULT:
+            self._fault(payload)
+        elif kind == RESTART:
+            n = self.nodes[payload]
+            if not n.up:
+                self._start(payload)
+                self._at(self.now + self.cfg.tick_ms, TICK, (payload, n.incarnation))
+        elif kind == HEAL:
+            self.net.heal()
+            self.log("network healed")
+        elif kind == SETTLE:
+            self._settle()
+        elif kind == FINAL:
+            self._final_propose()
+        elif kind == CRASH:
+            nid, inc = payload
+            if self.nodes[nid].up and self.nodes[nid].incarnation == inc:
+                self._crash(self.nodes[nid])
+
+    # --- node I/O ---
+    def _after_input(self, n: SimNode) -> None:
+        """Check invariants on the node's new state and start syncing its next Ready."""
+        rn = n.rn
+        assert rn is not None
+        r = rn.raft
+        if r.state is StateRole.LEADER and self.check.leader_elected(n.id, r):
+            self.stats["elections"] += 1
+            self.log(f"n{n.id} is leader of term {r.term} (last index {r.log.last_index()})")
+            if self.now < self.cfg.duration_ms and self.rng.random() < self.crash_new_leader:
+                self._at(self.now + self.rng.randint(0, 8), CRASH, (n.id, n.incarnation))
+        elif r.state is not n.last_role and self.cfg.trace:
+            self.log(f"n{n.id} {n.last_role.value} -> {r.state.value} term {r.term}")
+        n.last_role = r.state
+        n.last_term = r.term
+        if r.log.committed > n.last_commit:
+            self.check.commit_advanced(n.id, r, n.last_commit, r.log.committed)
+        n.last_commit = r.log.committed
+        if n.syncing is None and rn.has_ready():
+            rd = rn.ready()
+            n.syncing = rd
+            if self.cfg.broken == "send_before_sync":
+                self._send_all(n, rd.messages)
+                rd.messages = []
+            delay = self.rng.randint(0, self.disk_max_ms)
+            self._at(self.now + delay, SYNC, (n.id, n.incarnation))
+
+    def _sync(self, n: SimNode) -> None:
+        rd = n.syncing
+        rn = n.rn
+        assert rd is not None and rn is not None
+        # 1. one atomic, synced write: snapshot + entries + hard state
+        n.disk.persist(rd.hard_state, rd.entries, rd.snapshot)
+        if rd.entries:
+            prev = {e.index: e.term for e in rd.entries}
+            first = rd.entries[0].index
+            prev[first - 1] = n.disk.term(first - 1)
+            self.check.persisted(n.id, rd.entries, prev)
+        # 2. only now the messages leave
+        self._send_all(n, rd.messages)
+        # 3. apply
+        if rd.snapshot is not None:
+            n.restore_state(rd.snapshot.data, rd.snapshot.index)
+            n.conf_state = rd.snapshot.meta.conf_state
+            self.check.snapshot_restored(n.id, rd.snapshot, n.state)
+            self.log(f"n{n.id} restored snapshot at {rd.snapshot.index}")
+        for e in rd.committed_entries:
+            self.check.applied_entry(n.id, e)
+            n.apply_entry_data(e.index, e.type, e.data)
+            owner = self.proposer.get(e.data)
+            if owner == (n.id, n.incarnation):
+                del self.proposer[e.data]
+                self.check.ack(e.data, e.index)
+                if e.data == self.final_cmd:
+                    self.final_index = e.index
+                self.stats["acked"] += 1
+                self.log(f"n{n.id} acknowledges {e.data!r} at index {e.index}")
+        for rs in rd.read_states:
+            pr = n.reads.get(rs.request_ctx)
+            if pr is not None:
+                pr.index = rs.index
+        rn.advance(rd)
+        n.syncing = None
+        self._finish_reads(n)
+        self._maybe_compact(n)
+        if n.up:
+            self._after_input(n)
+
+    def _finish_reads(self, n: SimNode) -> None:
+        for ctx, pr in list(n.reads.items()):
+            if pr.index >= 0 and n.applied >= pr.index:
+                del n.reads[ctx]
+                self.check.read_done(n.id, ctx, pr.issued_acked, n.state_set)
+                self.stats["reads"] += 1
+
+    def _maybe_compact(self, n: SimNode) -> None:
+        disk = n.disk
+        if n.applied - disk.snapshot().index < self.compact_every:
+            return
+        disk.create_snapshot(n.applied, n.conf_state, n.snapshot_data())
+        upto = n.applied - self.compact_keep
+        if upto >= disk.first_index():
+            disk.compact(upto)
+        self.log(f"n{n.id} snapshot at {n.applied}, log compacted up to {upto}")
+
+    def _send_all(self, n: SimNode, msgs: list[Message]) -> None:
+        for m in msgs:
+            delays = self.net.delays(m.frm, m.to)
+            if not delays and m.type is MessageType.SNAP and self.rng.random() < 0.5 and n.rn is not None:
+                n.rn.report_snapshot(m.to, False)  # the transport noticed the failure
+            if m.type is MessageType.SNAP:
+                self.stats["snapshots_sent"] += 1
+            for d in delays:
+                self._at(self.now + d, DELIVER, m)
+
+    def _deliver(self, m: Message) -> None:
+        n = self.nodes[m.to]
+        if not n.up or not self.net.can_pass(m.frm, m.to):
+            return
+        assert n.rn is not None
+        if self._seq % 4 == 0:
+            m = from_wire(to_wire(m))  # exercise the wire codec on a share of the traffic
+        self.log(f"deliver {msg_summary(m)}")
+        n.rn.step(m)
+        self._after_input(n)
+
+    # --- clients ---
+    def _schedule_clients(self) -> None:
+        t = 0
+        r = self.rng
+        while t < self.cfg.duration_ms:
+            t += r.randint(3, 30)
+            self._at(t, CLIENT, r.random())
+
+    def _client(self, x: float) -> None:
+        lead = self.leader()
+        up = [n for n in self.nodes.values() if n.up]
+        if not up:
+            return
+        target = lead if lead is not None and self.rng.random() < 0.8 else self.rng.choice(up)
+        assert target.rn is not None
+        try:
+            if x < 0.7:
+                cmd = b"c%d" % self.next_cmd
+                self.next_cmd += 1
+                self.proposer[cmd] = (target.id, target.incarnation)
+                self.log(f"client proposes {cmd!r} at n{target.id}")
+                target.rn.propose(cmd)
+            else:
+                ctx = b"r%d" % self.next_read
+                self.next_read += 1
+                target.reads[ctx] = PendingRead(ctx, len(self.check.acked))
+                target.rn.read_index(ctx)
+        except ProposalDropped:
+            pass
+        self._after_input(target)
+
+    # --- faults ---
+    def _schedule_faults(self) -> None:
+        t = 0
+        r = self.rng
+        while True:
+            t += r.randint(*self.fault_gap)
+            if t >= self.cfg.duration_ms:
+                break
+            self._at(t, FAULT, r.random())
+
+    def _fault(self, x: float) -> None:
+        r = self.rng
+        ids = sorted(self.nodes)
+        lead = self.leader()
+        if x < 0.25:
+            # partition: a random split, or the leader alone; healed later
+            if lead is not None and r.random() < 0.5:
+                side = [lead.id]
+            else:
+                side = r.sample(ids, r.randint(1, max(1, len(ids) // 2)))
+            other = [i for i in ids if i not in side]
+            self.net.partition(side, other)
+            self.log(f"partition {side} | {other}")
+            self._at(self.now + r.randint(50, 600), HEAL, None)
+        elif x < 0.45:
+            up = [n for n in self.nodes.values() if n.up]
+            if not up:
+                return
+            victim = lead if lead is not None and r.random() < 0.5 else r.choice(up)
+            self._crash(victim)
+        elif x < 0.55:
+            a, b = r.sample(ids, 2)
+            self.net.blocked.add((a, b))  # one-way link loss
+            self.log(f"link {a}->{b} cut")
+            self._at(self.now + r.randint(50, 400), HEAL, None)
+        elif x < 0.75:
+            self._conf_change(lead)
+        elif x < 0.85:
+            if lead is not None:
+                voters = [v for v in lead.rn.raft.trk.voters if v != lead.id]  # type: ignore[union-attr]
+                if voters:
+                    to = r.choice(sorted(voters))
+                    self.log(f"transfer leadership n{lead.id} -> n{to}")
+                    lead.rn.transfer_leadership(to)  # type: ignore[union-attr]
+                    self._after_input(lead)
+        else:
+            f = self.net.faults
+            f.drop = r.choice([0.0, 0.02, 0.1, 0.3])
+            f.duplicate = r.choice([0.0, 0.05])
+            self.log(f"network drop={f.drop} duplicate={f.duplicate}")
+
+    def _crash(self, victim: SimNode) -> None:
+        victim.crash()
+        self.stats["crashes"] += 1
+        self.log(f"n{victim.id} crashes (unsynced writes lost)")
+        self._at(self.now + self.rng.randint(10, 400), RESTART, victim.id)
+
+    def _conf_change(self, lead: SimNode | None) -> None:
+        if lead is None or lead.rn is None:
+            return
+        r = self.rng
+        cs = lead.rn.raft.conf_state()
+        members = set(cs.voters) | set(cs.learners)
+        missing = [i for i in sorted(self.nodes) if i not in members]
+        options: list[ConfChange] = []
+        if missing:
+            options.append(ConfChange(ConfChangeType.ADD_LEARNER, r.choice(missing)))
+        if cs.learners:
+            options.append(ConfChange(ConfChangeType.ADD_VOTER, r.choice(list(cs.learners))))
+        if len(cs.voters) > 2:
+            options.append(ConfChange(ConfChangeType.REMOVE, r.choice(list(cs.voters))))
+        if len(cs.voters) > 3:
+            options.append(ConfChange(ConfChangeType.ADD_LEARNER, r.choice(list(cs.voters))))
+        if not options:
+            return
+        cc = r.choice(options)
+        try:
+            lead.rn.propose_conf_change(cc)
+            self.log(f"n{lead.id} proposes {cc.type.name} n{cc.node_id}")
+        except ProposalDropped:
+            return
+        self._after_input(lead)
+
+    # --- settle and final checks ---
+    def _settle(self) -> None:
+        self.net.heal()
+        f = self.net.faults
+        f.drop = f.duplicate = f.slow = 0.0
+        self.log("settle: faults off, network healed, every node restarted")
+        for nid, n in self.nodes.items():
+            if not n.up:
+                self._start(nid)
+                self._at(self.now + self.cfg.tick_ms, TICK, (nid, n.incarnation))
+
+    def _final_propose(self) -> None:
+        lead = self.leader()
+        if lead is not None and lead.rn is not None:
+            if self.final_cmd is None:
+                self.final_cmd = b"final"
+            self.proposer[self.final_cmd] = (lead.id, lead.incarnation)
+            try:
+                lead.rn.propose(self.final_cmd)
+                self.log(f"final command proposed at n{lead.id}")
+                self._after_input(lead)
+            except ProposalDropped:
+                pass
+        if self.final_cmd is None or self.final_cmd not in self.check.acked_index:
+            self._at(self.now + 50, FINAL, None)
+
+    def _final_check(self) -> None:
+        if self.final_cmd is None or self.final_cmd not in self.check.acked_index:
+            raise Violation(
+                "liveness",
+                f"no command committed within {self.cfg.settle_ms} ms after the faults stopped",
+            )
+        # Every node that applied the final command must hold every acknowledged one.
+        for n in self.nodes.values():
+            if n.up and n.applied >= self.final_index:
+                self.check.final_state(n.id, n.state_set)
+
+
+def run_seed(seed: int, cfg: SimConfig | None = None) -> SeedResult:
+    cfg = cfg or SimConfig()
+    res = Simulation(seed, cfg).run()
+    if not res.ok and not cfg.trace:
+        # Replay the same seed with tracing on: the run is deterministic, so the trace
+        # shows exactly the failing execution.
+        from dataclasses import replace
+
+        traced = Simulation(seed, replace(cfg, trace=True)).run()
+        res.trace = traced.trace
+        if traced.violation != res.violation:
+            res.trace.append(f"(replay diverged: {traced.violation})")
+    return res

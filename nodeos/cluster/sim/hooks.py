@@ -1,0 +1,25 @@
+"""Deliberately broken Raft variants, for the simulator's self-test only.
+
+Each one switches a known-unsafe behaviour on, so tests can prove the invariant checks
+catch real consensus bugs. Production code never sets these.
+"""
+
+from __future__ import annotations
+
+from ..raft.raft import Raft
+
+BROKEN_VARIANTS = {
+    # Commit an entry of an earlier term by counting replicas (violates paper 5.4.2 / Fig. 8).
+    "commit_stale_term": "leader commits entries of earlier terms by counting replicas",
+    # Grant votes without the "candidate's log is at least as up to date" check (5.4.1).
+    "vote_ignores_log": "voters ignore whether the candidate's log is up to date",
+    # Send a Ready's messages before its entries and hard state are synced to disk.
+    "send_before_sync": "messages leave before the Ready is persisted (crash loses promises)",
+}
+
+
+def apply_raft_hooks(raft: Raft, broken: str | None) -> None:
+    if broken == "commit_stale_term":
+        raft.test_commit_any_term = True
+    elif broken == "vote_ignores_log":
+        raft.test_vote_ignores_log = True

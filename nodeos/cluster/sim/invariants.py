@@ -1,0 +1,125 @@
+"""Safety invariants checked by the simulator after every event (paper Figure 3).
+
+- election safety: at most one leader per term;
+- log matching: an (index, term) pair names one entry, with one predecessor term
+  (by induction, two logs sharing an entry share the whole prefix);
+- leader completeness: a new leader's log holds every entry committed so far;
+- state-machine safety: every node applies the same entry at a given index;
+- no acknowledged command lost, and no read misses a write acknowledged before it began.
+"""
+
+from __future__ import annotations
+
+from ..raft import Entry, Snapshot
+from ..raft.raft import Raft
+
+
+class Violation(Exception):
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+class Checker:
+    def __init__(self) -> None:
+        self.leaders: dict[int, int] = {}  # term -> leader id
+        self.entries: dict[
+            tuple[int, int], tuple[int, bytes, int]
+        ] = {}  # (index, term) -> (type, data, prev term)
+        self.committed: dict[int, int] = {}  # index -> term of the committed entry
+        self.applied: dict[int, tuple[int, bytes]] = {}  # index -> (term, data) applied by anyone
+        self.acked: list[bytes] = []  # commands acknowledged to clients, in order
+        self.acked_index: dict[bytes, int] = {}
+
+    def leader_elected(self, node_id: int, raft: Raft) -> bool:
+        """Returns True when this (term, node) is a new leadership."""
+        prev = self.leaders.get(raft.term)
+        if prev == node_id:
+            return False
+        if prev is not None:
+            raise Violation("election safety", f"term {raft.term} has two leaders: {prev} and {node_id}")
+        self.leaders[raft.term] = node_id
+        floor = raft.log.first_index() - 1  # older entries are inside the leader's snapshot
+        last = raft.log.last_index()
+        for index, term in self.committed.items():
+            if index < floor:
+                continue
+            if index > last or raft.log.zero_term_on_err(index) != term:
+                raise Violation(
+                    "leader completeness",
+                    f"node {node_id} became leader of term {raft.term} without committed entry "
+                    f"{index} (term {term}); its last index is {last}",
+                )
+        return True
+
+    def persisted(self, node_id: int, ents: list[Entry], prev_term_of: dict[int, int]) -> None:
+        for e in ents:
+            key = (e.index, e.term)
+            rec = (int(e.type), e.data, prev_term_of[e.index - 1])
+            old = self.entries.get(key)
+            if old is None:
+                self.entries[key] = rec
+            elif old != rec:
+                raise Violation(
+                    "log matching",
+                    f"node {node_id} stored entry {e.index} of term {e.term} as {rec!r}, "
+                    f"another node stored {old!r}",
+                )
+
+    def commit_advanced(self, node_id: int, raft: Raft, old: int, new: int) -> None:
+        for i in range(max(old + 1, raft.log.first_index() - 1), new + 1):
+            t = raft.log.zero_term_on_err(i)
+            if t == 0:
+                continue
+            prev = self.committed.get(i)
+            if prev is None:
+                self.committed[i] = t
+            elif prev != t:
+                raise Violation(
+                    "state-machine safety",
+                    f"node {node_id} committed index {i} with term {t}, earlier committed with term {prev}",
+                )
+
+    def applied_entry(self, node_id: int, e: Entry) -> None:
+        prev = self.applied.get(e.index)
+        rec = (e.term, e.data)
+        if prev is None:
+            self.applied[e.index] = rec
+        elif prev != rec:
+            raise Violation(
+                "state-machine safety",
+                f"node {node_id} applied {rec!r} at index {e.index}, another node applied {prev!r}",
+            )
+
+    def snapshot_restored(self, node_id: int, snap: Snapshot, state: list[tuple[int, bytes]]) -> None:
+        for index, data in state:
+            prev = self.applied.get(index)
+            if prev is not None and prev[1] != data:
+                raise Violation(
+                    "state-machine safety",
+                    f"node {node_id} restored a snapshot with {data!r} at {index}, "
+                    f"applied elsewhere: {prev!r}",
+                )
+
+    def ack(self, cmd: bytes, index: int) -> None:
+        if cmd not in self.acked_index:
+            self.acked.append(cmd)
+            self.acked_index[cmd] = index
+
+    def read_done(self, node_id: int, ctx: bytes, issued_acked: int, state_set: set[bytes]) -> None:
+        for cmd in self.acked[:issued_acked]:
+            if cmd not in state_set:
+                raise Violation(
+                    "linearizable read",
+                    f"read {ctx!r} at node {node_id} misses {cmd!r}, acknowledged before the read began",
+                )
+
+    def final_state(self, node_id: int, state_set: set[bytes]) -> None:
+        for cmd in self.acked:
+            if cmd not in state_set:
+                raise Violation(
+                    "acknowledged command lost",
+                    f"{cmd!r} (acknowledged at index {self.acked_index[cmd]}) is missing from "
+                    f"node {node_id}'s state after the cluster healed",
+                )

@@ -1,0 +1,59 @@
+"""Simulated network (a fake, by design: only the simulator uses it).
+
+Every message gets a seeded delay, so messages reorder; some are dropped or duplicated;
+partitions block (directed) links both when a message is sent and when it arrives.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass
+class NetworkFaults:
+    drop: float = 0.0  # probability a message is lost
+    duplicate: float = 0.0  # probability a message is delivered twice
+    min_delay: int = 1  # virtual ms
+    max_delay: int = 5
+    slow: float = 0.0  # probability of a long delay (up to slow_delay)
+    slow_delay: int = 60
+
+
+@dataclass
+class SimNetwork:
+    rng: random.Random
+    faults: NetworkFaults = field(default_factory=NetworkFaults)
+    blocked: set[tuple[int, int]] = field(default_factory=set)  # (from, to) links that are cut
+
+    def cut(self, a: int, b: int) -> None:
+        self.blocked.add((a, b))
+        self.blocked.add((b, a))
+
+    def partition(self, side_a: list[int], side_b: list[int]) -> None:
+        for a in side_a:
+            for b in side_b:
+                self.cut(a, b)
+
+    def heal(self) -> None:
+        self.blocked.clear()
+
+    def can_pass(self, frm: int, to: int) -> bool:
+        return (frm, to) not in self.blocked
+
+    def delays(self, frm: int, to: int) -> list[int]:
+        """Delivery delays for one message sent now: [] when lost, two when duplicated."""
+        if not self.can_pass(frm, to):
+            return []
+        f = self.faults
+        r = self.rng
+        if f.drop and r.random() < f.drop:
+            return []
+        n = 2 if f.duplicate and r.random() < f.duplicate else 1
+        out = []
+        for _ in range(n):
+            d = r.randint(f.min_delay, f.max_delay)
+            if f.slow and r.random() < f.slow:
+                d += r.randint(0, f.slow_delay)
+            out.append(d)
+        return out

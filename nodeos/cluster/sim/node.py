@@ -1,0 +1,103 @@
+"""One simulated node: a RawNode, its "disk" and a tiny replicated state machine.
+
+The disk (a MemoryStorage that survives crashes) only changes when a Ready's sync
+completes; a crash before that loses the Ready's writes, as a real crash loses
+unsynced writes. The state machine is the list of applied commands, which makes
+state-machine safety and lost acknowledgements easy to check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgpack
+
+from ..raft import (
+    Config,
+    ConfState,
+    EntryType,
+    MemoryStorage,
+    RawNode,
+    Ready,
+    StateRole,
+    decode_conf_change,
+)
+
+
+@dataclass
+class PendingRead:
+    ctx: bytes
+    issued_acked: int  # number of commands acknowledged when the read was issued
+    index: int = -1  # read index, once Raft answered
+
+
+@dataclass
+class SimNode:
+    id: int
+    disk: MemoryStorage
+    election_tick: int
+    heartbeat_tick: int
+    seed: int
+    max_msg_size: int = 256
+    up: bool = False
+    incarnation: int = 0
+    rn: RawNode | None = None
+    syncing: Ready | None = None  # a Ready whose writes are not yet on disk
+    state: list[tuple[int, bytes]] = field(default_factory=list)  # applied (index, command)
+    state_set: set[bytes] = field(default_factory=set)
+    applied: int = 0
+    conf_state: ConfState = field(default_factory=ConfState)
+    reads: dict[bytes, PendingRead] = field(default_factory=dict)
+    last_role: StateRole = StateRole.FOLLOWER
+    last_term: int = 0
+    last_commit: int = 0
+
+    def start(self, broken: str | None) -> None:
+        from .hooks import apply_raft_hooks
+
+        self.incarnation += 1
+        self.up = True
+        self.syncing = None
+        self.reads = {}
+        snap = self.disk.snapshot()
+        self.restore_state(snap.data, snap.index)
+        self.conf_state = snap.meta.conf_state
+        cfg = Config(
+            id=self.id,
+            election_tick=self.election_tick,
+            heartbeat_tick=self.heartbeat_tick,
+            max_size_per_msg=self.max_msg_size,  # 1 = one entry per append: most interleavings
+            max_inflight_msgs=4,
+            random_seed=self.seed * 1000 + self.id * 10 + self.incarnation,
+        )
+        self.rn = RawNode(cfg, self.disk)
+        apply_raft_hooks(self.rn.raft, broken)
+        self.last_role = StateRole.FOLLOWER
+        self.last_term = self.rn.raft.term
+        self.last_commit = self.rn.raft.log.committed
+
+    def crash(self) -> None:
+        self.up = False
+        self.rn = None
+        self.syncing = None  # unsynced writes are lost
+        self.reads = {}
+        self.incarnation += 1
+
+    # --- state machine ---
+    def restore_state(self, data: bytes, index: int) -> None:
+        items = msgpack.unpackb(data, raw=False) if data else []
+        self.state = [(int(i), bytes(c)) for i, c in items]
+        self.state_set = {c for _, c in self.state}
+        self.applied = index
+
+    def snapshot_data(self) -> bytes:
+        return msgpack.packb([[i, c] for i, c in self.state], use_bin_type=True)
+
+    def apply_entry_data(self, index: int, etype: EntryType, data: bytes) -> None:
+        if etype is EntryType.CONF_CHANGE:
+            assert self.rn is not None
+            self.conf_state = self.rn.apply_conf_change(decode_conf_change(data))
+        elif data:
+            self.state.append((index, data))
+            self.state_set.add(data)
+        self.applied = index
