@@ -45,7 +45,8 @@ from typing import Any
 
 import msgpack
 
-from nodeos.errors import BadInput, NodeosError, OperationFailed, error_from_dict
+from nodeos.cluster.errors import PeerUnreachable, remote_error
+from nodeos.errors import BadInput, NodeosError, OperationFailed
 from nodeos.rpc.framing import DEFAULT_MAX_FRAME, PROTOCOL_VERSION, FrameError, pack, read_frame, unpack_body
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,9 @@ class PeerTransport:
         self._peers: dict[int, _PeerSender] = {}
         self._server: asyncio.Server | None = None
         self._inbound: set[asyncio.Task[None]] = set()
+        # Test-only fault injection (enabled by the service only under NODEOS_TEST_FAULTS=1):
+        # traffic to and from these peers is silently dropped, as if the link were cut.
+        self.blocked: set[int] = set()
 
     # --- server side ---
     async def listen(self, host: str, port: int) -> tuple[str, int]:
@@ -169,6 +173,11 @@ class PeerTransport:
         return sock[0], sock[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # asyncio logs a cancelled connection task as an error: end quietly on shutdown.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._serve_conn(reader, writer)
+
+    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._inbound.add(task)
@@ -254,6 +263,8 @@ class PeerTransport:
                     await _send_error(writer, exc.code, str(exc))
                     return
                 kind = body.get("k")
+                if peer in self.blocked:
+                    continue
                 if kind == "raft":
                     self.stats.received += 1
                     msg = body.get("msg")
@@ -320,7 +331,7 @@ class PeerTransport:
     def send_raft(self, to: int, msg: dict[str, Any]) -> bool:
         """Queue a Raft message; never blocks. False if the peer is unknown."""
         sender = self._peers.get(to)
-        if sender is None:
+        if sender is None or to in self.blocked:
             return False
         sender.enqueue(msg)
         return True
@@ -328,7 +339,10 @@ class PeerTransport:
     async def request(self, to: int, method: str, params: dict[str, Any], timeout: float = 5.0) -> Any:
         sender = self._peers.get(to)
         if sender is None:
-            raise OperationFailed(f"node {to} is not a known peer")
+            raise PeerUnreachable(f"node {to} is not a known peer")
+        if to in self.blocked:
+            await asyncio.sleep(timeout)  # a cut link looks like silence, not a refusal
+            raise PeerUnreachable(f"no answer from node {to} within {timeout} s (link cut by a test fault)")
         return await sender.request(method, params, timeout)
 
     async def request_address(
@@ -376,7 +390,7 @@ class PeerTransport:
             if chal is None:
                 raise OperationFailed(f"{address} closed the connection during the handshake")
             if chal.get("t") == "error":
-                raise error_from_dict(chal.get("error") or {})
+                raise remote_error(chal.get("error") or {})
             node, nonce, proof = chal.get("node"), chal.get("nonce"), chal.get("proof")
             if type(node) is not int or not isinstance(nonce, bytes) or not isinstance(proof, bytes):
                 raise OperationFailed(f"{address} sent a malformed challenge")
@@ -390,7 +404,7 @@ class PeerTransport:
             welcome = await read_frame(reader, HANDSHAKE_MAX_FRAME)
             if welcome is None or welcome.get("t") != "welcome":
                 err = (welcome or {}).get("error") or {"message": f"{address} refused the handshake"}
-                raise error_from_dict(err)
+                raise remote_error(err)
             return reader, writer, _session(self._secret, mine, nonce, dialer=True), node
         except BaseException:
             await _close(writer)
@@ -437,7 +451,7 @@ class _PeerSender:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             detail = f" ({self.last_error})" if self.last_error else ""
-            raise OperationFailed(f"no answer from {self.address} within {timeout} s{detail}") from None
+            raise PeerUnreachable(f"no answer from {self.address} within {timeout} s{detail}") from None
         finally:
             self.waiting.pop(rid, None)
 
@@ -445,7 +459,7 @@ class _PeerSender:
         self.task.cancel()
         for fut in self.waiting.values():
             if not fut.done():
-                fut.set_exception(OperationFailed(f"connection to {self.address} closed"))
+                fut.set_exception(PeerUnreachable(f"connection to {self.address} closed"))
 
     async def _run(self) -> None:
         backoff = self.BACKOFF_MIN
@@ -464,7 +478,7 @@ class _PeerSender:
             except Exception as exc:
                 self.last_error = f"{exc.__class__.__name__}: {exc}"
                 if self.one_shot:
-                    self._fail_waiting(OperationFailed(f"cannot reach {self.address}: {self.last_error}"))
+                    self._fail_waiting(PeerUnreachable(f"cannot reach {self.address}: {self.last_error}"))
                     return
             else:
                 backoff = self.BACKOFF_MIN
@@ -481,7 +495,7 @@ class _PeerSender:
                     self.connected = False
                     await _close(writer)
                 # Requests in flight on a dead connection have an unknown outcome.
-                self._fail_waiting(OperationFailed(f"connection to {self.address} lost: {self.last_error}"))
+                self._fail_waiting(PeerUnreachable(f"connection to {self.address} lost: {self.last_error}"))
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, self.BACKOFF_MAX)
 
@@ -532,6 +546,6 @@ class _PeerSender:
                 fut = self.waiting.get(body.get("id"))  # type: ignore[arg-type]
                 if fut is not None and not fut.done():
                     if "error" in body:
-                        fut.set_exception(error_from_dict(body["error"] or {}))
+                        fut.set_exception(remote_error(body["error"] or {}))
                     else:
                         fut.set_result(body.get("result"))

@@ -1,0 +1,225 @@
+"""`nodeos cluster ...`: form and inspect the Raft cluster; a linearizable key/value space.
+
+All commands talk to the local nodeosd; it forwards to the leader where needed. Input is
+checked here first (same validators as the daemon) so a typo exits 2 without a round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from nodeos import validate
+from nodeos.cli.output import command_runner, json_option, table
+from nodeos.cluster.token import decode_token
+from nodeos.errors import BadInput
+from nodeos.rpc.client import Client
+
+
+def _client(ctx: click.Context, timeout_s: float = 60.0) -> Client:
+    obj = ctx.find_root().obj or {}
+    return Client(obj.get("socket", "/run/nodeos/api.sock"), timeout_s=timeout_s)
+
+
+@click.group()
+def cluster() -> None:
+    """Form, join, leave and inspect the cluster."""
+
+
+@cluster.command()
+@click.option(
+    "--node-id",
+    type=click.IntRange(min=1, max=2**63 - 1),
+    default=None,
+    help="Raft id of this node (default: derived from the node's identity).",
+)
+@click.option("--failure-domain", default=None, help="Failure domain of this node (e.g. a rack).")
+@json_option
+@click.pass_context
+@command_runner
+def init(
+    ctx: click.Context, node_id: int | None, failure_domain: str | None, as_json: bool
+) -> tuple[Any, Any]:
+    """Create a new cluster with this node as its only member; prints the join token."""
+    params: dict[str, Any] = {}
+    if node_id is not None:
+        params["node_id"] = node_id
+    if failure_domain is not None:
+        params["failure_domain"] = failure_domain
+    out = _client(ctx).call("cluster.init", params)
+    return (
+        out,
+        lambda d: (
+            f"created cluster {d['cluster_id']} (this node: {d['node_id']}, at {d['address']})\n"
+            f"join other nodes with:\n  nodeos cluster join {d['address']} --token {d['token']}"
+        ),
+    )
+
+
+@cluster.command()
+@click.argument("address")
+@click.option("--token", required=True, help="The join token printed by `nodeos cluster init`.")
+@click.option(
+    "--node-id",
+    type=click.IntRange(min=1, max=2**63 - 1),
+    default=None,
+    help="Raft id of this node (default: derived from the node's identity).",
+)
+@click.option("--failure-domain", default=None, help="Failure domain of this node (e.g. a rack).")
+@json_option
+@click.pass_context
+@command_runner
+def join(
+    ctx: click.Context,
+    address: str,
+    token: str,
+    node_id: int | None,
+    failure_domain: str | None,
+    as_json: bool,
+) -> tuple[Any, Any]:
+    """Join the cluster that the member at ADDRESS (HOST:PORT) belongs to."""
+    validate.host_port(address, "address")
+    decode_token(token)
+    params: dict[str, Any] = {"address": address, "token": token}
+    if node_id is not None:
+        params["node_id"] = node_id
+    if failure_domain is not None:
+        params["failure_domain"] = failure_domain
+    out = _client(ctx).call("cluster.join", params, progress="joining")
+    return out, lambda d: f"joined cluster {d['cluster_id']} as node {d['node_id']}"
+
+
+@cluster.command()
+@json_option
+@click.pass_context
+@command_runner
+def leave(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
+    """Remove this node from its cluster (handing over leadership first if it leads)."""
+    out = _client(ctx).call("cluster.leave", {}, progress="leaving")
+    return out, lambda d: f"node {d['node_id']} left cluster {d['left']}"
+
+
+@cluster.command()
+@json_option
+@click.pass_context
+@command_runner
+def token(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
+    """Print a join token for this cluster (it contains the cluster secret: keep it private)."""
+    out = _client(ctx).call("cluster.token", {})
+    return out, lambda d: d["token"]
+
+
+def _status_human(d: dict[str, Any]) -> str:
+    if not d.get("member"):
+        return "this node is not a member of a cluster"
+    head = (
+        f"cluster  {d['cluster_id']}\nnode     {d['node_id']} ({d['role']})\n"
+        f"leader   {d['leader'] or '(none)'}   term {d['term']}   "
+        f"commit {d['commit']}   applied {d['applied']}"
+    )
+    rows = [
+        {
+            "id": m["node_id"],
+            "name": m.get("name") or "",
+            "address": m.get("address") or "",
+            "role": m.get("role") or "",
+            "raft": m["raft"] + (" *" if m["node_id"] == d["leader"] else ""),
+            "match": "-" if m.get("match") is None else m["match"],
+            "lag": "-" if m.get("lag") is None else m["lag"],
+        }
+        for m in d["members"]
+    ]
+    return head + "\n\n" + table(rows, ["id", "name", "address", "role", "raft", "match", "lag"])
+
+
+@cluster.command()
+@json_option
+@click.pass_context
+@command_runner
+def status(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
+    """Members, leader, term, commit index and each member's replication lag."""
+    return _client(ctx).call("cluster.status", {}), _status_human
+
+
+# --- kv -------------------------------------------------------------------------------------
+
+
+@cluster.group()
+def kv() -> None:
+    """A linearizable key/value space in the cluster map (for operators' debugging and tests)."""
+
+
+def _key(key: str) -> str:
+    if not key or len(key) > 256:
+        raise BadInput("key must be 1..256 characters", field="key")
+    return key
+
+
+timeout_option = click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1, max=300),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the cluster.",
+)
+
+
+@kv.command("get")
+@click.argument("key")
+@timeout_option
+@json_option
+@click.pass_context
+@command_runner
+def kv_get(ctx: click.Context, key: str, timeout: float, as_json: bool) -> tuple[Any, Any]:
+    """Read KEY (linearizable: confirmed with a quorum by the leader)."""
+    out = _client(ctx).call("cluster.kv.get", {"key": _key(key), "timeout": timeout})
+    return out, lambda d: "(absent)" if d["value"] is None else str(d["value"])
+
+
+@kv.command("put")
+@click.argument("key")
+@click.argument("value")
+@timeout_option
+@json_option
+@click.pass_context
+@command_runner
+def kv_put(ctx: click.Context, key: str, value: str, timeout: float, as_json: bool) -> tuple[Any, Any]:
+    """Set KEY to VALUE once committed."""
+    out = _client(ctx).call("cluster.kv.put", {"key": _key(key), "value": value, "timeout": timeout})
+    return out, lambda d: f"{d['key']} = {d['value']} (revision {d['revision']})"
+
+
+@kv.command("cas")
+@click.argument("key")
+@click.argument("value")
+@click.option("--expect", default=None, help="Only set VALUE if KEY currently holds this value.")
+@click.option("--expect-absent", is_flag=True, help="Only set VALUE if KEY does not exist.")
+@timeout_option
+@json_option
+@click.pass_context
+@command_runner
+def kv_cas(
+    ctx: click.Context,
+    key: str,
+    value: str,
+    expect: str | None,
+    expect_absent: bool,
+    timeout: float,
+    as_json: bool,
+) -> tuple[Any, Any]:
+    """Compare-and-set: set KEY to VALUE only if it holds --expect (or is absent)."""
+    if (expect is None) == (not expect_absent):
+        raise BadInput("give exactly one of --expect VALUE or --expect-absent", field="expect")
+    out = _client(ctx).call(
+        "cluster.kv.cas", {"key": _key(key), "expect": expect, "value": value, "timeout": timeout}
+    )
+    if not out["succeeded"]:
+        # The command ran; the comparison failed: exit 1 with the value found.
+        from nodeos.errors import OperationFailed
+
+        found = "(absent)" if out["value"] is None else out["value"]
+        if as_json:
+            return out, ""
+        raise OperationFailed(f"{key} holds {found}, not the expected value; nothing changed")
+    return out, lambda d: f"{d['key']} = {d['value']} (revision {d['revision']})"

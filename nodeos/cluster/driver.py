@@ -1,0 +1,403 @@
+"""The imperative shell around the pure Raft core: time, disk, network and the cluster map.
+
+One asyncio task handles every Ready in the order Raft requires:
+  1. persist snapshot + entries + hard state in ONE synced LMDB transaction,
+  2. only then send the messages (they may promise what was just persisted),
+  3. restore a received snapshot, apply committed entries to the map, answer waiters,
+  4. advance.
+Ticks come from a timer; messages from the transport; proposals and reads from the service.
+
+Proposals are wrapped as `[request id, command]` so the proposer can find the result of its
+own entry; the map only sees the command. A proposal is acknowledged only once its entry is
+committed AND applied. When this node loses leadership, every pending proposal fails with
+OutcomeUnknown (its entry may still commit under the next leader).
+
+Linearizable reads use ReadIndex: the leader confirms it is still leader with a quorum, then
+serves the read once the map has applied up to the read index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
+from nodeos.cluster.map import ClusterMap
+from nodeos.cluster.raft import (
+    NONE,
+    ConfChange,
+    ConfChangeType,
+    Config,
+    ConfState,
+    Entry,
+    EntryType,
+    ProposalDropped,
+    RawNode,
+    Ready,
+    StateRole,
+    Storage,
+    decode_conf_change,
+    from_wire,
+    to_wire,
+)
+from nodeos.cluster.transport import PeerTransport
+
+log = logging.getLogger("nodeosd.cluster")
+
+SNAPSHOT_EVERY = 2000  # applied entries between map snapshots
+KEEP_AFTER_SNAPSHOT = 500  # entries kept behind a snapshot so slow followers catch up from the log
+
+
+def _command_name(cmd: bytes) -> str:
+    try:
+        obj = msgpack.unpackb(cmd, raw=False, strict_map_key=False)
+    except Exception:
+        return ""
+    return obj.get("cmd", "") if isinstance(obj, dict) else ""
+
+
+class RaftDriver:
+    def __init__(
+        self,
+        raft_id: int,
+        storage: Storage,
+        transport: PeerTransport,
+        *,
+        tick_s: float = 0.1,
+        election_tick: int = 10,
+        heartbeat_tick: int = 1,
+        on_removed: Callable[[], None] | None = None,
+        extra_peers: dict[int, str] | None = None,
+    ) -> None:
+        self.id = raft_id
+        self.storage = storage
+        self.transport = transport
+        self.tick_s = tick_s
+        self.map = ClusterMap()
+        self.on_removed = on_removed
+        self.extra_peers = dict(extra_peers or {})
+        snap = storage.snapshot()
+        applied = 0
+        if not snap.is_empty():
+            self.map.restore(snap.data)
+            self.map.state["applied_index"] = snap.index
+            applied = snap.index
+        self.conf_state: ConfState = storage.initial_state()[1]
+        self.last_snapshot = applied
+        cfg = Config(
+            id=raft_id,
+            election_tick=election_tick,
+            heartbeat_tick=heartbeat_tick,
+            applied=applied,
+            check_quorum=True,
+            pre_vote=True,
+        )
+        self.node = RawNode(cfg, storage)
+        self.leader = NONE
+        self.role = StateRole.FOLLOWER
+        self.term = 0
+        self.leader_changed = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._proposals: dict[bytes, asyncio.Future[Any]] = {}
+        self._reads: dict[bytes, asyncio.Future[int]] = {}
+        self._read_ready: list[tuple[int, asyncio.Future[int]]] = []
+        self._conf_inflight_until = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+        self.bad_messages = 0
+        self._snapshot_due = False
+        self.removed = False
+        self._sync_peers()
+
+    # --- lifecycle ---
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._ticker()), loop.create_task(self._loop())]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._fail_pending(NotLeader("the cluster service is stopping"))
+
+    def campaign(self) -> None:
+        self.node.campaign()
+        self._wake.set()
+
+    # --- inputs ---
+    def on_raft(self, frm: int, wire: dict[str, Any]) -> None:
+        try:
+            msg = from_wire(wire)
+            if msg.frm != frm:
+                raise ValueError(f"message claims to be from {msg.frm} on node {frm}'s connection")
+            self.node.step(msg)
+        except Exception as exc:  # a peer's bad message must never stop this node
+            self.bad_messages += 1
+            log.warning("dropped a bad raft message from node %d: %s", frm, exc)
+            return
+        self._wake.set()
+
+    async def propose(self, command: bytes, timeout: float = 5.0) -> Any:
+        """Propose a map command; returns the map's result once committed and applied here."""
+        if self.role is not StateRole.LEADER:
+            raise NotLeader(f"node {self.id} is not the leader (leader: {self.leader or 'unknown'})")
+        rid = os.urandom(12)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._proposals[rid] = fut
+        try:
+            self.node.propose(msgpack.packb([rid, command], use_bin_type=True))
+        except ProposalDropped as exc:
+            self._proposals.pop(rid, None)
+            raise NotLeader(f"proposal not accepted: {exc}") from None
+        self._wake.set()
+        try:
+            out = await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise OutcomeUnknown(f"not committed within {timeout} s; it may or may not be applied") from None
+        finally:
+            self._proposals.pop(rid, None)
+        if "error" in out:
+            raise remote_error(out["error"])
+        return out.get("result")
+
+    async def propose_conf_change(
+        self, cc_type: ConfChangeType, node_id: int, timeout: float = 10.0
+    ) -> ConfState:
+        if self.role is not StateRole.LEADER:
+            raise NotLeader(f"node {self.id} is not the leader")
+        if time.monotonic() < self._conf_inflight_until:
+            raise NotLeader("another membership change is in progress; try again")
+        rid = os.urandom(12)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._proposals[rid] = fut
+        try:
+            self.node.propose_conf_change(ConfChange(cc_type, node_id, rid))
+        except ProposalDropped as exc:
+            self._proposals.pop(rid, None)
+            raise NotLeader(f"membership change not accepted: {exc}") from None
+        self._conf_inflight_until = time.monotonic() + timeout
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise OutcomeUnknown(f"membership change not committed within {timeout} s") from None
+        finally:
+            self._proposals.pop(rid, None)
+
+    async def read_barrier(self, timeout: float = 5.0) -> None:
+        """Return once the local map reflects every write committed before this call (ReadIndex)."""
+        if self.role is not StateRole.LEADER:
+            raise NotLeader(f"node {self.id} is not the leader")
+        ctx = os.urandom(12)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._reads[ctx] = fut
+        self.node.read_index(ctx)
+        self._wake.set()
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise NotLeader(f"leadership not confirmed within {timeout} s") from None
+        finally:
+            self._reads.pop(ctx, None)
+
+    def transfer_leadership(self, to: int) -> None:
+        self.node.transfer_leadership(to)
+        self._wake.set()
+
+    # --- the loop ---
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            self.node.tick()
+            if self.role is StateRole.LEADER:
+                self._promote_learners()
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                self._handle_readies()
+            except Exception:
+                # Persisting failed (disk?) or a bug: continuing could break Raft's promises.
+                log.critical("raft loop failed; stopping this node's cluster participation", exc_info=True)
+                self._fail_pending(OutcomeUnknown("the cluster service failed on this node"))
+                raise
+
+    def _handle_readies(self) -> None:
+        while self.node.has_ready():
+            rd = self.node.ready()
+            self.storage.persist(rd.hard_state, rd.entries, rd.snapshot)
+            if rd.hard_state is not None:
+                self.term = rd.hard_state.term
+            for m in rd.messages:
+                self.transport.send_raft(m.to, to_wire(m))
+            if rd.snapshot is not None and not rd.snapshot.is_empty():
+                self.map.restore(rd.snapshot.data)
+                self.map.state["applied_index"] = rd.snapshot.index
+                self.conf_state = rd.snapshot.meta.conf_state
+                self.last_snapshot = rd.snapshot.index
+                self._sync_peers()
+            for e in rd.committed_entries:
+                self._apply(e)
+            for rs in rd.read_states:
+                fut = self._reads.get(rs.request_ctx)
+                if fut is not None:
+                    self._read_ready.append((rs.index, fut))
+            if rd.soft_state is not None:
+                self._on_soft_state(rd)
+            self.node.advance(rd)
+            self._serve_reads()
+            self._maybe_snapshot()
+
+    def _apply(self, e: Entry) -> None:
+        if e.index <= self.map.applied_index:
+            return
+        if e.type == EntryType.CONF_CHANGE:
+            cc = decode_conf_change(e.data)
+            self.conf_state = self.node.apply_conf_change(cc)
+            self.map.apply(e.index, b"")
+            self._conf_inflight_until = 0.0
+            fut = self._proposals.get(cc.context)
+            if fut is not None and not fut.done():
+                fut.set_result(self.conf_state)
+            self._sync_peers()
+            if cc.type != ConfChangeType.REMOVE:
+                # A new member catches up from a snapshot; the only one may be older than its
+                # admission, and Raft ignores a snapshot whose membership lacks the receiver.
+                self._snapshot_due = True
+            log.info("membership now voters=%s learners=%s", self.conf_state.voters, self.conf_state.learners)
+            if cc.type == ConfChangeType.REMOVE and cc.node_id == self.id:
+                self.removed = True
+                if self.on_removed is not None:
+                    self.on_removed()
+            return
+        if not e.data:
+            self.map.apply(e.index, b"")  # a new leader's no-op entry
+            return
+        try:
+            rid, cmd = msgpack.unpackb(e.data, raw=False)
+        except Exception:
+            rid, cmd = b"", e.data
+        result = self.map.apply(e.index, cmd if isinstance(cmd, bytes) else b"\xc1")
+        fut = self._proposals.get(rid) if isinstance(rid, bytes) else None
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+        if isinstance(cmd, bytes) and _command_name(cmd) in ("add_node", "remove_node"):
+            self._sync_peers()
+
+    def _on_soft_state(self, rd: Ready) -> None:
+        ss = rd.soft_state
+        assert ss is not None
+        was_leader = self.role is StateRole.LEADER
+        if ss.leader != self.leader:
+            log.info("leader is now %s (term %d)", ss.leader or "unknown", self.node.status().hard_state.term)
+        self.leader, self.role = ss.leader, ss.role
+        self.leader_changed.set()
+        self.leader_changed = asyncio.Event()
+        if was_leader and self.role is not StateRole.LEADER:
+            self._fail_pending(OutcomeUnknown("leadership changed; the command may or may not be applied"))
+
+    def _fail_pending(self, err: Exception) -> None:
+        for fut in list(self._proposals.values()):
+            if not fut.done():
+                fut.set_exception(err)
+        for fut in list(self._reads.values()):
+            if not fut.done():
+                fut.set_exception(NotLeader(str(err)))
+        self._read_ready.clear()
+
+    def _serve_reads(self) -> None:
+        keep = []
+        for index, fut in self._read_ready:
+            if fut.done():
+                continue
+            if self.map.applied_index >= index:
+                fut.set_result(index)
+            else:
+                keep.append((index, fut))
+        self._read_ready = keep
+
+    def _maybe_snapshot(self) -> None:
+        applied = self.map.applied_index
+        if applied <= self.last_snapshot or (
+            applied - self.last_snapshot < SNAPSHOT_EVERY and not self._snapshot_due
+        ):
+            return
+        self._snapshot_due = False
+        self.storage.create_snapshot(applied, self.conf_state, self.map.snapshot())
+        self.last_snapshot = applied
+        compact_to = applied - KEEP_AFTER_SNAPSHOT
+        if compact_to >= self.storage.first_index():
+            self.storage.compact(compact_to)
+
+    def _promote_learners(self) -> None:
+        if time.monotonic() < self._conf_inflight_until:
+            return
+        st = self.node.status()
+        for nid, pr in st.progress.items():
+            if pr.is_learner and pr.match >= st.hard_state.commit:
+                try:
+                    self.node.propose_conf_change(ConfChange(ConfChangeType.ADD_VOTER, nid, b""))
+                except ProposalDropped:
+                    return
+                log.info("promoting caught-up learner %d to voter", nid)
+                self._conf_inflight_until = time.monotonic() + 10.0
+                return
+
+    def _sync_peers(self) -> None:
+        """Point the transport at every member: addresses from the map (or the join reply)."""
+        want: dict[int, str] = {}
+        members = set(self.conf_state.voters) | set(self.conf_state.learners)
+        for nid, addr in self.extra_peers.items():
+            want[nid] = addr
+        for nid, node in self.map.nodes.items():
+            addr = (node.get("addresses") or {}).get("peer")
+            if addr:
+                want[nid] = addr
+        for nid, addr in want.items():
+            if nid != self.id:
+                self.transport.set_peer(nid, addr)
+        for nid in list(self.transport.peers()):
+            if nid not in want and nid not in members:
+                self.transport.remove_peer(nid)
+
+    # --- introspection ---
+    def status(self) -> dict[str, Any]:
+        st = self.node.status()
+        out: dict[str, Any] = {
+            "node_id": self.id,
+            "role": st.soft_state.role.value,
+            "leader": st.soft_state.leader or None,
+            "term": st.hard_state.term,
+            "commit": st.hard_state.commit,
+            "applied": self.map.applied_index,
+            "voters": list(self.conf_state.voters),
+            "learners": list(self.conf_state.learners),
+            "first_index": self.storage.first_index(),
+            "last_index": self.storage.last_index(),
+            "bad_messages": self.bad_messages,
+        }
+        if st.progress:
+            last = self.storage.last_index()
+            out["progress"] = {
+                nid: {
+                    "match": pr.match,
+                    "next": pr.next,
+                    "state": pr.state.value,
+                    "lag": max(0, last - pr.match),
+                    "learner": pr.is_learner,
+                    "active": pr.recent_active,
+                }
+                for nid, pr in st.progress.items()
+            }
+        return out

@@ -1,0 +1,510 @@
+"""ClusterService: the Raft member inside nodeosd (init, join, leave, status, kv).
+
+State on disk (under `<state-dir>/cluster/`): `meta/` holds this node's cluster identity
+(cluster id, secret, Raft id); `raft/` is the LMDB Raft log (nodeos/cluster/raft_storage.py).
+The map itself is rebuilt from the Raft snapshot + log at start.
+
+Requests that need the leader (writes, linearizable reads, join, remove) are run locally
+when this node leads, else forwarded to the leader over the authenticated peer transport.
+`NotLeader` errors (nothing done) are retried until the request's deadline; a write whose
+fate is unknown (timeout, lost link, leader change) fails with `unknown_outcome`.
+
+Test-only: with NODEOS_TEST_FAULTS=1 in the environment the API gains `cluster.test.fault`
+(cut this node's links to given peers). NODEOS_RAFT_TICK_MS sets the tick (default 100 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from nodeos import validate
+from nodeos.cluster.driver import RaftDriver
+from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
+from nodeos.cluster.map import ROLES, encode_command
+from nodeos.cluster.raft import NONE, ConfChangeType, StateRole, bootstrap_storage
+from nodeos.cluster.token import SECRET_BYTES, JoinToken, decode_token
+from nodeos.cluster.transport import PeerTransport
+from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
+
+log = logging.getLogger("nodeosd.cluster")
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+META_KEY = "identity"
+
+
+def _open_raft_storage(path: Path) -> Any:
+    from nodeos.cluster.raft_storage import LmdbRaftStorage
+
+    return LmdbRaftStorage(path)
+
+
+def _int_param(params: dict[str, Any], field: str, required: bool = False) -> int | None:
+    v = params.get(field)
+    if v is None and not required:
+        return None
+    if type(v) is not int or not 0 < v < 2**63:
+        raise BadInput(f"{field} must be a positive integer", field=field)
+    return v
+
+
+def _str_param(params: dict[str, Any], field: str, max_len: int = 256) -> str:
+    v = params.get(field)
+    if not isinstance(v, str) or not v or len(v) > max_len:
+        raise BadInput(f"{field} must be a non-empty string", field=field)
+    return v
+
+
+class ClusterService:
+    name = "cluster"
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.dir = Path(ctx.state_dir) / "cluster"
+        self.peer_listen: tuple[str, int] | None = ctx.peer_listen
+        self.advertise = ""
+        if self.peer_listen is not None:
+            host, port = self.peer_listen
+            self.advertise = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        dp = ctx.dataplane
+        self.role = "witness" if dp is None or getattr(dp, "name", "none") == "none" else "storage"
+        self.faults = os.environ.get("NODEOS_TEST_FAULTS") == "1"
+        self.tick_s = float(os.environ.get("NODEOS_RAFT_TICK_MS", "100")) / 1000.0
+        self.meta: Any = None
+        self.identity: dict[str, Any] | None = None
+        self.storage: Any = None
+        self.transport: PeerTransport | None = None
+        self.driver: RaftDriver | None = None
+        self._lock = asyncio.Lock()  # one init/join/leave at a time
+
+    # --- Service protocol ---
+    def methods(self) -> dict[str, Handler]:
+        m: dict[str, Handler] = {
+            "cluster.init": self.api_init,
+            "cluster.join": self.api_join,
+            "cluster.leave": self.api_leave,
+            "cluster.status": self.api_status,
+            "cluster.token": self.api_token,
+            "cluster.kv.get": self.api_kv_get,
+            "cluster.kv.put": self.api_kv_put,
+            "cluster.kv.cas": self.api_kv_cas,
+        }
+        if self.faults:
+            m["cluster.test.fault"] = self.api_fault
+        return m
+
+    async def start(self) -> None:
+        from nodeos.store.lmdb_store import Store
+
+        self.meta = Store(self.dir / "meta", dbs=["meta"])
+        with self.meta.read() as txn:
+            self.identity = txn.get("meta", META_KEY)
+        if self.identity is not None:
+            await self._start_member(extra_peers={})
+            log.info("cluster member %d of cluster %s", self.identity["raft_id"], self.identity["cluster_id"])
+
+    async def stop(self) -> None:
+        await self._stop_member()
+        if self.meta is not None:
+            self.meta.close()
+            self.meta = None
+
+    def status(self) -> dict[str, Any]:
+        if self.identity is None or self.driver is None:
+            return {"member": False, "peer_listen": self.advertise or None}
+        d = self.driver
+        st = d.node.status()
+        return {
+            "member": True,
+            "cluster_id": self.identity["cluster_id"],
+            "node_id": d.id,
+            "role": st.soft_state.role.value,
+            "leader": st.soft_state.leader or None,
+            "term": st.hard_state.term,
+            "commit": st.hard_state.commit,
+            "peer_listen": self.advertise,
+        }
+
+    # --- membership of this node ---
+    def _default_raft_id(self) -> int:
+        try:
+            return int(str(self.ctx.node_id)[:12], 16) or 1
+        except ValueError:
+            return 1
+
+    def _need_peer_listen(self) -> None:
+        if not self.advertise:
+            raise BadInput(
+                "this nodeosd has no peer listener; start it with --peer-listen HOST:PORT",
+                field="peer_listen",
+            )
+
+    def _not_member(self) -> None:
+        if self.identity is not None:
+            raise AlreadyExists(
+                f"this node already belongs to cluster {self.identity['cluster_id']}", field="cluster"
+            )
+
+    def _make_transport(self, raft_id: int, cluster_id: str, secret: bytes) -> PeerTransport:
+        return PeerTransport(
+            raft_id, cluster_id, secret, self._on_raft, self._on_request, advertise=self.advertise
+        )
+
+    async def _start_member(
+        self, extra_peers: dict[int, str], transport: PeerTransport | None = None
+    ) -> None:
+        ident = self.identity
+        assert ident is not None
+        if transport is None:
+            transport = self._make_transport(ident["raft_id"], ident["cluster_id"], ident["secret"])
+            assert self.peer_listen is not None, "a member needs --peer-listen"
+            await transport.listen(*self.peer_listen)
+        self.transport = transport
+        self.storage = await asyncio.to_thread(_open_raft_storage, self.dir / "raft")
+        self.driver = RaftDriver(
+            ident["raft_id"],
+            self.storage,
+            transport,
+            tick_s=self.tick_s,
+            on_removed=self._on_removed,
+            extra_peers=extra_peers,
+        )
+        self.driver.start()
+
+    async def _stop_member(self) -> None:
+        if self.driver is not None:
+            await self.driver.stop()
+            self.driver = None
+        if self.transport is not None:
+            await self.transport.close()
+            self.transport = None
+        if self.storage is not None:
+            with contextlib.suppress(Exception):
+                self.storage.close()
+            self.storage = None
+
+    def _save_identity(self, ident: dict[str, Any] | None) -> None:
+        with self.meta.write() as txn:
+            if ident is None:
+                txn.delete("meta", META_KEY)
+            else:
+                txn.put("meta", META_KEY, ident)
+        self.identity = ident
+
+    def _wipe_raft_dir(self) -> None:
+        shutil.rmtree(self.dir / "raft", ignore_errors=True)
+
+    def _on_removed(self) -> None:
+        log.warning("this node was removed from the cluster")
+
+    # --- API: init / join / leave / token / status ---
+    async def api_init(self, params: dict[str, Any]) -> dict[str, Any]:
+        async with self._lock:
+            self._not_member()
+            self._need_peer_listen()
+            raft_id = _int_param(params, "node_id") or self._default_raft_id()
+            fd = params.get("failure_domain")
+            if fd is not None:
+                _str_param(params, "failure_domain")
+            cluster_id = uuid.uuid4().hex
+            secret = os.urandom(SECRET_BYTES)
+            # A crash after bootstrap but before the identity is saved leaves a raft dir with
+            # no identity: it belongs to no cluster and is cleared here.
+            await asyncio.to_thread(self._wipe_raft_dir)
+            storage = await asyncio.to_thread(_open_raft_storage, self.dir / "raft")
+            try:
+                bootstrap_storage(storage, [raft_id])
+            finally:
+                storage.close()
+            ident = {"cluster_id": cluster_id, "secret": secret, "raft_id": raft_id}
+            self._save_identity(ident)
+            await self._start_member(extra_peers={})
+            assert self.driver is not None
+            self.driver.campaign()
+            await self._at_leader("command", {"cmd": "init_cluster", "args": {"cluster_id": cluster_id}}, 10)
+            await self._at_leader("command", {"cmd": "add_node", "args": self._node_args(raft_id, fd)}, 10)
+            token = JoinToken(cluster_id, secret, self.advertise).encode()
+            log.info("created cluster %s as node %d", cluster_id, raft_id)
+            return {"cluster_id": cluster_id, "node_id": raft_id, "token": token, "address": self.advertise}
+
+    def _node_args(self, raft_id: int, fd: str | None) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "node_id": raft_id,
+            "addresses": {"peer": self.advertise},
+            "role": self.role,
+            "name": self.ctx.node_name or f"node-{raft_id}",
+        }
+        if fd:
+            args["failure_domain"] = fd
+        return args
+
+    async def api_token(self, params: dict[str, Any]) -> dict[str, Any]:
+        ident = self._member()
+        return {"token": JoinToken(ident["cluster_id"], ident["secret"], self.advertise).encode()}
+
+    async def api_join(self, params: dict[str, Any]) -> dict[str, Any]:
+        address = params.get("address")
+        validate.host_port(address, "address")
+        token = decode_token(params.get("token"))  # type: ignore[arg-type]
+        async with self._lock:
+            self._not_member()
+            self._need_peer_listen()
+            assert self.peer_listen is not None
+            raft_id = _int_param(params, "node_id") or self._default_raft_id()
+            fd = params.get("failure_domain")
+            if fd is not None:
+                _str_param(params, "failure_domain")
+            transport = self._make_transport(raft_id, token.cluster_id, token.secret)
+            await transport.listen(*self.peer_listen)
+            try:
+                reply = await transport.request_address(
+                    str(address), "cluster.join", self._node_args(raft_id, fd), timeout=20.0
+                )
+            except BadInput as err:
+                await transport.close()
+                if err.field == "cluster":
+                    raise BadInput(
+                        f"{address} is not a member of the token's cluster {token.cluster_id}", field="token"
+                    ) from None
+                raise
+            except BaseException:
+                await transport.close()
+                raise
+            members = {int(k): str(v) for k, v in (reply.get("members") or {}).items()}
+            await asyncio.to_thread(self._wipe_raft_dir)
+            self._save_identity({"cluster_id": token.cluster_id, "secret": token.secret, "raft_id": raft_id})
+            await self._start_member(extra_peers=members, transport=transport)
+            log.info("joined cluster %s as node %d", token.cluster_id, raft_id)
+            return {"cluster_id": token.cluster_id, "node_id": raft_id, "leader": reply.get("leader")}
+
+    async def api_leave(self, params: dict[str, Any]) -> dict[str, Any]:
+        async with self._lock:
+            ident = self._member()
+            d = self._drv()
+            me = d.id
+            voters = set(d.conf_state.voters)
+            if voters == {me} and not d.conf_state.learners:
+                raise BadInput("the last member of a cluster cannot leave it", field="cluster")
+            if d.role is StateRole.LEADER:
+                await self._hand_over_leadership(d)
+            await self._at_leader("remove", {"node_id": me}, timeout=20.0)
+            await self._stop_member()
+            await asyncio.to_thread(self._wipe_raft_dir)
+            self._save_identity(None)
+            log.info("left cluster %s", ident["cluster_id"])
+            return {"left": ident["cluster_id"], "node_id": me}
+
+    async def _hand_over_leadership(self, d: RaftDriver) -> None:
+        st = d.node.status()
+        others = [(pr.match, nid) for nid, pr in st.progress.items() if nid != d.id and not pr.is_learner]
+        if not others:
+            raise BadInput("no other voter can take over leadership", field="cluster")
+        d.transfer_leadership(max(others)[1])
+        deadline = time.monotonic() + 5.0
+        while d.role is StateRole.LEADER and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(d.leader_changed.wait(), deadline - time.monotonic())
+        if d.role is StateRole.LEADER:
+            raise OutcomeUnknown("leadership transfer did not finish; try `cluster leave` again")
+
+    async def api_status(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.identity is None or self.driver is None:
+            return {"member": False, "cluster_id": None, "leader": None, "members": []}
+        d = self.driver
+        local = d.status()
+        progress = local.get("progress")
+        if progress is None and d.leader not in (NONE, d.id) and self.transport is not None:
+            with contextlib.suppress(NodeosError):
+                remote = await self.transport.request(d.leader, "cluster.progress", {}, timeout=1.0)
+                progress = {int(k): v for k, v in (remote.get("progress") or {}).items()}
+        members = []
+        ids = sorted(set(d.conf_state.voters) | set(d.conf_state.learners) | set(d.map.nodes))
+        for nid in ids:
+            node = d.map.nodes.get(nid, {})
+            pr = (progress or {}).get(nid, {})
+            members.append(
+                {
+                    "node_id": nid,
+                    "name": node.get("name"),
+                    "address": (node.get("addresses") or {}).get("peer"),
+                    "role": node.get("role"),
+                    "failure_domain": node.get("failure_domain"),
+                    "raft": "voter"
+                    if nid in d.conf_state.voters
+                    else ("learner" if nid in d.conf_state.learners else "none"),
+                    "match": pr.get("match"),
+                    "lag": pr.get("lag"),
+                    "is_self": nid == d.id,
+                }
+            )
+        return {
+            "member": True,
+            "cluster_id": self.identity["cluster_id"],
+            "node_id": d.id,
+            "role": local["role"],
+            "leader": local["leader"],
+            "term": local["term"],
+            "commit": local["commit"],
+            "applied": local["applied"],
+            "last_index": local["last_index"],
+            "members": members,
+            "rejected_commands": len(d.map.state["rejected"]),
+        }
+
+    # --- API: kv ---
+    async def api_kv_get(self, params: dict[str, Any]) -> dict[str, Any]:
+        key = _str_param(params, "key")
+        return await self._at_leader("kv_get", {"key": key}, self._timeout(params), idempotent=True)
+
+    async def api_kv_put(self, params: dict[str, Any]) -> dict[str, Any]:
+        args = {"key": _str_param(params, "key"), "value": params.get("value")}
+        return await self._at_leader("command", {"cmd": "kv_put", "args": args}, self._timeout(params))
+
+    async def api_kv_cas(self, params: dict[str, Any]) -> dict[str, Any]:
+        args = {
+            "key": _str_param(params, "key"),
+            "expect": params.get("expect"),
+            "value": params.get("value"),
+        }
+        return await self._at_leader("command", {"cmd": "kv_cas", "args": args}, self._timeout(params))
+
+    def _timeout(self, params: dict[str, Any]) -> float:
+        t = params.get("timeout", 5.0)
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= 300:
+            raise BadInput("timeout must be a number of seconds in (0, 300]", field="timeout")
+        return float(t)
+
+    async def api_fault(self, params: dict[str, Any]) -> dict[str, Any]:
+        drop = params.get("drop", [])
+        if not isinstance(drop, list) or not all(type(x) is int for x in drop):
+            raise BadInput("drop must be a list of node ids", field="drop")
+        t = self.transport
+        if t is None:
+            raise BadInput("this node is not a cluster member", field="cluster")
+        t.blocked = set(drop)
+        return {"blocked": sorted(t.blocked)}
+
+    # --- leader-side work and forwarding ---
+    def _member(self) -> dict[str, Any]:
+        if self.identity is None:
+            raise BadInput(
+                "this node is not a member of a cluster (use `cluster init` or `cluster join`)",
+                field="cluster",
+            )
+        return self.identity
+
+    def _drv(self) -> RaftDriver:
+        self._member()
+        if self.driver is None:
+            raise NotLeader("the cluster service is not running on this node")
+        return self.driver
+
+    async def _at_leader(
+        self, method: str, params: dict[str, Any], timeout: float, idempotent: bool = False
+    ) -> Any:
+        """Run a leader method here or at the leader; retry while nothing was done."""
+        deadline = time.monotonic() + timeout
+        while True:
+            d = self._drv()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NotLeader(f"no leader could take the request within {timeout} s")
+            try:
+                if d.role is StateRole.LEADER:
+                    return await self._leader_call(method, params, remaining)
+                if d.leader == NONE or self.transport is None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(d.leader_changed.wait(), min(remaining, 0.5))
+                    continue
+                return await self.transport.request(
+                    d.leader, "cluster.fwd", {"method": method, "params": params}, timeout=remaining
+                )
+            except NotLeader:
+                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            except PeerUnreachable as err:
+                if idempotent:
+                    await asyncio.sleep(0.05)
+                    continue
+                raise OutcomeUnknown(f"lost contact with the leader: {err.message}") from None
+
+    async def _leader_call(self, method: str, params: dict[str, Any], timeout: float) -> Any:
+        d = self._drv()
+        if d.role is not StateRole.LEADER:
+            raise NotLeader(f"node {d.id} is not the leader")
+        if method == "command":
+            return await d.propose(encode_command(params["cmd"], params.get("args") or {}), timeout)
+        if method == "kv_get":
+            await d.read_barrier(min(timeout, 5.0))
+            return {"key": params["key"], "value": d.map.kv_get(params["key"])}
+        if method == "join":
+            return await self._leader_join(d, params, timeout)
+        if method == "remove":
+            return await self._leader_remove(d, params, timeout)
+        raise BadInput(f"unknown cluster method {method!r}", field="method")
+
+    async def _leader_join(self, d: RaftDriver, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        nid = _int_param(params, "node_id", required=True)
+        assert nid is not None
+        addr = (params.get("addresses") or {}).get("peer")
+        validate.host_port(addr, "address")
+        if params.get("role", "storage") not in ROLES:
+            raise BadInput("role is not allowed", field="role", allowed=list(ROLES))
+        existing = d.map.nodes.get(nid)
+        in_raft = nid in d.conf_state.voters or nid in d.conf_state.learners
+        if existing is not None and (existing.get("addresses") or {}).get("peer") != addr:
+            raise AlreadyExists(f"node id {nid} is already taken by another node", field="node_id")
+        if existing is None and in_raft:
+            raise AlreadyExists(f"node id {nid} is already taken", field="node_id")
+        if existing is None:
+            await d.propose(encode_command("add_node", params), timeout)
+        if not in_raft:
+            await d.propose_conf_change(ConfChangeType.ADD_LEARNER, nid, timeout)
+        members = {k: (v.get("addresses") or {}).get("peer") for k, v in d.map.nodes.items() if k != nid}
+        return {"cluster_id": d.map.state["cluster_id"], "leader": d.id, "members": members}
+
+    async def _leader_remove(self, d: RaftDriver, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        nid = _int_param(params, "node_id", required=True)
+        assert nid is not None
+        if nid == d.id:
+            # A leader does not remove itself: it hands over first (see api_leave).
+            raise NotLeader("the leader is leaving; retry at the next leader")
+        in_raft = nid in d.conf_state.voters or nid in d.conf_state.learners
+        if not in_raft and nid not in d.map.nodes:
+            raise NotFound(f"node {nid} is not a member", field="node_id")
+        if in_raft:
+            await d.propose_conf_change(ConfChangeType.REMOVE, nid, timeout)
+        if nid in d.map.nodes:
+            await d.propose(encode_command("remove_node", {"node_id": nid}), timeout)
+        return {"removed": nid}
+
+    # --- transport callbacks ---
+    def _on_raft(self, frm: int, msg: dict[str, Any]) -> None:
+        if self.driver is not None:
+            self.driver.on_raft(frm, msg)
+
+    async def _on_request(self, frm: int, method: str, params: dict[str, Any]) -> Any:
+        if method == "cluster.join":
+            if params.get("node_id") != frm:
+                raise BadInput("join: node_id differs from the id the peer authenticated as", field="node_id")
+            return await self._at_leader("join", params, timeout=15.0)
+        if method == "cluster.fwd":
+            inner, inner_params = params.get("method"), params.get("params") or {}
+            if inner not in ("command", "kv_get", "join", "remove"):
+                raise BadInput(f"unknown forwarded method {inner!r}", field="method")
+            return await self._leader_call(str(inner), inner_params, 5.0 if inner != "join" else 15.0)
+        if method == "cluster.progress":
+            return self._drv().status()
+        raise BadInput(f"unknown peer method {method!r}", field="method")
+
+
+def create_service(ctx: Any) -> ClusterService:
+    return ClusterService(ctx)
