@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from nodeos.rpc import framing
 from .logsetup import fields
 
 LOG = logging.getLogger("nodeosd.api")
+_LEN = struct.Struct(">I")
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
@@ -95,18 +97,26 @@ class ApiServer:
         try:
             while True:
                 try:
-                    msg = await framing.read_frame(reader, self.max_frame)
+                    body = await self._read_body(reader)
                 except framing.FrameError as exc:
-                    # The stream is out of step (bad length or truncated): answer and hang up.
+                    # Bad length or truncated: the stream is out of step, answer and hang up.
                     self.bad_frames += 1
                     LOG.warning("bad frame from API client: %s", exc, extra=fields(frame_error=exc.code))
                     await self._send(
                         writer, framing.reply_error(None, {"code": exc.code, "message": str(exc)})
                     )
                     return
-                if msg is None:
+                if body is None:
                     return
-                reply = await self._handle(msg)
+                try:
+                    msg = framing.unpack_body(body)
+                except framing.FrameError as exc:
+                    # A whole frame that does not decode: the stream is still in step, keep it.
+                    self.bad_frames += 1
+                    LOG.warning("bad frame from API client: %s", exc, extra=fields(frame_error=exc.code))
+                    reply = framing.reply_error(None, {"code": exc.code, "message": str(exc)})
+                else:
+                    reply = await self._handle(msg)
                 if not await self._send(writer, reply):
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -118,6 +128,24 @@ class ApiServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _read_body(self, reader: asyncio.StreamReader) -> bytes | None:
+        """One frame's body; None on a clean end of stream between frames."""
+        try:
+            header = await reader.readexactly(_LEN.size)
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                return None
+            raise framing.FrameError("connection closed inside a frame header") from None
+        (length,) = _LEN.unpack(header)
+        if length > self.max_frame:
+            raise framing.FrameError(
+                f"frame of {length} bytes exceeds the limit of {self.max_frame}", code="too_large"
+            )
+        try:
+            return await reader.readexactly(length)
+        except asyncio.IncompleteReadError:
+            raise framing.FrameError("connection closed inside a frame body") from None
 
     async def _send(self, writer: asyncio.StreamWriter, obj: dict[str, Any]) -> bool:
         try:

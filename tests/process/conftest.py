@@ -147,3 +147,14 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         d.stop()
         if d.log.exists() and os.environ.get("NODEOS_SHOW_LOGS"):
             print(d.log.read_text())
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for a module's read-mostly tests (each start costs a second or two)."""
+    d = Daemon(tmp_path_factory.mktemp("shared"))
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
