@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST, nla, nlmsg
+from pyroute2.netlink import NLA_F_NESTED, NLM_F_ACK, NLM_F_REQUEST, nla, nlmsg
 
 RTM_GETDCB = 78
 RTM_SETDCB = 79
@@ -204,6 +204,7 @@ class DcbState:
 
 
 class _app_table(nla):
+    nla_flags = NLA_F_NESTED  # libmnl's nest_start sets it; so do we (byte-for-byte with dcb)
     # DCB_ATTR_IEEE_APP holds an IEEE-selector dcb_app; DCB_ATTR_DCB_APP a non-IEEE one (PCP).
     nla_map = (
         (0, "DCB_ATTR_IEEE_APP_UNSPEC", "none"),
@@ -213,6 +214,7 @@ class _app_table(nla):
 
 
 class _trust_table(nla):
+    nla_flags = NLA_F_NESTED
     nla_map = (
         (0, "DCB_ATTR_IEEE_APP_UNSPEC", "none"),
         (1, "DCB_ATTR_IEEE_APP", "uint8"),
@@ -221,11 +223,12 @@ class _trust_table(nla):
 
 
 class _ieee(nla):
+    nla_flags = NLA_F_NESTED
     nla_map = (
         (0, "DCB_ATTR_IEEE_UNSPEC", "none"),
         (1, "DCB_ATTR_IEEE_ETS", "cdata"),
         (2, "DCB_ATTR_IEEE_PFC", "cdata"),
-        (3, "DCB_ATTR_IEEE_APP_TABLE", "_app_table|nested"),
+        (3, "DCB_ATTR_IEEE_APP_TABLE", "_app_table"),
         (4, "DCB_ATTR_IEEE_PEER_ETS", "cdata"),
         (5, "DCB_ATTR_IEEE_PEER_PFC", "cdata"),
         (6, "DCB_ATTR_IEEE_PEER_APP", "cdata"),
@@ -233,7 +236,7 @@ class _ieee(nla):
         (8, "DCB_ATTR_IEEE_QCN", "cdata"),
         (9, "DCB_ATTR_IEEE_QCN_STATS", "cdata"),
         (10, "DCB_ATTR_DCB_BUFFER", "cdata"),
-        (11, "DCB_ATTR_DCB_APP_TRUST_TABLE", "_trust_table|nested"),
+        (11, "DCB_ATTR_DCB_APP_TRUST_TABLE", "_trust_table"),
         (12, "DCB_ATTR_DCB_REWR_TABLE", "cdata"),
     )
     _app_table = _app_table
@@ -258,7 +261,7 @@ class dcbmsg(nlmsg):
         (10, "DCB_ATTR_NUMTCS", "cdata"),
         (11, "DCB_ATTR_BCN", "cdata"),
         (12, "DCB_ATTR_APP", "cdata"),
-        (13, "DCB_ATTR_IEEE", "_ieee|nested"),
+        (13, "DCB_ATTR_IEEE", "_ieee"),
         (14, "DCB_ATTR_DCBX", "uint8"),
         (15, "DCB_ATTR_FEATCFG", "cdata"),
         (16, "DCB_ATTR_CEE", "cdata"),

@@ -15,7 +15,7 @@ from typing import Any
 from pyroute2 import IPRoute
 
 from nodeos.errors import NodeosError
-from nodeos.net import rdma
+from nodeos.net import pr2compat, rdma
 from nodeos.net.dcb import DcbState
 from nodeos.net.dcbsock import DcbSocket, NoDcbSupport
 from nodeos.net.model import NetConfig
@@ -27,6 +27,7 @@ MAIN_TABLE = 254
 SYSCTL_ROOT = Path("/proc/sys")
 # Userspace DCB agents that would undo what we set (and that we refuse to fight).
 DCB_AGENTS = ("lldpad", "dcbd", "lldpd")
+pr2compat.ensure_route_cc_algo()  # before any route message is built
 
 
 @dataclass(frozen=True)
