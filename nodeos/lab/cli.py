@@ -129,11 +129,16 @@ def exec_(ctx: click.Context, timeout: float, vm: str, argv: tuple[str, ...]) ->
     """Run a command inside VM (`exec s1 -- nvme list`); its exit code is ours."""
     lab = _lab(ctx)
     data = None if sys.stdin.isatty() else sys.stdin.buffer.read()
-    r = _run(lambda: lab.exec(vm, list(argv), timeout=timeout, input=data or None))
-    sys.stdout.buffer.write(r.stdout_bytes)
-    sys.stdout.flush()
-    sys.stderr.buffer.write(r.stderr_bytes)
-    sys.exit(r.rc)
+
+    def out(b: bytes) -> None:
+        sys.stdout.buffer.write(b)
+        sys.stdout.flush()
+
+    def err(b: bytes) -> None:
+        sys.stderr.buffer.write(b)
+        sys.stderr.flush()
+
+    sys.exit(_run(lambda: lab.exec_stream(vm, list(argv), out, err, timeout=timeout, input=data or None)))
 
 
 def _vm_command(name: str, method: str, doc: str) -> None:

@@ -80,14 +80,15 @@ MASKED_UNITS: tuple[str, ...] = (
 )
 
 # Bumped whenever the base customisation below changes meaning.
-BASE_RECIPE = 4
+BASE_RECIPE = 5
 
 # A small initramfs: only what finds the root file system on the disks the image boots from
-# (virtio in the lab, NVMe/SATA/SAS/USB on bare metal). MODULES=most made it 40 MB, which
-# costs seconds of decompression per boot under TCG.
+# (virtio in the lab, NVMe/SATA/SAS/USB on bare metal), plus virtio_net so a lab VM's eth0
+# exists before systemd starts (under a loaded TCG host udev can take minutes to get to it).
+# MODULES=most made it 40 MB, which costs seconds of decompression per boot under TCG.
 INITRAMFS_MODULES: tuple[str, ...] = (
     "virtio_pci", "virtio_blk", "virtio_scsi", "nvme", "ahci", "sd_mod", "mpt3sas", "megaraid_sas",
-    "usb_storage", "uas", "xhci_pci", "ehci_pci", "ext4", "crc32c_generic",
+    "usb_storage", "uas", "xhci_pci", "ehci_pci", "ext4", "crc32c_generic", "virtio_net",
 )  # fmt: skip
 IMAGE_RECIPE = 2
 

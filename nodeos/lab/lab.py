@@ -482,6 +482,24 @@ class Lab:
             )
         return r
 
+    def exec_stream(
+        self,
+        vm: str,
+        argv: list[str],
+        on_stdout: Callable[[bytes], None],
+        on_stderr: Callable[[bytes], None],
+        timeout: float = 600.0,
+        input: bytes | None = None,
+    ) -> int:
+        """Like exec, but output is handed to the callbacks while the command runs."""
+        if not argv:
+            raise BadInput("no command given", field="argv")
+        st = self._load()
+        v = self._vm(st, vm)
+        if not qemu.is_ours(v.pid, self._tag(vm)):
+            raise OperationFailed(f"{vm} is not running (start it first)")
+        return self._agent(vm).exec_stream(list(argv), on_stdout, on_stderr, timeout=timeout, input=input)
+
     def sh(self, vm: str, script: str, timeout: float = 120.0, *, check: bool = True) -> ExecResult:
         """A shell snippet inside the VM (`sh -ec`); raises unless it succeeds by default."""
         return self.exec(vm, ["sh", "-ec", script], timeout=timeout, check=check)

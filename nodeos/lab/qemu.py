@@ -113,6 +113,8 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
         "root=/dev/vda", "rw", "console=ttyS0,115200", "net.ifnames=0", "fsck.mode=skip",
         f"systemd.hostname={vm.name}", "nodeos.lab=1", f"nodeos.role={vm.role}",
         f"nodeos.ip={vm.ip}", f"nodeos.hostid={vm.hostid}", f"nodeos.hostnqn={vm.hostnqn}",
+        # q35's built-in SATA, SMBus, LPC watchdog: nothing on them in the lab, skip the probes.
+        "modprobe.blacklist=ahci,i2c_i801,lpc_ich,iTCO_wdt,iTCO_vendor_support,pcspkr",
     ]  # fmt: skip
     parts += [f"systemd.mask={u}" for u in LAB_MASKED_UNITS]
     if vm.role == "host":

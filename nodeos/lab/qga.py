@@ -16,6 +16,7 @@ import json
 import random
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,89 @@ class GuestAgent:
                 raise OperationFailed(f"command {argv!r} did not finish in {timeout:.0f} s (killed)")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
+
+    def exec_stream(
+        self,
+        argv: list[str],
+        on_stdout: Callable[[bytes], None],
+        on_stderr: Callable[[bytes], None],
+        *,
+        timeout: float = 600.0,
+        input: bytes | None = None,
+    ) -> int:
+        """Run argv and hand its output over while it runs; returns the exit code.
+
+        guest-exec only returns captured output at the end, so the command writes to two files
+        in the guest's /run that are read as they grow (guest-file-read).
+        """
+        base = f"/run/nodeos-lab-exec-{random.getrandbits(48):012x}"
+        args: dict[str, Any] = {
+            "path": "/bin/sh",
+            "arg": ["-c", 'exec "$@" >"$0.out" 2>"$0.err"', base, *argv],
+            "capture-output": False,
+        }
+        if input is not None:
+            args["input-data"] = base64.b64encode(input).decode()
+        pid = self._exchange({"execute": "guest-exec", "arguments": args}, 30.0)["pid"]
+        handles: dict[str, int] = {}
+        sinks = {".out": on_stdout, ".err": on_stderr}
+
+        def pump() -> None:
+            for suffix, sink in sinks.items():
+                if suffix not in handles:
+                    try:
+                        handles[suffix] = self._exchange(
+                            {"execute": "guest-file-open", "arguments": {"path": base + suffix, "mode": "r"}},
+                            30.0,
+                        )
+                    except AgentUnavailable:
+                        raise
+                    except OperationFailed:
+                        continue  # not created yet
+                while True:
+                    r = self._exchange(
+                        {
+                            "execute": "guest-file-read",
+                            "arguments": {"handle": handles[suffix], "count": 65536},
+                        },
+                        30.0,
+                    )
+                    data = base64.b64decode(r.get("buf-b64", ""))
+                    if data:
+                        sink(data)
+                    if len(data) < 65536:
+                        break
+
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        try:
+            while True:
+                st = self._exchange({"execute": "guest-exec-status", "arguments": {"pid": pid}}, 30.0)
+                pump()
+                if st.get("exited"):
+                    pump()
+                    sig = st.get("signal")
+                    return int(st.get("exitcode", 128 + (sig or 0)))
+                if time.monotonic() > deadline:
+                    with contextlib.suppress(OperationFailed):
+                        self._exchange(
+                            {"execute": "guest-exec", "arguments": {"path": "kill", "arg": ["-9", str(pid)]}},
+                            10.0,
+                        )
+                    raise OperationFailed(f"command {argv!r} did not finish in {timeout:.0f} s (killed)")
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.5)
+        finally:
+            with contextlib.suppress(OperationFailed):
+                for h in handles.values():
+                    self._exchange({"execute": "guest-file-close", "arguments": {"handle": h}}, 10.0)
+                self._exchange(
+                    {
+                        "execute": "guest-exec",
+                        "arguments": {"path": "rm", "arg": ["-f", base + ".out", base + ".err"]},
+                    },
+                    10.0,
+                )
 
 
 class _Reader:

@@ -32,19 +32,34 @@ def dp(lab: Lab, vm: str, body: str, timeout: float = 300) -> Any:
     r = lab.exec(vm, ["python3", "-"], input=code, timeout=timeout)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@")]
     if r.rc != 0 or not lines:
-        raise AssertionError(f"{vm}: python exited {r.rc}\nstdout: {r.stdout[-3000:]}\nstderr: {r.stderr[-3000:]}")
+        raise AssertionError(
+            f"{vm}: python exited {r.rc}\nstdout: {r.stdout[-3000:]}\nstderr: {r.stderr[-3000:]}"
+        )
     return json.loads(lines[-1][2:])
 
 
-def spec_code(nqn: str, vol: str, addr: str, hosts: list[tuple[str, str | None]], *, pool: str = "p1",
-              uuid: str, serial: str = "NODEOSLAB0001", rdma: bool = True, **extra: Any) -> str:
+def spec_code(
+    nqn: str,
+    vol: str,
+    addr: str,
+    hosts: list[tuple[str, str | None]],
+    *,
+    pool: str = "p1",
+    uuid: str,
+    serial: str = "NODEOSLAB0001",
+    rdma: bool = True,
+    **extra: Any,
+) -> str:
     listeners = [f"Listener('tcp', {addr!r}, '4420')"]
     if rdma:
         listeners.append(f"Listener('rdma', {addr!r}, '4420')")
     h = ", ".join(f"HostAccess({n!r}, {k!r})" for n, k in hosts)
     kw = "".join(f", {k}={v!r}" for k, v in extra.items())
-    return (f"ExportSpec(nqn={nqn!r}, serial={serial!r}, pool_id={pool!r}, vol_id={vol!r}, uuid={uuid!r}, "
-            f"nguid={uuid.replace('-', '')!r}, listeners=({', '.join(listeners)},), hosts=({h}{',' if h else ''}){kw})")
+    return (
+        f"ExportSpec(nqn={nqn!r}, serial={serial!r}, pool_id={pool!r}, vol_id={vol!r}, uuid={uuid!r}, "
+        f"nguid={uuid.replace('-', '')!r}, listeners=({', '.join(listeners)},), "
+        f"hosts=({h}{',' if h else ''}){kw})"
+    )
 
 
 def discover(lab: Lab, host: str, addr: str, svcid: str, trtype: str = "tcp") -> list[str]:
@@ -56,13 +71,17 @@ def discover(lab: Lab, host: str, addr: str, svcid: str, trtype: str = "tcp") ->
         doc = json.loads(r.stdout)
     except ValueError:
         return []
-    return [e.get("subnqn", "") for e in doc.get("records", []) if e.get("subtype") != "discovery"
-            and "discovery" not in str(e.get("subtype", ""))]
+    return [
+        e.get("subnqn", "")
+        for e in doc.get("records", [])
+        if e.get("subtype") != "discovery" and "discovery" not in str(e.get("subtype", ""))
+    ]
 
 
 def connect(lab: Lab, host: str, trtype: str, addr: str, nqn: str, *extra: str) -> tuple[int, str]:
-    r = lab.exec(host, ["nvme", "connect", "-t", trtype, "-a", addr, "-s", "4420", "-n", nqn, *extra],
-                 timeout=90)
+    r = lab.exec(
+        host, ["nvme", "connect", "-t", trtype, "-a", addr, "-s", "4420", "-n", nqn, *extra], timeout=90
+    )
     return r.rc, r.stdout + r.stderr
 
 
@@ -107,14 +126,21 @@ def wait_for(what: str, cond: Any, timeout: float = 90, every: float = 1.0) -> N
 
 def write_random(lab: Lab, host: str, dev: str, mib: int, seek_mib: int = 0) -> str:
     """Random data to dev (direct I/O); returns its sha256."""
-    r = lab.sh(host, f"""
+    r = lab.sh(
+        host,
+        f"""
 head -c {mib}M /dev/urandom > /tmp/pattern
 dd if=/tmp/pattern of={dev} bs=1M seek={seek_mib} oflag=direct conv=fsync status=none
-sha256sum < /tmp/pattern | cut -d' ' -f1""", timeout=300)
+sha256sum < /tmp/pattern | cut -d' ' -f1""",
+        timeout=300,
+    )
     return r.stdout.strip()
 
 
 def read_sum(lab: Lab, host: str, dev: str, mib: int, skip_mib: int = 0) -> str:
-    r = lab.sh(host, f"dd if={dev} bs=1M count={mib} skip={skip_mib} iflag=direct status=none | sha256sum | "
-                     "cut -d' ' -f1", timeout=300)
+    r = lab.sh(
+        host,
+        f"dd if={dev} bs=1M count={mib} skip={skip_mib} iflag=direct status=none | sha256sum | cut -d' ' -f1",
+        timeout=300,
+    )
     return r.stdout.strip()

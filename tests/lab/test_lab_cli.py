@@ -20,9 +20,16 @@ CLI = [sys.executable, "-c", "from nodeos.lab.cli import main; main()"]
 
 
 def run(*args: str, input: bytes | None = None, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=input is None, input=input, timeout=timeout, check=False
-    )
+    if input is None:
+        return subprocess.run(
+            [*CLI, *args],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+    return subprocess.run([*CLI, *args], capture_output=True, input=input, timeout=timeout, check=False)
 
 
 def qemu_pids(lab: str) -> list[int]:

@@ -16,6 +16,14 @@ mkdir -p /etc/nvme
 [ -n "$hostid" ] && echo "$hostid" > /etc/nvme/hostid
 [ -n "$hostnqn" ] && echo "$hostnqn" > /etc/nvme/hostnqn
 ip link set lo up
+# eth0 may still be on its way (slow udev under an emulated CPU): wait for it, loudly.
+n=0
+until [ -e /sys/class/net/eth0 ]; do
+  n=$((n + 1))
+  [ $n -le 1800 ] || { echo "nodeos-lab-init: no eth0 after 900 s" >&2; exit 1; }
+  [ $((n % 60)) -ne 0 ] || echo "nodeos-lab-init: waiting for eth0"
+  sleep 0.5
+done
 ip link set eth0 up
 [ -n "$ip" ] && ip addr replace "$ip" dev eth0
 # rdma_rxe needs crc32 before it can make a device (measured: -2 without it).
