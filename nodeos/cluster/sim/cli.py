@@ -98,3 +98,7 @@ def main(
         f"{len(seeds)} seeds ({seeds.start}..{seeds.stop - 1}), {nodes} nodes: no invariant violated "
         f"in {elapsed:.1f}s [{summary}]"
     )
+
+
+if __name__ == "__main__":
+    main()

@@ -95,7 +95,16 @@ class Simulation:
         self._seq = 0
         self._events: list[tuple[int, int, int, Any]] = []
         self.trace: list[str] = []
-        self.stats = {"elections": 0, "acked": 0, "reads": 0, "crashes": 0, "snapshots_sent": 0, "events": 0}
+        self.stats = {
+            "elections": 0,
+            "acked": 0,
+            "reads": 0,
+            "crashes": 0,
+            "snapshots_sent": 0,
+            "events": 0,
+            "conf_changes": 0,
+            "transfers": 0,
+        }
         self.compact_every = r.choice([8, 20, 60])
         # Swarm testing: each seed picks its own fault density and batching.
         self.fault_gap = r.choice([(40, 250), (10, 80), (100, 400)])
@@ -104,7 +113,7 @@ class Simulation:
         # minority: the Figure 8 situations that the commit rule (5.4.2) exists for.
         self.crash_new_leader = r.choice([0.0, 0.0, 0.3, 0.6])
         self.compact_keep = r.choice([0, 2, 10])
-        self.disk_max_ms = r.choice([0, 1, 4])
+        self.disk_max_ms = r.choice([0, 2, 10, 30])  # slow disks widen the unsynced window
         self.next_cmd = 0
         self.next_read = 0
         self.proposer: dict[bytes, tuple[int, int]] = {}  # command -> (node, incarnation)
@@ -386,6 +395,7 @@ class Simulation:
                 if voters:
                     to = r.choice(sorted(voters))
                     self.log(f"transfer leadership n{lead.id} -> n{to}")
+                    self.stats["transfers"] += 1
                     lead.rn.transfer_leadership(to)  # type: ignore[union-attr]
                     self._after_input(lead)
         else:
@@ -422,6 +432,7 @@ class Simulation:
         try:
             lead.rn.propose_conf_change(cc)
             self.log(f"n{lead.id} proposes {cc.type.name} n{cc.node_id}")
+            self.stats["conf_changes"] += 1
         except ProposalDropped:
             return
         self._after_input(lead)
