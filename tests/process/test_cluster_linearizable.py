@@ -99,14 +99,8 @@ class Client(threading.Thread):
         method, params = {
             "read": ("cluster.kv.get", {"key": key}),
             "write": ("cluster.kv.put", {"key": key, "value": value}),
-            "cas": (
-                "cluster.kv.cas",
-                {
-                    "key": key,
-                    "expect": value[0] if f == "cas" else None,
-                    "value": value[1] if f == "cas" else value,
-                },
-            ),
+            "cas": ("cluster.kv.cas", {"key": key, "expect": value[0] if f == "cas" else None,
+                                       "value": value[1] if f == "cas" else value}),
         }[f]
         self.rec.invoke(self.proc, f, key, value)
         try:
