@@ -44,7 +44,7 @@ META_KEY = "identity"
 def _open_raft_storage(path: Path) -> Any:
     from nodeos.cluster.raft_storage import LmdbRaftStorage
 
-    return LmdbRaftStorage(path)
+    return LmdbRaftStorage.open(path)
 
 
 def _int_param(params: dict[str, Any], field: str, required: bool = False) -> int | None:

@@ -99,14 +99,20 @@ class Client(threading.Thread):
         method, params = {
             "read": ("cluster.kv.get", {"key": key}),
             "write": ("cluster.kv.put", {"key": key, "value": value}),
-            "cas": ("cluster.kv.cas", {"key": key, "expect": value[0] if f == "cas" else None,
-                                       "value": value[1] if f == "cas" else value}),
+            "cas": (
+                "cluster.kv.cas",
+                {
+                    "key": key,
+                    "expect": value[0] if f == "cas" else None,
+                    "value": value[1] if f == "cas" else value,
+                },
+            ),
         }[f]
         self.rec.invoke(self.proc, f, key, value)
         try:
             reply = api(node, method, params)
-        except Unsent:
-            self.rec.fail(self.proc, f, key, value)
+        except Unsent as exc:
+            self.rec.aborted(self.proc, f, key, value, str(exc))
             self.counts["fail"] += 1
             time.sleep(0.05)  # that daemon is down: don't spin on it
             return
@@ -118,7 +124,7 @@ class Client(threading.Thread):
         if "error" in reply:
             code = (reply["error"] or {}).get("code")
             if code in NOTHING_DONE:
-                self.rec.fail(self.proc, f, key, value)
+                self.rec.aborted(self.proc, f, key, value, str(code))
                 self.counts["fail"] += 1
             else:
                 self.rec.info(self.proc, f, key, value)
@@ -129,9 +135,7 @@ class Client(threading.Thread):
         if f == "read":
             self.last_seen[key] = res["value"]
             self.rec.ok(self.proc, f, key, res["value"])
-        elif f == "write":
-            self.rec.ok(self.proc, f, key, value)
-        elif res["succeeded"]:
+        elif f == "write" or res["succeeded"]:
             self.rec.ok(self.proc, f, key, value)
         else:
             self.last_seen[key] = res["value"]

@@ -6,7 +6,8 @@ Three file formats are read, each one event per line, in real-time order:
 - the Jepsen key-value EDN maps (`{:process 0, :type :invoke, :f :append, :key "0", :value "x"}`),
 - our own JSON lines (`{"process": 0, "type": "invoke", "f": "write", "key": "k", "value": 3}`),
   written by the cluster's test clients; `f` is one of the model's functions, `type` one of
-  invoke/ok/fail/info, `value` of a cas is `[from, to]` and of an ok read the value read.
+  invoke/ok/fail/info, `value` of a cas is `[from, to]` and of an ok read the value read;
+  a `fail` carrying an `error` field means the operation never ran (even a cas).
 
 Outcome rules (as in ../shared/linearizability/README.md): `ok` completes an operation; a
 `fail` of a cas means the value was not `from`; any other `fail` means the operation did not
@@ -72,6 +73,7 @@ class Event:
     f: str
     key: Any
     value: Any
+    aborted: bool = False  # a `fail` that says the op never ran (even a cas)
 
 
 def build_ops(events: Iterable[Event], functions: frozenset[str]) -> list[Op]:
@@ -101,7 +103,7 @@ def build_ops(events: Iterable[Event], functions: frozenset[str]) -> list[Op]:
             op.ret = pos
             op.output = ev.value if ev.f in VALUE_OUTPUT else (True if ev.f == "cas" else None)
         elif ev.type == "fail":
-            if ev.f == "cas":
+            if ev.f == "cas" and not ev.aborted:
                 op.ret = pos
                 op.output = False
             else:
@@ -263,7 +265,7 @@ def _event_from_map(m: dict[str, Any], n: int) -> Event:
     key = m.get("key")
     if isinstance(key, list):
         key = tuple(key)
-    return Event(n, m["process"], typ, f, key, value)
+    return Event(n, m["process"], typ, f, key, value, aborted=m.get("error") is not None)
 
 
 def detect_format(lines: list[str]) -> str:

@@ -18,8 +18,13 @@ class HistoryRecorder:
         self._fh: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._lock = threading.Lock()
 
-    def _write(self, process: Any, type_: str, f: str, key: Any, value: Any) -> None:
-        line = json.dumps({"process": process, "type": type_, "f": f, "key": key, "value": value})
+    def _write(
+        self, process: Any, type_: str, f: str, key: Any, value: Any, error: str | None = None
+    ) -> None:
+        event = {"process": process, "type": type_, "f": f, "key": key, "value": value}
+        if error is not None:
+            event["error"] = error
+        line = json.dumps(event)
         with self._lock:
             self._fh.write(line + "\n")
             self._fh.flush()
@@ -33,6 +38,10 @@ class HistoryRecorder:
     def fail(self, process: Any, f: str, key: Any, value: Any = None) -> None:
         """Definite failure: the op did not take effect (a cas: the value was not `from`)."""
         self._write(process, "fail", f, key, value)
+
+    def aborted(self, process: Any, f: str, key: Any, value: Any, error: str) -> None:
+        """The op certainly never ran (refused before it reached the log, daemon unreachable)."""
+        self._write(process, "fail", f, key, value, error=error)
 
     def info(self, process: Any, f: str, key: Any, value: Any = None) -> None:
         """Unknown outcome (timeout, lost connection)."""

@@ -307,3 +307,16 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert r.returncode == 2 and "line 2" in r.stderr
     r = _cli("--model", "queue", str(good))
     assert r.returncode == 2 and "register" in r.stderr
+
+
+def test_aborted_cas_is_not_a_failed_comparison() -> None:
+    # A cas refused before it ran (e.g. no leader) says nothing about the value.
+    events = [
+        {"process": 0, "type": "invoke", "f": "write", "key": "a", "value": 1},
+        {"process": 0, "type": "ok", "f": "write", "key": "a", "value": 1},
+        {"process": 0, "type": "invoke", "f": "cas", "key": "a", "value": [1, 2]},
+        {"process": 0, "type": "fail", "f": "cas", "key": "a", "value": [1, 2], "error": "not_leader"},
+        {"process": 0, "type": "invoke", "f": "read", "key": "a", "value": None},
+        {"process": 0, "type": "ok", "f": "read", "key": "a", "value": 1},
+    ]
+    assert check_text("register", to_text(events)).verdict == LINEARIZABLE
