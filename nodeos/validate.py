@@ -36,7 +36,9 @@ def name(value: Any, field: str = "name") -> str:
             allowed=NAME_ALLOWED,
         )
     if not _NAME_RE.fullmatch(value):
-        raise BadInput(f"{field} {value!r} has characters that are not allowed", field=field, allowed=NAME_ALLOWED)
+        raise BadInput(
+            f"{field} {value!r} has characters that are not allowed", field=field, allowed=NAME_ALLOWED
+        )
     return value
 
 
@@ -80,7 +82,9 @@ def size(value: Any, field: str = "size", *, minimum: int = SIZE_MIN, maximum: i
             raise BadInput(f"{field} {value!r} is not a size", field=field, allowed=SIZE_ALLOWED)
         number, unit = m.group(1), m.group(2).lower()
         if unit not in _UNITS:
-            raise BadInput(f"{field} {value!r} has an unknown unit {m.group(2)!r}", field=field, allowed=SIZE_ALLOWED)
+            raise BadInput(
+                f"{field} {value!r} has an unknown unit {m.group(2)!r}", field=field, allowed=SIZE_ALLOWED
+            )
         mult = _UNITS[unit]
         if "." in number:
             whole, frac = number.split(".")
@@ -129,7 +133,9 @@ _UUID_NQN_RE = re.compile(
     r"nqn\.2014-08\.org\.nvmexpress:uuid:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 )
 # nqn.<yyyy-mm>.<reverse domain>[:<anything printable>]
-_NQN_RE = re.compile(r"nqn\.(\d{4})-(\d{2})\.([A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?::(.+))?")
+_NQN_RE = re.compile(
+    r"nqn\.(\d{4})-(\d{2})\.([A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?::(.+))?"
+)
 NQN_ALLOWED = (
     "nqn.yyyy-mm.<reverse domain>[:<string>] or nqn.2014-08.org.nvmexpress:uuid:<uuid>, "
     f"at most {NQN_MAX_BYTES} bytes"
@@ -158,14 +164,20 @@ def nqn(value: Any, field: str = "nqn") -> str:
         raise BadInput(f"{field} {value!r} is not a valid NQN", field=field, allowed=NQN_ALLOWED)
     year, month = int(m.group(1)), int(m.group(2))
     if not 1 <= month <= 12 or year < 1970:
-        raise BadInput(f"{field} {value!r} has an invalid date {m.group(1)}-{m.group(2)}", field=field, allowed=NQN_ALLOWED)
+        raise BadInput(
+            f"{field} {value!r} has an invalid date {m.group(1)}-{m.group(2)}",
+            field=field,
+            allowed=NQN_ALLOWED,
+        )
     return value
 
 
 def host_nqn(value: Any, field: str = "host") -> str:
     v = nqn(value, field)
     if v == DISCOVERY_NQN:
-        raise BadInput(f"{field} is the well-known discovery NQN, not a host NQN", field=field, allowed=NQN_ALLOWED)
+        raise BadInput(
+            f"{field} is the well-known discovery NQN, not a host NQN", field=field, allowed=NQN_ALLOWED
+        )
     return v
 
 
@@ -204,7 +216,8 @@ def qos_mbps(value: Any, field: str = "qos_mbps") -> int | None:
 # --- DH-HMAC-CHAP -------------------------------------------------------------------------
 
 DHCHAP_ALLOWED = (
-    "DHHC-1:<hash 00|01|02|03>:<base64 of a 32, 48 or 64 byte key + CRC-32>: (as printed by nvme gen-dhchap-key)"
+    "DHHC-1:<hash 00|01|02|03>:<base64 of a 32, 48 or 64 byte key + CRC-32>: "
+    "(as printed by nvme gen-dhchap-key)"
 )
 _DHCHAP_RE = re.compile(r"DHHC-1:(0[0-3]):([A-Za-z0-9+/]+={0,2}):")
 # Key length implied by the transformation hash; 00 (none) takes any of them.
@@ -261,7 +274,9 @@ def host_port(value: Any, field: str = "peer_listen") -> tuple[str, int]:
 
 def choice(value: Any, options: tuple[str, ...] | list[str], field: str) -> str:
     if value not in options:
-        raise BadInput(f"{field} {value!r} is not one of {', '.join(options)}", field=field, allowed=list(options))
+        raise BadInput(
+            f"{field} {value!r} is not one of {', '.join(options)}", field=field, allowed=list(options)
+        )
     return str(value)
 
 

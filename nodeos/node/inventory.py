@@ -1,10 +1,10 @@
 """What the node service needs to know about the hardware: drives (with health) and which
 storage addresses can carry RDMA.
 
-Drives come from nodeos.hw when it provides `list_drives()` (SMART included); otherwise a
-plain sysfs scan of /sys/class/nvme gives the drives without health ("unknown"). Every drive
-is a dict: id, name, path, model, serial, firmware, size_bytes, health (ok|failing|unknown),
-and whatever else the inventory reports (e.g. smart).
+Drives come from nodeos.hw.nvme (nvme-cli, SMART included); without nvme-cli a plain sysfs
+scan of /sys/class/nvme gives the drives without health ("unknown"). Every drive is a dict:
+id (the serial; serial-n<nsid> for further namespaces), name, path, model, serial, firmware,
+size_bytes, health (ok|failing|unknown), health_reasons and smart.
 """
 
 from __future__ import annotations
@@ -29,30 +29,14 @@ def _read(p: Path) -> str:
         return ""
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    if isinstance(obj, dict):
-        return dict(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    if hasattr(obj, "to_dict"):
-        return dict(obj.to_dict())
-    return dict(vars(obj))
-
-
 def _normalise(d: dict[str, Any]) -> dict[str, Any]:
     d = dict(d)
     d.setdefault("name", os.path.basename(str(d.get("path") or "")) or d.get("id"))
     d["id"] = str(d.get("id") or d.get("serial") or d.get("name"))
     health = d.get("health")
-    if isinstance(health, dict):  # e.g. {"state": "failing", ...}
-        health = health.get("state") or health.get("status")
-    if isinstance(health, bool):
-        health = "ok" if health else "failing"
-    d["health"] = (
-        str(health)
-        if health in ("ok", "failing", "unknown")
-        else ("failing" if d.get("failing") else "unknown" if health is None else str(health))
-    )
+    if health not in ("ok", "failing", "unknown"):
+        health = "unknown"
+    d["health"] = health
     return d
 
 
@@ -70,7 +54,7 @@ def sysfs_drives(sys_nvme: Path = SYS_NVME) -> list[dict[str, Any]]:
             nsid = ns.name.split("n")[-1]
             out.append(
                 {
-                    "id": f"{serial}-n{nsid}" if serial else ns.name,
+                    "id": drive_id(serial, nsid, ns.name),
                     "name": ns.name,
                     "path": f"/dev/{ns.name}",
                     "model": _read(ctrl / "model"),
@@ -83,21 +67,49 @@ def sysfs_drives(sys_nvme: Path = SYS_NVME) -> list[dict[str, Any]]:
     return out
 
 
+_previous_smart: dict[str, Any] = {}  # per serial: SMART deltas (new media errors) need the last reading
+
+
+def drive_id(serial: str, nsid: int | str, fallback: str) -> str:
+    """Operators name drives by serial; a second namespace of one controller gets -n<nsid>."""
+    if not serial:
+        return fallback
+    return serial if str(nsid) in ("1", "") else f"{serial}-n{nsid}"
+
+
+def from_hw(d: Any) -> dict[str, Any]:
+    """nodeos.hw.nvme.Drive -> the node service's drive dict."""
+    reasons = [str(r) for r in (d.health or ())]
+    return {
+        "id": drive_id(d.serial, d.nsid, os.path.basename(d.device)),
+        "name": os.path.basename(d.device),
+        "path": d.device,
+        "controller": d.controller,
+        "model": d.model,
+        "serial": d.serial,
+        "firmware": d.firmware,
+        "size_bytes": d.size_bytes,
+        "nsid": d.nsid,
+        "transport": d.transport,
+        "address": d.address,
+        "health": "failing" if reasons else ("ok" if d.smart is not None else "unknown"),
+        "health_reasons": reasons,
+        "smart": dataclasses.asdict(d.smart) if d.smart is not None else None,
+    }
+
+
 def list_drives() -> list[dict[str, Any]]:
+    """Drives with SMART health from nvme-cli (nodeos.hw.nvme); sysfs without health otherwise."""
     try:
-        hw = importlib.import_module("nodeos.hw")
-        fn = getattr(hw, "list_drives", None)
-        if fn is None:
-            hw = importlib.import_module("nodeos.hw.nvme")
-            fn = getattr(hw, "list_drives", None)
-    except ImportError:
-        fn = None
-    if fn is not None:
-        try:
-            return [_normalise(_as_dict(d)) for d in fn()]
-        except Exception as exc:  # inventory trouble must not take the daemon down
-            LOG.warning("drive inventory failed, falling back to sysfs: %s", exc)
-    return [_normalise(d) for d in sysfs_drives()]
+        hw = importlib.import_module("nodeos.hw.nvme")
+        drives = hw.NvmeCli().inventory(previous=dict(_previous_smart))
+    except Exception as exc:  # no nvme-cli, or the inventory failed: still list what sysfs knows
+        LOG.debug("nvme-cli inventory unavailable (%s); using sysfs", exc)
+        return [_normalise(d) for d in sysfs_drives()]
+    for d in drives:
+        if d.smart is not None:
+            _previous_smart[d.serial] = d.smart
+    return [from_hw(d) for d in drives]
 
 
 def rdma_netdevs(sys_ib: Path = SYS_IB) -> set[str]:

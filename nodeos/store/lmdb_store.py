@@ -99,9 +99,7 @@ class Txn:
         with self._txn.cursor(db=self._store.db(db)) as cur:
             return bytes(cur.key()) if cur.last() else None
 
-    def delete_range(
-        self, db: str, start: str | bytes | int, stop: str | bytes | int | None
-    ) -> int:
+    def delete_range(self, db: str, start: str | bytes | int, stop: str | bytes | int | None) -> int:
         """Delete keys in [start, stop); stop None means to the end. Returns the count."""
         lo = key_bytes(start)
         hi = key_bytes(stop) if stop is not None else None
@@ -139,17 +137,13 @@ class Store:
         )
         # Sub-databases are opened up front: opening one later, inside a write
         # transaction of the same thread, would deadlock on LMDB's writer lock.
-        self._dbs: dict[str, Any] = {
-            name: self.env.open_db(name.encode(), create=True) for name in dbs
-        }
+        self._dbs: dict[str, Any] = {name: self.env.open_db(name.encode(), create=True) for name in dbs}
 
     def db(self, name: str) -> Any:
         try:
             return self._dbs[name]
         except KeyError:
-            raise KeyError(
-                f"sub-database {name!r} was not opened; pass it in Store(dbs=...)"
-            ) from None
+            raise KeyError(f"sub-database {name!r} was not opened; pass it in Store(dbs=...)") from None
 
     @contextmanager
     def read(self) -> Iterator[Txn]:
