@@ -15,7 +15,8 @@ import click
 
 from nodeos.errors import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, NodeosError
 from nodeos.lab import image as image_mod
-from nodeos.lab.lab import MAX_DRIVES, MAX_HOSTS, MAX_STORAGE, Lab
+from nodeos.lab.lab import Lab
+from nodeos.lab.plan import MAX_DRIVES, MAX_HOSTS, MAX_STORAGE
 
 
 def _run(fn: Callable[[], Any]) -> Any:

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -105,7 +103,7 @@ SCRIPTS = {"nodeos": "nodeos.cli.main:main", "nodeosd": "nodeos.daemon.main:main
 Progress = Callable[[str], None]
 
 
-def _default_progress(msg: str) -> None:
+def default_progress(msg: str) -> None:
     print(f"image: {msg}", file=sys.stderr, flush=True)
 
 
@@ -189,7 +187,7 @@ def image_key(bkey: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def _run(argv: list[str], progress: Progress, *, quiet: bool = False) -> None:
+def run_step(argv: list[str], progress: Progress, *, quiet: bool = False) -> None:
     """Run a build step; its output goes to our stderr so long steps show their progress."""
     try:
         proc = subprocess.run(
@@ -205,19 +203,19 @@ def _run(argv: list[str], progress: Progress, *, quiet: bool = False) -> None:
         raise OperationFailed(f"image build step failed ({proc.returncode}): {' '.join(argv)}\n{out}")
 
 
-def _need_root() -> None:
+def need_root() -> None:
     if os.geteuid() != 0:
         raise EnvironmentProblem("building the image needs root (mmdebstrap root mode, device nodes)")
 
 
-def build_base(progress: Progress = _default_progress) -> Path:
+def build_base(progress: Progress = default_progress) -> Path:
     """The cached base layer directory (rootfs/, vmlinuz, initrd.img); built when missing."""
     key = base_key()
     root = cache_root()
     done = root / f"base-{key}"
     if (done / "ok").exists():
         return done
-    _need_root()
+    need_root()
     for tool in ("mmdebstrap",):
         if shutil.which(tool) is None:
             raise EnvironmentProblem(f"{tool} is not installed (run images/bootstrap.sh)")
@@ -228,7 +226,7 @@ def build_base(progress: Progress = _default_progress) -> Path:
     rootfs = tmp / "rootfs"
     t0 = time.monotonic()
     progress(f"building the Debian {SUITE} base layer {key} with mmdebstrap (1-3 minutes)")
-    _run(
+    run_step(
         [
             "mmdebstrap",
             "--mode=root",
@@ -343,7 +341,7 @@ def _add_nodeos_layer(rootfs: Path) -> bool:
     return (dst / "daemon" / "main.py").exists()
 
 
-def build_image(progress: Progress = _default_progress, *, raw: bool = False) -> Image:
+def build_image(progress: Progress = default_progress, *, raw: bool = False) -> Image:
     """The lab image for the current work tree: built or refreshed when stale, else reused."""
     bkey = base_key()
     key = image_key(bkey)
@@ -377,7 +375,7 @@ def _build_image_locked(progress: Progress, *, raw: bool, bkey: str, key: str) -
     img = Image(out, key)
     if not (out / "ok").exists():
         base = build_base(progress)
-        _need_root()
+        need_root()
         for tool in ("mke2fs",):
             if shutil.which(tool) is None:
                 raise EnvironmentProblem(f"{tool} is not installed (run images/bootstrap.sh)")
@@ -388,10 +386,10 @@ def _build_image_locked(progress: Progress, *, raw: bool, bkey: str, key: str) -
         tmp.mkdir(parents=True)
         staging = tmp / "staging"
         # Hard links: the base is not copied, and the layer only adds or replaces files.
-        _run(["cp", "-al", str(base / "rootfs"), str(staging)], progress)
+        run_step(["cp", "-al", str(base / "rootfs"), str(staging)], progress)
         has_daemon = _add_nodeos_layer(staging)
         progress("making the ext4 root file system (mke2fs -d)")
-        _run(
+        run_step(
             [
                 "mke2fs", "-q", "-F", "-t", "ext4", "-L", ROOT_LABEL, "-d", str(staging),
                 str(tmp / "rootfs.ext4"), f"{ROOT_SIZE_MIB}M",
@@ -409,6 +407,8 @@ def _build_image_locked(progress: Progress, *, raw: bool, bkey: str, key: str) -
         progress(f"image ready in {time.monotonic() - t0:.0f} s: {out}")
         _prune(root, keep={f"base-{bkey}", f"image-{key}"})
     if raw and not img.raw.exists():
+        from nodeos.lab.rawdisk import build_raw
+
         build_raw(img, progress)
     return img
 
@@ -430,83 +430,3 @@ def _prune(root: Path, keep: Iterable[str]) -> None:
         for p in old[:-n_keep] if n_keep else old:
             if now - p.stat().st_mtime > max_age:
                 shutil.rmtree(p, ignore_errors=True)
-
-
-def boot_options() -> str:
-    return f"root=PARTUUID={ROOT_PARTUUID} rw console=tty0 console=ttyS0,115200 net.ifnames=0"
-
-
-def build_raw(img: Image, progress: Progress = _default_progress) -> Path:
-    """GPT disk: ESP (systemd-boot, kernel, initramfs) + the root file system; UEFI boot."""
-    _need_root()
-    for tool in ("sgdisk", "mkfs.vfat", "mcopy", "mmd"):
-        if shutil.which(tool) is None:
-            raise EnvironmentProblem(f"{tool} is not installed (run images/bootstrap.sh)")
-    t0 = time.monotonic()
-    progress("assembling the raw UEFI disk image (GPT, systemd-boot)")
-    base = cache_root() / f"base-{base_key()}"
-    efi = base / "rootfs" / "usr" / "lib" / "systemd" / "boot" / "efi" / "systemd-bootx64.efi"
-    if not efi.exists():
-        raise OperationFailed(f"{efi} missing: the base lacks systemd-boot-efi")
-    tmp = img.dir / "raw.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    esp = tmp / "esp.img"
-    _run(
-        ["mkfs.vfat", "-F", "32", "-n", "ESP", "-C", str(esp), str(ESP_SIZE_MIB * 1024)], progress, quiet=True
-    )
-    loader = tmp / "loader.conf"
-    loader.write_text("default nodeos.conf\ntimeout 0\n")
-    entry = tmp / "nodeos.conf"
-    entry.write_text(
-        f"title nodeos\nlinux /nodeos/vmlinuz\ninitrd /nodeos/initrd.img\noptions {boot_options()}\n"
-    )
-    m = ["-i", str(esp)]
-    dirs = ["::/EFI", "::/EFI/BOOT", "::/EFI/systemd", "::/loader", "::/loader/entries", "::/nodeos"]
-    _run(["mmd", *m, *dirs], progress, quiet=True)
-    for src, dst in (
-        (efi, "::/EFI/BOOT/BOOTX64.EFI"),
-        (efi, "::/EFI/systemd/systemd-bootx64.efi"),
-        (loader, "::/loader/loader.conf"),
-        (entry, "::/loader/entries/nodeos.conf"),
-        (img.kernel, "::/nodeos/vmlinuz"),
-        (img.initrd, "::/nodeos/initrd.img"),
-    ):
-        _run(["mcopy", *m, str(src), dst], progress, quiet=True)
-    sector = 512
-    esp_start = 2048
-    esp_sectors = ESP_SIZE_MIB * 1024 * 1024 // sector
-    root_start = esp_start + esp_sectors
-    root_sectors = img.rootfs.stat().st_size // sector
-    total = (root_start + root_sectors + 2048) * sector
-    disk = tmp / "disk.raw"
-    with open(disk, "wb") as f:
-        f.truncate(total)
-    # Never -q with bookworm's sgdisk: it then silently writes nothing.
-    _run(
-        [
-            "sgdisk", "-o",
-            "-n", f"1:{esp_start}:{root_start - 1}", "-t", "1:ef00", "-c", "1:ESP",
-            "-n", f"2:{root_start}:{root_start + root_sectors - 1}", "-t", "2:8304", "-c", f"2:{ROOT_LABEL}",
-            "-u", f"2:{ROOT_PARTUUID}", "-U", str(uuid.uuid5(uuid.NAMESPACE_URL, img.key)),
-            str(disk),
-        ],
-        progress,
-        quiet=True,
-    )  # fmt: skip
-    for src, start in ((esp, esp_start), (img.rootfs, root_start)):
-        _run(["dd", f"if={src}", f"of={disk}", "bs=1M", f"seek={start * sector}", "oflag=seek_bytes",
-              "conv=notrunc,sparse", "status=none"], progress)  # fmt: skip
-    disk.rename(img.raw)
-    shutil.rmtree(tmp)
-    progress(f"raw disk image ready in {time.monotonic() - t0:.0f} s: {img.raw}")
-    return img.raw
-
-
-def installed_scripts() -> dict[str, str]:
-    """The console scripts of the installed nodeos distribution (for the docs and checks)."""
-    try:
-        eps = importlib.metadata.entry_points(group="console_scripts")
-    except Exception:  # pragma: no cover - metadata missing in odd installs
-        return dict(SCRIPTS)
-    return {e.name: e.value for e in eps if e.name in SCRIPTS} or dict(SCRIPTS)

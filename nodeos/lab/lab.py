@@ -21,7 +21,6 @@ import re
 import shutil
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
@@ -31,18 +30,16 @@ from typing import Any
 from nodeos.errors import AlreadyExists, BadInput, EnvironmentProblem, NotFound, OperationFailed
 from nodeos.lab import image as image_mod
 from nodeos.lab import netns, qemu
+from nodeos.lab.plan import (
+    SUBNETS,
+    check_counts,
+    check_name,
+    plan_vms,
+    subnet_of,
+)
 from nodeos.lab.qemu import VmSpec
 from nodeos.lab.qga import AgentUnavailable, ExecResult, GuestAgent
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}$")
-MAX_STORAGE = 8
-MAX_HOSTS = 8
-MAX_DRIVES = 8
-DRIVE_SIZE_MIN_MIB = 64
-DRIVE_SIZE_MAX_MIB = 64 * 1024
-SUBNETS = 512  # 198.18.0.0/15 holds 512 /24s
-STORAGE_MEMORY_MIB = 1024
-HOST_MEMORY_MIB = 768
 BOOT_TIMEOUT = float(os.environ.get("NODEOS_LAB_BOOT_TIMEOUT", "900"))
 
 Progress = Callable[[str], None]
@@ -59,62 +56,6 @@ def labs_root() -> Path:
     if os.geteuid() == 0:
         return Path("/var/lib/nodeos-lab")
     return Path.home() / ".local" / "state" / "nodeos-lab"
-
-
-def subnet_of(index: int) -> str:
-    """The /24 prefix (three octets) of subnet number index in 198.18.0.0/15."""
-    return f"198.{18 + index // 256}.{index % 256}"
-
-
-def check_name(name: str) -> str:
-    if not NAME_RE.match(name or ""):
-        raise BadInput(
-            f"lab name {name!r} is not valid",
-            field="name",
-            allowed="1-16 characters: lower-case letters, digits, '-' (not first)",
-        )
-    return name
-
-
-def check_counts(storage: int, drives: int, hosts: int, drive_size_mib: int) -> None:
-    for field, value, lo, hi in (
-        ("storage", storage, 1, MAX_STORAGE),
-        ("drives", drives, 1, MAX_DRIVES),
-        ("hosts", hosts, 0, MAX_HOSTS),
-        ("drive_size_mib", drive_size_mib, DRIVE_SIZE_MIN_MIB, DRIVE_SIZE_MAX_MIB),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-            raise BadInput(
-                f"{field} must be between {lo} and {hi}, got {value!r}", field=field, allowed=f"{lo}..{hi}"
-            )
-
-
-def plan_vms(lab: str, subnet: int, storage: int, drives: int, hosts: int, drive_dir: Path) -> list[VmSpec]:
-    """The VMs of a lab (pure): names, addresses, MACs, identities, drive serials."""
-    prefix = subnet_of(subnet)
-    vms: list[VmSpec] = []
-    for role, count, first in (("storage", storage, 11), ("host", hosts, 101)):
-        for i in range(1, count + 1):
-            name = f"{'s' if role == 'storage' else 'h'}{i}"
-            host_octet = first + i - 1
-            hostid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.{lab}.lab.nodeos"))
-            vm = VmSpec(
-                name=name,
-                role=role,
-                index=host_octet,
-                ip=f"{prefix}.{host_octet}/24",
-                mac=f"52:54:00:{subnet // 256:02x}:{subnet % 256:02x}:{host_octet:02x}",
-                hostnqn=f"nqn.2014-08.org.nvmexpress:uuid:{hostid}",
-                hostid=hostid,
-                memory_mib=STORAGE_MEMORY_MIB if role == "storage" else HOST_MEMORY_MIB,
-            )
-            if role == "storage":
-                vm.drives = [
-                    {"serial": f"NODEOS-{name}-{k}", "path": str(drive_dir / f"{name}-nvme{k}.img")}
-                    for k in range(drives)
-                ]
-            vms.append(vm)
-    return vms
 
 
 class Lab:
@@ -360,7 +301,13 @@ class Lab:
         t0 = time.monotonic()
         deadline = t0 + timeout
         pending = list(names)
+        next_note = t0 + 30
         while pending:
+            if time.monotonic() > next_note:
+                next_note += 30
+                for n in pending:
+                    line = self._last_console_line(n)
+                    self.progress(f"{n}: booting ({time.monotonic() - t0:.0f} s): {line}")
             for n in list(pending):
                 v = st["vms"][n]
                 if not qemu.is_ours(v.pid, self._tag(n)):
@@ -375,6 +322,19 @@ class Lab:
                     raise OperationFailed(f"{', '.join(pending)} not ready after {timeout:.0f} s; "
                                           f"see the consoles under {self.dir / 'vms'}")  # fmt: skip
                 time.sleep(1.0)
+
+    def _last_console_line(self, vm: str) -> str:
+        """The latest line of the VM's console, escape sequences dropped (progress display)."""
+        try:
+            with open(self.vm_dir(vm) / "console.log", "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                tail = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        lines = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[^\[]", "", ln).strip() for ln in tail.splitlines()]
+        lines = [ln for ln in lines if ln]
+        return lines[-1][:100] if lines else ""
 
     def _ready(self, st: dict[str, Any], v: VmSpec, deadline: float) -> bool:
         agent = self._agent(v.name)
