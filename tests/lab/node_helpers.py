@@ -1,0 +1,72 @@
+"""Helpers for the node lab tests: the `nodeos` CLI inside a storage VM, and what the data
+plane really holds (LVs in our volume groups, nvmet subsystems in configfs)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from nodeos.lab import Lab
+
+
+def nodeos(lab: Lab, vm: str, *args: str, timeout: float = 300) -> tuple[int, Any]:
+    """Run `nodeos ARGS --json` in vm: (exit code, parsed JSON or the raw text)."""
+    r = lab.exec(vm, ["nodeos", *args, "--json"], timeout=timeout)
+    try:
+        return r.rc, json.loads(r.stdout)
+    except ValueError:
+        return r.rc, r.stdout + r.stderr
+
+
+def ok(lab: Lab, vm: str, *args: str, timeout: float = 300) -> Any:
+    rc, out = nodeos(lab, vm, *args, timeout=timeout)
+    assert rc == 0, f"nodeos {' '.join(args)} -> {rc}: {out}"
+    return out
+
+
+def subsystems(lab: Lab, vm: str) -> set[str]:
+    r = lab.sh(vm, "ls /sys/kernel/config/nvmet/subsystems 2>/dev/null || true")
+    return {s for s in r.stdout.split() if s.startswith("nqn.2014-08.io.nodeos:vol:")}
+
+
+def logical_volumes(lab: Lab, vm: str) -> set[str]:
+    """Thin LVs (volumes, snapshots, clones) in every VG, pool LVs left out."""
+    r = lab.sh(vm, "lvs --noheadings -o lv_name,segtype 2>/dev/null || true")
+    out = set()
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == "thin":
+            out.add(parts[0])
+    return out
+
+
+def wait_daemon(lab: Lab, vm: str, timeout: float = 180) -> None:
+    """Until the daemon answers `status` (after a (re)start)."""
+    lab.sh(
+        vm,
+        "t=0; until nodeos status --json >/dev/null 2>&1; do t=$((t+1)); "
+        f"[ $t -gt {int(timeout)} ] && exit 1; sleep 1; done",
+        timeout=timeout + 30,
+    )
+
+
+def start_crashing_daemon(lab: Lab, vm: str, step: str) -> None:
+    """nodeosd by hand (the unit stopped, so systemd does not restart it into a crash loop),
+    with NODEOS_CRASH_AT set, on the unit's state dir and socket."""
+    lab.sh(vm, "systemctl stop nodeosd.service")
+    lab.sh(
+        vm,
+        f"NODEOS_CRASH_AT={shlex.quote(step)} setsid -f nodeosd --config /etc/nodeos/nodeosd.toml "
+        "> /tmp/nodeosd-crash.log 2>&1 < /dev/null",
+    )
+    wait_daemon(lab, vm)
+
+
+def wait_dead(lab: Lab, vm: str, timeout: float = 60) -> None:
+    lab.sh(
+        vm,
+        f"t=0; while pgrep -x nodeosd >/dev/null || pgrep -f 'bin/nodeosd' >/dev/null; do t=$((t+1)); "
+        f"[ $t -gt {int(timeout)} ] && exit 1; sleep 1; done",
+        timeout=timeout + 30,
+    )
