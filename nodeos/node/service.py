@@ -362,6 +362,7 @@ class NodeService:
         keep = (
             "name",
             "uuid",
+            "vol_id",
             "nqn",
             "nguid",
             "serial",

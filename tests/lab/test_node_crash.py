@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from nodeos.dataplane.kernel.lvm import LV_PREFIX
 from nodeos.lab import Lab
 from nodeos.node import crash
 from tests.lab.node_helpers import (
@@ -52,7 +53,7 @@ def _expect_one_ready_volume(lab: Lab, vm: str, name: str) -> dict:
     vols, lvs, subs = _state(lab, vm)
     assert vols == {name: "ready"}
     v = ok(lab, vm, "volume", "show", name)
-    assert lvs == {"v" + v["uuid"].replace("-", "")}
+    assert lvs == {LV_PREFIX + v["vol_id"]}
     assert subs == {v["nqn"]}
     assert ok(lab, vm, "status")["node"]["pending_intents"] == []
     return v
