@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from nodeos import validate
@@ -116,7 +117,7 @@ class NodeService:
             await asyncio.sleep(RETRY_INTERVAL_S)
             if self.ops.pending() and not self.lock.locked():
                 async with self.lock:
-                    self.recovery += await self.ops.recover()
+                    self.recovery = (self.recovery + await self.ops.recover())[-50:]
 
     async def _reconcile(self) -> dict[str, Any]:
         """Make the data plane match the records after a restart (configfs and SPDK forget
@@ -509,8 +510,6 @@ class NodeService:
     async def host_add(self, params: dict[str, Any]) -> dict[str, Any]:
         nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
         secret = validate.dhchap_secret(params.get("dhchap_secret"))
-        import time
-
         async with self.lock:
             with self.store.write() as txn:
                 if txn.get("hosts", nqn) is not None:
@@ -554,7 +553,7 @@ class NodeService:
         self._need_dataplane()
         async with self.lock:
             rec = await self.ops.recover()
-            self.recovery += rec
+            self.recovery = (self.recovery + rec)[-50:]
             return {"recovery": rec, "reconcile": await self._reconcile()}
 
     async def crash_points(self, params: dict[str, Any]) -> list[str]:
