@@ -403,16 +403,17 @@ class Raft(LeaderMixin):
         if s.index <= self.log.committed:
             return False
         cs = s.meta.conf_state
-        if self.id not in cs.voters and self.id not in cs.learners:
-            return False  # a snapshot from a configuration we are not part of
+        # A snapshot may predate our own addition (a joining node gets the leader's latest
+        # snapshot, e.g. the bootstrap one); the change that added us follows in the log.
         if self.log.match_term(s.index, s.term):
             # We already have the entry: just fast-forward the commit index.
             self.log.commit_to(s.index)
             return False
         self.log.restore(s)
         self.trk.reset_conf(cs, self.log.last_index() + 1)
-        pr = self.trk.progress[self.id]
-        pr.maybe_update(self.log.last_index())
+        pr = self.trk.progress.get(self.id)
+        if pr is not None:
+            pr.maybe_update(self.log.last_index())
         self.is_learner = self.id in self.trk.learners
         return True
 
