@@ -15,7 +15,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from nodeos.errors import EnvironmentProblem, NodeosError, NotSupported, OperationFailed
-from nodeos.net import dcb, rdma
+from nodeos.net import dcb, marking, rdma
 from nodeos.net.dcbsock import DcbSocket
 from nodeos.net.mgmt import Health, management_health
 from nodeos.net.model import NODEOS_RTPROTO, NetConfig
@@ -148,6 +148,10 @@ def _apply_one(ctx: _Ctx, c: Change) -> None:
                         field="qos.qdisc",
                     ) from None
                 raise
+    elif k == "dscp_mark":
+        spec = marking.parse_comment(c.after) if isinstance(c.after, str) else None
+        # A hand-edited table cannot be restored rule by rule; rolling back removes ours.
+        marking.apply(*(spec if spec else (None, ())))
     elif k == "dcbx":
         ctx.dcb.set(n, lambda s: dcb.encode_dcbx(n, c.after, s), "DCBX mode")
     elif k == "ets":

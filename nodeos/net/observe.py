@@ -15,7 +15,7 @@ from typing import Any
 from pyroute2 import IPRoute
 
 from nodeos.errors import NodeosError
-from nodeos.net import pr2compat, rdma
+from nodeos.net import marking, pr2compat, rdma
 from nodeos.net.dcb import DcbState
 from nodeos.net.dcbsock import DcbSocket, NoDcbSupport
 from nodeos.net.model import NetConfig
@@ -66,6 +66,7 @@ class Observed:
     roce_tos: dict[str, int | None] = field(default_factory=dict)  # "dev/port" -> ToS
     knobs: dict[str, str | None] = field(default_factory=dict)  # path -> value (None: absent)
     dcb_agents: list[str] = field(default_factory=list)
+    dscp_mark: str | None = None  # comment of nodeos' nftables marking rules (see marking.py)
 
 
 def _addr_text(msg: Any) -> str | None:
@@ -202,6 +203,8 @@ def observe(cfg: NetConfig | None, netns: str | None = None, with_dcb: bool = Tr
         if cfg is not None:
             obs.knobs = {p: _read_knob(p) for p in knob_paths(cfg)}
         obs.dcb_agents = dcb_agents()
+        if cfg is not None and cfg.qos.storage_dscp is not None:
+            obs.dscp_mark = marking.read()
         return obs
 
     return run_in(netns, work)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from nodeos.errors import BadInput
-from nodeos.net import dcb
+from nodeos.net import dcb, marking
 from nodeos.net.model import NODEOS_RTPROTO, InterfaceSpec, NetConfig, RouteSpec
 from nodeos.net.observe import Observed, RouteState
 from nodeos.net.profiles import DcbSettings
@@ -26,6 +26,7 @@ ORDER = (
     "route",
     "address_del",
     "qdisc",
+    "dscp_mark",
     "dcbx",
     "ets",
     "pfc",
@@ -297,6 +298,19 @@ def make_plan(cfg: NetConfig, obs: Observed) -> Plan:
         blockers.append(_cc_blocker("qos.route_congestion_control", rcc, obs))
     for iface in cfg.interfaces:
         _plan_interface(cfg, iface, obs, changes)
+    if cfg.qos.storage_dscp is not None:
+        want = marking.spec_comment(cfg.qos.storage_dscp, cfg.qos.storage_ports)
+        if obs.dscp_mark == marking.NFT_MISSING:
+            blockers.append(
+                {
+                    "item": "qos.storage_dscp",
+                    "code": "environment",
+                    "message": "nft (Debian package nftables) is not installed: needed to mark storage "
+                    "traffic with DSCP",
+                }
+            )
+        elif obs.dscp_mark != want:
+            changes.append(Change("dscp_mark", f"nftables inet {marking.TABLE}", obs.dscp_mark, want))
     if cfg.qos.dcb is not None:
         if obs.dcb_agents:
             blockers.append(
@@ -321,7 +335,6 @@ def make_plan(cfg: NetConfig, obs: Observed) -> Plan:
                     }
                 )
     _plan_rdma(cfg, obs, changes, warnings)
-    changes = [c for c in changes if c.kind in ORDER]
     changes.sort(key=lambda c: ORDER.index(c.kind))  # stable: keeps per-kind config order
     return Plan(changes=changes, blockers=blockers, warnings=warnings)
 

@@ -56,6 +56,7 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "route_ecn": True,
         "qdisc": "fq_codel",
         "storage_dscp": 10,
+        "storage_ports": [4420],  # NVMe/TCP; DSCP-marked in both directions
     },
     # Addresses, routes and MTU only; nothing QoS-related is touched.
     "none": {
@@ -103,6 +104,7 @@ class QosSettings:
     route_ecn: bool = False
     qdisc: str | None = None
     storage_dscp: int | None = None
+    storage_ports: tuple[int, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -185,6 +187,17 @@ def resolve(qos: dict[str, Any]) -> QosSettings:
     if qdisc is not None and (not isinstance(qdisc, str) or not qdisc.replace("_", "").isalnum()):
         raise BadInput("qos.qdisc must name a queueing discipline (e.g. fq_codel, mq)", field="qos.qdisc")
     storage_dscp = _opt_int(p, "storage_dscp", 0, 63)
+    ports = p.get("storage_ports") or []
+    if not isinstance(ports, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 65535 for x in ports
+    ):
+        raise BadInput(
+            "qos.storage_ports must be a list of TCP ports 1-65535",
+            field="qos.storage_ports",
+            allowed="1-65535",
+        )
+    if storage_dscp is not None and not ports:
+        storage_dscp = None  # nothing to mark
     dcb = None
     roce_tos = None
     ecn_prios: tuple[int, ...] = ()
@@ -213,6 +226,7 @@ def resolve(qos: dict[str, Any]) -> QosSettings:
         route_ecn=route_ecn,
         qdisc=qdisc,
         storage_dscp=storage_dscp,
+        storage_ports=tuple(sorted(set(ports))),
         params=p,
     )
 

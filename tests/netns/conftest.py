@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from nodeos.net.mgmt import icmp_echo
+from nodeos.net.netns import run_in
+
 _counter = itertools.count()
 
 
@@ -89,6 +92,20 @@ def node(netns_factory: NetnsFactory) -> Netns:
     )
     ns.ip("link", "set", "vb", "up")
     return ns
+
+
+@pytest.fixture
+def pair(netns_factory: NetnsFactory) -> tuple[Netns, Netns]:
+    """node `va` 10.0.0.1/24 <-> peer `vb` 10.0.0.2/24 in two namespaces."""
+    node, peer = netns_factory(), netns_factory()
+    node.ip("link", "add", "va", "type", "veth", "peer", "name", "vb")
+    node.ip("link", "set", "vb", "netns", peer.name)
+    node.ip("addr", "add", "10.0.0.1/24", "dev", "va")
+    node.ip("link", "set", "va", "up")
+    peer.ip("addr", "add", "10.0.0.2/24", "dev", "vb")
+    peer.ip("link", "set", "vb", "up")
+    assert run_in(node.name, lambda: any(icmp_echo("10.0.0.2") for _ in range(10)))
+    return node, peer
 
 
 @dataclass

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
+import threading
 from pathlib import Path
 
 import pytest
 
+from nodeos.net.netns import run_in
 from tests.netns.conftest import Netns, NetnsFactory, nodeos, write_config
 
 pytestmark = pytest.mark.netns
@@ -176,3 +181,59 @@ def test_each_namespace_is_independent(netns_factory: NetnsFactory, tmp_path: Pa
     assert nodeos("net", "apply", "--config", str(cfg), "--netns", a.name, "--yes").code == 0
     assert json.loads(a.ip("-j", "link", "show", "va").stdout)[0]["mtu"] == 4000
     assert json.loads(b.ip("-j", "link", "show", "va").stdout)[0]["mtu"] == 1500
+
+
+def _sniff_syn_tos(peer: Netns, port: int, ready: threading.Event, out: dict[str, int]) -> None:
+    def work() -> None:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+        s.bind(("vb", 0))
+        s.settimeout(10)
+        ready.set()
+        try:
+            while True:
+                frame = s.recv(2048)
+                ip = frame[14:]
+                ihl = (ip[0] & 0x0F) * 4
+                if ip[9] == socket.IPPROTO_TCP and struct.unpack_from("!H", ip, ihl + 2)[0] == port:
+                    out["tos"] = ip[1]
+                    return
+        except TimeoutError:
+            return
+        finally:
+            s.close()
+
+    run_in(peer.name, work)
+
+
+def test_storage_traffic_leaves_with_the_profile_dscp(pair: tuple[Netns, Netns], tmp_path: Path) -> None:
+    """What a switch sees: NVMe/TCP segments (port 4420) carry DSCP 10; others are unmarked."""
+    node, peer = pair
+    text = (
+        f'[[interfaces]]\nname = "va"\n[qos]\nprofile = "tcp-dctcp"\ncongestion_control = "{allowed_cc(node)}"\n'
+        'qdisc = "mq"\nmtu = 1500\n'
+    )
+    cfg = write_config(tmp_path, text)
+    res = nodeos("net", "apply", "--config", str(cfg), "--netns", node.name, "--yes", "--json")
+    assert res.code == 0, res.err
+    assert any(c["kind"] == "dscp_mark" for c in json.loads(res.out)["applied"])
+    for port, dscp in ((4420, 10), (8080, 0)):
+        ready, got = threading.Event(), {}
+        t = threading.Thread(target=_sniff_syn_tos, args=(peer, port, ready, got))
+        t.start()
+        assert ready.wait(10)
+
+        def connect(p: int = port) -> None:
+            with socket.socket() as c:
+                c.settimeout(2)
+                with contextlib.suppress(OSError):
+                    c.connect(("10.0.0.2", p))
+
+        run_in(node.name, connect)
+        t.join()
+        assert got.get("tos", -1) >> 2 == dscp, (port, got)
+    assert nodeos("net", "verify", "--config", str(cfg), "--netns", node.name).code == 0
+    node.exec("nft", "delete", "table", "inet", "nodeos_qos")
+    drift = nodeos("net", "verify", "--config", str(cfg), "--netns", node.name, "--json")
+    assert (
+        drift.code == 3 and json.loads(drift.out)["drift"][0]["item"] == "nftables inet nodeos_qos dscp_mark"
+    )

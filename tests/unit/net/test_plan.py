@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from nodeos.errors import BadInput
-from nodeos.net import dcb
+from nodeos.net import dcb, marking
 from nodeos.net.model import NODEOS_RTPROTO, NetConfig, parse_config
 from nodeos.net.observe import LinkState, Observed, RouteState
 from nodeos.net.plan import ORDER, make_plan
@@ -79,6 +79,8 @@ def in_sync_obs(c: Any) -> Observed:
         )
     ]
     o.sysctls.update(c.qos.sysctls)
+    if c.qos.storage_dscp is not None:
+        o.dscp_mark = marking.spec_comment(c.qos.storage_dscp, c.qos.storage_ports)
     return o
 
 
@@ -192,3 +194,20 @@ def test_nic_without_dcb_and_a_dcb_agent_are_blockers() -> None:
     msgs = [b["message"] for b in make_plan(c, o).blockers]
     assert any("lldpad (pid 42)" in m for m in msgs)
     assert any("no DCB support" in m and "ens1f0" in m for m in msgs)
+
+
+def test_tcp_profile_marks_storage_ports_and_needs_nft() -> None:
+    c = cfg({"profile": "tcp-dctcp"})
+    o = in_sync_obs(c)
+    o.dscp_mark = None
+    (ch,) = make_plan(c, o).changes
+    assert ch.kind == "dscp_mark" and ch.after == "nodeos storage dscp 10 ports 4420"
+    assert marking.parse_comment(ch.after) == (10, (4420,))
+    o.dscp_mark = marking.NFT_MISSING
+    assert "nftables" in make_plan(c, o).blockers[0]["message"]
+
+
+def test_nft_script_marks_both_directions_and_families() -> None:
+    text = marking.render(10, (4420, 8009))
+    assert text.count("dscp set 10") == 4 and "{ 4420, 8009 }" in text
+    assert "hook output priority mangle" in text
