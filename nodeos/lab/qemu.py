@@ -123,8 +123,15 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
         # Storage VMs keep LVM metadata daemons out of the boot path; nodeos drives LVM itself.
         parts.append("systemd.mask=lvm2-monitor.service")
     if accel == "tcg":
-        # TCG's clock is jittery; a looser watchdog avoids spurious soft-lockup reports.
-        parts.append("watchdog_thresh=60")
+        # An emulated CPU on a busy host can be 10x slower than usual: looser soft-lockup
+        # watchdog, and systemd/udev timeouts long enough that a slow boot is not a failed one.
+        parts += [
+            "watchdog_thresh=60",
+            "systemd.default_timeout_start_sec=900",
+            "systemd.default_device_timeout_sec=900",
+            "udev.event_timeout=900",
+            "rd.udev.event_timeout=900",
+        ]
     return " ".join(parts)
 
 
