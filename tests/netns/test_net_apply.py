@@ -208,10 +208,9 @@ def _sniff_syn_tos(peer: Netns, port: int, ready: threading.Event, out: dict[str
 def test_storage_traffic_leaves_with_the_profile_dscp(pair: tuple[Netns, Netns], tmp_path: Path) -> None:
     """What a switch sees: NVMe/TCP segments (port 4420) carry DSCP 10; others are unmarked."""
     node, peer = pair
-    text = (
-        f'[[interfaces]]\nname = "va"\n[qos]\nprofile = "tcp-dctcp"\ncongestion_control = "{allowed_cc(node)}"\n'
-        'qdisc = "mq"\nmtu = 1500\n'
-    )
+    cc = allowed_cc(node)
+    text = f'[[interfaces]]\nname = "va"\n[qos]\nprofile = "tcp-dctcp"\ncongestion_control = "{cc}"\n'
+    text += 'qdisc = "mq"\nmtu = 1500\n'
     cfg = write_config(tmp_path, text)
     res = nodeos("net", "apply", "--config", str(cfg), "--netns", node.name, "--yes", "--json")
     assert res.code == 0, res.err
