@@ -51,10 +51,20 @@ class Management:
 
 
 @dataclass(frozen=True)
+class Thresholds:
+    """When counters become alarms (`[watch]` in the config). Parameters, so a site can tune them."""
+
+    pause_frames_per_s: float = 1000.0  # sustained pause frames on one priority
+    paused_fraction: float = 0.3  # share of the interval a priority spent paused
+    loss_events: int = 1  # any drop on a lossless class is one too many
+
+
+@dataclass(frozen=True)
 class NetConfig:
     interfaces: tuple[InterfaceSpec, ...]
     qos: QosSettings
     management: Management = field(default_factory=Management)
+    watch: Thresholds = field(default_factory=Thresholds)
 
     def interface(self, name: str) -> InterfaceSpec | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -171,7 +181,7 @@ def _management(value: Any) -> Management:
 
 def parse_config(doc: dict[str, Any]) -> NetConfig:
     """Check a config document (TOML already decoded, or a cluster-map entry)."""
-    allowed = ["interfaces", "qos", "management"]
+    allowed = ["interfaces", "qos", "management", "watch"]
     unknown = sorted(set(doc) - set(allowed))
     if unknown:
         raise _fail(f"{unknown[0]} is not a top-level key of a network config", unknown[0], allowed)
@@ -186,7 +196,23 @@ def parse_config(doc: dict[str, Any]) -> NetConfig:
             raise _fail(f"interface {s.name} is listed twice", f"interfaces[{i}].name")
         seen.add(s.name)
     mgmt = _management(doc.get("management", {}))
-    return NetConfig(interfaces=specs, qos=qos, management=mgmt)
+    return NetConfig(interfaces=specs, qos=qos, management=mgmt, watch=_watch(doc.get("watch", {})))
+
+
+def _watch(value: Any) -> Thresholds:
+    t = _table(value, "watch")
+    limits = {"pause_frames_per_s": (0.0, 1e9), "paused_fraction": (0.0, 1.0), "loss_events": (1, 10**12)}
+    unknown = sorted(set(t) - set(limits))
+    if unknown:
+        raise _fail(f"watch.{unknown[0]} is not a watch threshold", f"watch.{unknown[0]}", sorted(limits))
+    for k, v in t.items():
+        lo, hi = limits[k]
+        ok_type = isinstance(v, int) if k == "loss_events" else isinstance(v, int | float)
+        if isinstance(v, bool) or not ok_type or not lo <= v <= hi:
+            raise _fail(
+                f"watch.{k} must be a number from {lo} to {hi}, got {v!r}", f"watch.{k}", f"{lo}-{hi}"
+            )
+    return Thresholds(**t)
 
 
 def load_config(path: str | Path) -> NetConfig:

@@ -19,19 +19,10 @@ from typing import Any
 from nodeos.errors import EnvironmentProblem
 from nodeos.net import rdma
 from nodeos.net.dcbsock import notifications, subscribe_socket
-from nodeos.net.model import NetConfig
+from nodeos.net.model import NetConfig, Thresholds
 from nodeos.net.netns import run_in
 from nodeos.net.observe import observe
 from nodeos.net.verify import verify
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When counters become alarms. Parameters, so a site can tune them."""
-
-    pause_frames_per_s: float = 1000.0  # sustained pause frames on one priority
-    paused_fraction: float = 0.3  # share of the interval a priority spent paused
-    loss_events: int = 1  # any drop on a lossless class is one too many
 
 
 @dataclass(frozen=True)
@@ -230,7 +221,7 @@ def watch(
     th: Thresholds | None = None,
 ) -> None:
     """Run until `count` intervals have passed (forever when None), emitting events."""
-    th = th or Thresholds()
+    th = th or cfg.watch
     lossless = cfg.qos.dcb.pfc_enabled if cfg.qos.dcb else ()
     sock = run_in(netns, subscribe_socket)
     try:

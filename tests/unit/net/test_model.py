@@ -147,3 +147,12 @@ def test_mtu_range(m: int) -> None:
 def test_dcbx_mode_bits_match_dcb_tool() -> None:
     # `dcb dcbx set dev X host ieee` sends 0x09 (captured); our host-ieee mode must be the same.
     assert dcb.DCBX_MODE_BITS["host-ieee"] == 0x09
+
+
+def test_watch_thresholds_are_parameters() -> None:
+    d = doc()
+    d["watch"] = {"pause_frames_per_s": 50, "paused_fraction": 0.5}
+    th = parse_config(d).watch
+    assert th.pause_frames_per_s == 50 and th.paused_fraction == 0.5 and th.loss_events == 1
+    d["watch"] = {"paused_fraction": 2}
+    assert bad(d).field == "watch.paused_fraction"
