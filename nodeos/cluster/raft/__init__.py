@@ -23,7 +23,21 @@ The application owns time, the network and the disk; Raft only decides. Usage lo
             node.advance(rd)
 
 Node ids are positive ints. A command is acknowledged to its client only once its entry
-is committed AND applied. A lost snapshot should be reported with node.report_snapshot().
+is committed AND applied. A lost snapshot should be reported with node.report_snapshot()
+(the leader also re-probes by itself after Config.snapshot_retry_ticks).
+
+Durable storage in the daemon: nodeos.cluster.raft_storage.LmdbRaftStorage(store), where
+the Store was opened with the sub-databases in raft_storage.RAFT_DBS. Restarting: build the
+RawNode from the same storage; with Config.applied=0 every committed entry after the
+snapshot is handed out again (apply idempotently, or pass the applied index you persisted
+and record membership with LmdbRaftStorage.set_conf_state).
+
+Membership: a new node starts with EMPTY storage (no bootstrap_storage) and waits; the
+leader proposes ConfChange(ADD_LEARNER, id), then ConfChange(ADD_VOTER, id) once the
+learner caught up (Status.progress[id].match). Only one change may be pending; a second
+one raises ProposalDropped. ConfChange(REMOVE, id) removes a voter or learner; a removed
+leader steps down. Linearizable reads: node.read_index(unique_ctx), then serve the read
+when a ReadState with that ctx arrived and the applied index reached ReadState.index.
 """
 
 from .rawnode import RawNode, bootstrap_storage

@@ -443,6 +443,12 @@ class Simulation:
         f = self.net.faults
         f.drop = f.duplicate = f.slow = 0.0
         self.log("settle: faults off, network healed, every node restarted")
+        if self.rng.random() < 0.5:
+            # Whole-cluster power loss: everything acknowledged must be on a quorum's disks.
+            for n in self.nodes.values():
+                if n.up:
+                    n.crash()
+            self.log("every node crashes at once")
         for nid, n in self.nodes.items():
             if not n.up:
                 self._start(nid)
