@@ -118,7 +118,8 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
     ]  # fmt: skip
     parts += [f"systemd.mask={u}" for u in LAB_MASKED_UNITS]
     if vm.role == "host":
-        parts.append("nvme_core.multipath=Y")
+        # GPU nodes run stock Linux, never nodeos.
+        parts += ["nvme_core.multipath=Y", "systemd.mask=nodeosd.service"]
     else:
         # Storage VMs keep LVM metadata daemons out of the boot path; nodeos drives LVM itself.
         parts.append("systemd.mask=lvm2-monitor.service")

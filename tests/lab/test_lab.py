@@ -40,6 +40,8 @@ def test_every_vm_has_its_own_host_identity_address_and_rxe(lab: Lab) -> None:
     mp = lab.exec("h1", ["cat", "/sys/module/nvme_core/parameters/multipath"], check=True).stdout.strip()
     assert mp == "Y"
     lab.exec("h1", ["fio", "--version"], check=True)
+    # A GPU node runs stock Linux tools, never nodeosd.
+    assert lab.exec("h1", ["systemctl", "is-active", "nodeosd"]).stdout.strip() != "active"
 
 
 def _main_pid(lab: Lab) -> int:

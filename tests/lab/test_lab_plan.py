@@ -83,6 +83,7 @@ def test_command_line_storage_vm(tmp_path: Path) -> None:
     )
     host_append = qemu.kernel_cmdline(h1, "kvm")
     assert "nvme_core.multipath=Y" in host_append and "nodeos.role=host" in host_append
+    assert "systemd.mask=nodeosd.service" in host_append and "systemd.mask=nodeosd" not in append
     kvm = qemu.command_line(
         "qemu", h1, accel="kvm", kernel=Path("/k"), initrd=Path("/i"), rootfs=Path("/r"),
         vm_dir=tmp_path, tap="tap-h1", tag="t",
