@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeos.errors import OperationFailed
 from nodeos.net.dcb import RTNLGRP_DCB
 from nodeos.net.dcbsock import DcbSocket, NoDcbSupport, subscribe_socket
 from nodeos.net.netns import run_in
@@ -26,6 +27,16 @@ def test_dcb_read_on_veth_names_the_interface(node: Netns) -> None:
     with pytest.raises(NoDcbSupport) as exc:
         run_in(node.name, read)
     assert "this NIC has no DCB support" in exc.value.message and "va" in exc.value.message
+
+
+def test_dcb_read_of_a_missing_interface_says_so(node: Netns) -> None:
+    def read() -> None:
+        with DcbSocket() as s:
+            s.get("nosuch0")
+
+    with pytest.raises(OperationFailed) as exc:
+        run_in(node.name, read)
+    assert "nosuch0" in exc.value.message
 
 
 def test_dcb_multicast_group_is_joined_in_the_namespace(node: Netns) -> None:
