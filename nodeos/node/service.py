@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import time
 from typing import Any
 
 from nodeos import validate
@@ -20,9 +18,11 @@ from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 
 from . import crash, inventory, model
+from .base import LOG, _param
+from .hosts import HostsMixin
 from .ops import Ops
+from .pools import PoolsMixin
 
-LOG = logging.getLogger("nodeosd.node")
 RETRY_INTERVAL_S = 30.0
 
 
@@ -30,13 +30,7 @@ def create_service(ctx: DaemonContext) -> NodeService:
     return NodeService(ctx)
 
 
-def _param(params: dict[str, Any], key: str, field: str | None = None) -> Any:
-    if params.get(key) is None:
-        raise BadInput(f"{field or key} is required", field=field or key)
-    return params[key]
-
-
-class NodeService:
+class NodeService(PoolsMixin, HostsMixin):
     name = "node"
 
     def __init__(self, ctx: DaemonContext) -> None:
@@ -54,18 +48,6 @@ class NodeService:
     async def _run_blocking(self, fn: Any, *args: Any) -> Any:
         assert self.ctx.run_blocking is not None
         return await self.ctx.run_blocking(fn, *args)
-
-    @property
-    def has_dataplane(self) -> bool:
-        return self.dp is not None and getattr(self.dp, "name", "none") != "none"
-
-    def _need_dataplane(self) -> None:
-        if not self.has_dataplane:
-            raise NotSupported(
-                f"this node runs without a data plane ({self.ctx.dataplane_reason}): "
-                "pools and volumes live on storage nodes",
-                field="dataplane",
-            )
 
     def methods(self) -> dict[str, Handler]:
         return {
@@ -180,21 +162,6 @@ class NodeService:
 
     # --- reading state ----------------------------------------------------------------
 
-    def _all(self, db: str) -> dict[str, dict[str, Any]]:
-        with self.store.read() as txn:
-            return {k.decode(): v for k, v in txn.items(db)}
-
-    def _get(self, db: str, key: str) -> dict[str, Any] | None:
-        with self.store.read() as txn:
-            return txn.get(db, key)
-
-    async def _drives(self) -> dict[str, dict[str, Any]]:
-        drives = await asyncio.to_thread(inventory.list_drives)
-        return {d["id"]: d for d in drives}
-
-    def _used_drives(self) -> dict[str, str]:
-        return {d: p["name"] for p in self._all("pools").values() for d in p.get("drives", [])}
-
     async def _connected(self, nqn: str) -> list[str]:
         info_fn = getattr(self.dp, "export_info", None)
         if info_fn is not None:
@@ -219,61 +186,6 @@ class NodeService:
                 field=field,
             )
         return vol
-
-    # --- drives and pools -------------------------------------------------------------
-
-    async def drive_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        used = self._used_drives()
-        return [dict(d, pool=used.get(d["id"])) for d in (await self._drives()).values()]
-
-    async def pool_create(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        requested = validate.drive_ids(_param(params, "drives"), "drives")
-        self._need_dataplane()
-        async with self.lock:
-            if self._get("pools", name) is not None:
-                raise AlreadyExists(f"pool {name!r} already exists", field="name")
-            chosen = model.pick_drives(requested, await self._drives(), self._used_drives())
-            pool = model.new_pool(name, chosen)
-            await self.ops.run("pool.create", {"name": name}, lambda txn: txn.put("pools", name, pool))
-        LOG.info("pool %s created on %s", name, ", ".join(pool["drives"]), extra=fields(pool=name))
-        return await self._pool_view(self._get("pools", name) or pool)
-
-    async def _pool_view(self, p: dict[str, Any], cap: dict[str, Any] | None = None) -> dict[str, Any]:
-        if cap is None and self.has_dataplane:
-            cap = {i.pool_id: i for i in await self.ops.call("list_pools")}
-        info = (cap or {}).get(p["pool_id"])
-        return {
-            "name": p["name"],
-            "state": p["state"],
-            "drives": p["drives"],
-            "size_bytes": info.size_bytes if info else p.get("size_bytes", 0),
-            "free_bytes": info.free_bytes if info else None,
-        }
-
-    async def pool_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        cap = {i.pool_id: i for i in await self.ops.call("list_pools")} if self.has_dataplane else {}
-        return [await self._pool_view(p, cap) for p in self._all("pools").values()]
-
-    async def pool_delete(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        self._need_dataplane()
-        async with self.lock:
-            pool = self._get("pools", name)
-            if pool is None:
-                raise NotFound(f"pool {name!r} does not exist", field="name")
-            users = [v["name"] for v in self._all("volumes").values() if v["pool"] == name]
-            users += [s["name"] for s in self._all("snapshots").values() if s["pool"] == name]
-            if users:
-                raise OperationFailed(
-                    f"pool {name!r} still holds {', '.join(sorted(users))}; delete them first", field="name"
-                )
-            await self.ops.run(
-                "pool.delete",
-                {"name": name},
-                lambda txn: txn.put("pools", name, dict(pool, state="deleting")),
-            )
-        return {"name": name, "deleted": True}
 
     # --- volumes ----------------------------------------------------------------------
 
@@ -504,48 +416,6 @@ class NodeService:
         name = validate.name(_param(params, "name"), "name")
         host = validate.host_nqn(_param(params, "host"), "host")
         return await self._set_hosts("volume.revoke", name, host)
-
-    # --- hosts ------------------------------------------------------------------------
-
-    async def host_add(self, params: dict[str, Any]) -> dict[str, Any]:
-        nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
-        secret = validate.dhchap_secret(params.get("dhchap_secret"))
-        async with self.lock:
-            with self.store.write() as txn:
-                if txn.get("hosts", nqn) is not None:
-                    raise AlreadyExists(f"host {nqn!r} is already registered", field="host")
-                rec = {"nqn": nqn, "dhchap_secret": secret, "added": time.time()}
-                txn.put("hosts", nqn, rec)
-            crash.point("host.add:done")
-        LOG.info("host %s added", nqn, extra=fields(host=nqn, dhchap=bool(secret)))
-        return model.public_host(rec)
-
-    async def host_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        vols = self._all("volumes").values()
-        return [
-            dict(
-                model.public_host(h),
-                volumes=sorted(v["name"] for v in vols if h["nqn"] in v.get("hosts", [])),
-            )
-            for h in self._all("hosts").values()
-        ]
-
-    async def host_remove(self, params: dict[str, Any]) -> dict[str, Any]:
-        nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
-        async with self.lock:
-            with self.store.write() as txn:
-                if txn.get("hosts", nqn) is None:
-                    raise NotFound(f"host {nqn!r} is not registered", field="host")
-                granted = sorted(v["name"] for _, v in txn.items("volumes") if nqn in v.get("hosts", []))
-                if granted:
-                    raise OperationFailed(
-                        f"host {nqn!r} still has grants on {', '.join(granted)}; revoke them first",
-                        field="host",
-                    )
-                txn.delete("hosts", nqn)
-            crash.point("host.remove:done")
-        LOG.info("host %s removed", nqn, extra=fields(host=nqn))
-        return {"nqn": nqn, "removed": True}
 
     # --- maintenance ------------------------------------------------------------------
 
