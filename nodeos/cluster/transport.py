@@ -113,9 +113,14 @@ def _session(secret: bytes, dn: bytes, an: bytes, dialer: bool) -> _Session:
     return _Session(d2a, a2d) if dialer else _Session(a2d, d2a)
 
 
-async def _send_error(writer: asyncio.StreamWriter, code: str, message: str) -> None:
+async def _send_error(
+    writer: asyncio.StreamWriter, code: str, message: str, field: str | None = None
+) -> None:
+    err = {"code": code, "message": message}
+    if field is not None:
+        err["field"] = field
     with contextlib.suppress(Exception):
-        writer.write(pack({"t": "error", "error": {"code": code, "message": message}}))
+        writer.write(pack({"t": "error", "error": err}))
         await asyncio.wait_for(writer.drain(), 1.0)
 
 
@@ -185,9 +190,8 @@ class PeerTransport:
             peer, session = await asyncio.wait_for(self._accept_handshake(reader, writer), HANDSHAKE_TIMEOUT)
         except (FrameError, NodeosError) as exc:
             self.stats.refused += 1
-            code = exc.code if isinstance(exc, (FrameError, NodeosError)) else "bad_frame"
             log.warning("peer handshake refused: %s", exc)
-            await _send_error(writer, code, str(exc))
+            await _send_error(writer, exc.code, str(exc), getattr(exc, "field", None))
             await _close(writer)
             self._inbound.discard(task)
             return

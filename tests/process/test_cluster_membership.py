@@ -1,0 +1,178 @@
+"""Forming, joining and leaving a cluster of real nodeosd processes through the `nodeos` CLI,
+and the bad inputs an operator can give: each gets a clear error and changes nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeos.cluster.localcluster import LocalNode, free_port
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
+
+NODEOS = str(Path(sys.executable).parent / "nodeos")
+
+
+def cli(node: LocalNode, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [NODEOS, "--socket", node.socket, "cluster", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def cli_json(node: LocalNode, *args: str) -> Any:
+    r = cli(node, *args, "--json")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    return json.loads(r.stdout)
+
+
+def wait_status(node: LocalNode, pred: Any, timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    st: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        st = cli_json(node, "status")
+        if pred(st):
+            return st
+        time.sleep(0.1)
+    raise AssertionError(f"condition not reached; last status {st}")
+
+
+def voters(st: dict[str, Any]) -> list[int]:
+    return sorted(m["node_id"] for m in st["members"] if m["raft"] == "voter")
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Any:
+    made: list[LocalNode] = []
+
+    def make(i: int) -> LocalNode:
+        n = LocalNode(tmp_path, i)
+        n.start()
+        made.append(n)
+        return n
+
+    yield make
+    for n in made:
+        n.kill()
+
+
+def test_form_join_status_kv_leave(nodes: Any) -> None:
+    n1, n2, n3 = nodes(1), nodes(2), nodes(3)
+    init = cli_json(n1, "init", "--node-id", "1", "--failure-domain", "rack-a")
+    token = init["token"]
+    assert init["node_id"] == 1 and init["address"] == n1.address
+    for n in (n2, n3):
+        out = cli_json(n, "join", n1.address, "--token", token, "--node-id", str(n.raft_id))
+        assert out["cluster_id"] == init["cluster_id"]
+    st = wait_status(n3, lambda s: voters(s) == [1, 2, 3] and s["leader"] is not None)
+    assert st["cluster_id"] == init["cluster_id"]
+    assert {m["node_id"]: m["failure_domain"] for m in st["members"]}[1] == "rack-a"
+    assert all(m["role"] == "witness" for m in st["members"])  # --dataplane none
+    # The leader reports every peer's match index and lag.
+    leader = {1: n1, 2: n2, 3: n3}[st["leader"]]
+    lst = wait_status(leader, lambda s: all(m["lag"] == 0 for m in s["members"]))
+    assert all(m["match"] >= 1 for m in lst["members"])
+    human = cli(n2, "status")
+    assert human.returncode == 0 and "leader" in human.stdout and n3.address in human.stdout
+
+    # kv through any node, linearizable
+    assert cli_json(n2, "kv", "put", "color", "blue")["value"] == "blue"
+    assert cli_json(n3, "kv", "get", "color")["value"] == "blue"
+    assert cli_json(n1, "kv", "cas", "color", "green", "--expect", "blue")["succeeded"] is True
+    miss = cli(n3, "kv", "cas", "color", "red", "--expect", "blue")
+    assert miss.returncode == 1 and "green" in miss.stderr
+    assert cli_json(n2, "kv", "get", "color")["value"] == "green"
+    assert cli_json(n2, "kv", "get", "nothing")["value"] is None
+
+    # a follower leaves; it can come back with the same id
+    follower = next(n for n in (n1, n2, n3) if n.raft_id != st["leader"])
+    out = cli_json(follower, "leave")
+    assert out["node_id"] == follower.raft_id
+    assert cli_json(follower, "status")["member"] is False
+    rest = next(n for n in (n1, n2, n3) if n is not follower)
+    wait_status(rest, lambda s: follower.raft_id not in [m["node_id"] for m in s["members"]])
+    cli_json(follower, "join", rest.address, "--token", token, "--node-id", str(follower.raft_id))
+    wait_status(rest, lambda s: voters(s) == [1, 2, 3])
+
+    # the leader leaves: leadership moves, the others keep serving
+    st = wait_status(n1, lambda s: s["leader"] is not None)
+    leader = {1: n1, 2: n2, 3: n3}[st["leader"]]
+    cli_json(leader, "leave")
+    other = next(n for n in (n1, n2, n3) if n is not leader)
+    st = wait_status(other, lambda s: s["leader"] not in (None, leader.raft_id) and len(voters(s)) == 2)
+    assert leader.raft_id not in [m["node_id"] for m in st["members"]]
+    assert cli_json(other, "kv", "get", "color")["value"] == "green"
+
+
+def test_bad_joins_are_refused_and_change_nothing(nodes: Any) -> None:
+    n1, n2, n4 = nodes(1), nodes(2), nodes(4)
+    token = cli_json(n1, "init", "--node-id", "1")["token"]
+    cli_json(n2, "join", n1.address, "--token", token, "--node-id", "2")
+    before = wait_status(n1, lambda s: voters(s) == [1, 2])
+
+    # a node id that is already taken
+    r = cli(n4, "join", n1.address, "--token", token, "--node-id", "2")
+    assert r.returncode == 2 and "already taken" in r.stderr and "node_id" in r.stderr
+
+    # a token that is not a token
+    r = cli(n4, "join", n1.address, "--token", "not-a-token")
+    assert r.returncode == 2 and "token" in r.stderr
+
+    # a malformed address
+    r = cli(n4, "join", "nowhere", "--token", token)
+    assert r.returncode == 2 and "address" in r.stderr
+
+    # nothing listens at the address: no cluster there
+    r = cli(n4, "join", f"127.0.0.1:{free_port()}", "--token", token, "--node-id", "4")
+    assert r.returncode == 1 and "cannot reach" in r.stderr
+
+    # the address belongs to another cluster than the token's
+    n5 = nodes(5)
+    other_token = cli_json(n5, "init", "--node-id", "5")["token"]
+    r = cli(n4, "join", n1.address, "--token", other_token, "--node-id", "4")
+    assert r.returncode == 2 and "not a member of the token's cluster" in r.stderr
+
+    # nothing changed anywhere
+    assert cli_json(n4, "status")["member"] is False
+    after = cli_json(n1, "status")
+    assert [m["node_id"] for m in after["members"]] == [m["node_id"] for m in before["members"]]
+    assert after["rejected_commands"] == 0
+
+    # init on a member, leave on a non-member, kv on a non-member
+    r = cli(n1, "init")
+    assert r.returncode == 2 and "already belongs" in r.stderr
+    r = cli(n4, "leave")
+    assert r.returncode == 2 and "not a member" in r.stderr
+    r = cli(n4, "kv", "get", "x")
+    assert r.returncode == 2
+    # a single-member cluster cannot lose its last member
+    r = cli(n5, "leave")
+    assert r.returncode == 2 and "last member" in r.stderr
+    r = cli(n1, "kv", "cas", "k", "v")
+    assert r.returncode == 2 and "expect" in r.stderr
+
+    # the refused node can still join properly afterwards
+    cli_json(n4, "join", n1.address, "--token", token, "--node-id", "4")
+    wait_status(n1, lambda s: voters(s) == [1, 2, 4])
+
+
+def test_membership_and_data_survive_a_full_restart(nodes: Any) -> None:
+    ns = [nodes(i) for i in (1, 2, 3)]
+    token = cli_json(ns[0], "init", "--node-id", "1")["token"]
+    for n in ns[1:]:
+        cli_json(n, "join", ns[0].address, "--token", token, "--node-id", str(n.raft_id))
+    wait_status(ns[0], lambda s: voters(s) == [1, 2, 3])
+    for i in range(20):
+        cli_json(ns[i % 3], "kv", "put", f"k{i}", str(i))
+    for n in ns:
+        n.kill()  # SIGKILL: no clean shutdown
+    for n in ns:
+        n.start()
+    st = wait_status(ns[2], lambda s: s["leader"] is not None and voters(s) == [1, 2, 3])
+    assert st["member"] is True
+    assert [cli_json(ns[1], "kv", "get", f"k{i}")["value"] for i in range(20)] == [str(i) for i in range(20)]
