@@ -355,18 +355,23 @@ class Lab:
             )
             raise OperationFailed(f"{v.name}: lab setup failed in the VM:\n{log.stdout}")
         if v.role == "storage" and st.get("has_daemon"):
-            # Restart=always may be between attempts: poll a little before calling it failed.
-            end = min(deadline, time.monotonic() + 60)
+            # Starting (Type=notify) can take long under an emulated CPU, and Restart=always may
+            # be between attempts: wait while it is on its way, give up when it keeps failing.
+            failures = 0
             while True:
                 a = agent.exec(["systemctl", "is-active", "nodeosd.service"], timeout=30)
-                if a.stdout.strip() == "active":
+                state = a.stdout.strip()
+                if state == "active":
                     break
-                if time.monotonic() > end:
+                restarts = agent.exec(["systemctl", "show", "-P", "NRestarts", "nodeosd.service"], timeout=30)
+                failures = int(restarts.stdout.strip() or 0) + (state == "failed")
+                if time.monotonic() > deadline or failures >= 3 or state == "inactive":
                     log = agent.exec(
                         ["journalctl", "-b", "-u", "nodeosd", "--no-pager", "-n", "40"], timeout=30
                     )
                     raise OperationFailed(
-                        f"{v.name}: nodeosd is not active ({a.stdout.strip()}):\n{log.stdout}"
+                        f"{v.name}: nodeosd is not active ({state}, {failures} failed start(s)):\n"
+                        + log.stdout
                     )
                 time.sleep(2)
         return True
