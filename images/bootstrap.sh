@@ -8,6 +8,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 APT_PACKAGES=(
   qemu-system-x86 qemu-utils ovmf mmdebstrap debootstrap gdisk dosfstools mtools
   e2fsprogs iproute2 ethtool strace socat busybox-static cpio zstd kmod
+  debian-archive-keyring
 )
 
 missing=()
