@@ -103,6 +103,11 @@ class Nvmet:
         pid = find_port(ports, addr)
         if pid is not None:
             return pid
+        for old, a in ports.items():
+            # A crash half-way through an earlier ensure_port leaves an unaddressed port.
+            if not (a.trtype and a.traddr and a.trsvcid) and not self.port_subsystems(old):
+                self.gc_port(old)
+        ports = self.ports()
         pid = free_port_id(ports)
         p = str(pid)
         self.fs.mkdir("ports", p)
