@@ -88,6 +88,7 @@ class Simulation:
             max_delay=r.choice([2, 5, 15]),
             slow=r.choice([0.0, 0.02, 0.1]),
             slow_delay=r.choice([30, 120]),
+            reorder=r.random() < 0.5,
         )
         self.net = SimNetwork(random.Random(r.getrandbits(64)), faults)
         self.check = Checker()
@@ -302,13 +303,13 @@ class Simulation:
 
     def _send_all(self, n: SimNode, msgs: list[Message]) -> None:
         for m in msgs:
-            delays = self.net.delays(m.frm, m.to)
-            if not delays and m.type is MessageType.SNAP and self.rng.random() < 0.5 and n.rn is not None:
+            arrivals = self.net.arrivals(self.now, m.frm, m.to)
+            if not arrivals and m.type is MessageType.SNAP and self.rng.random() < 0.5 and n.rn is not None:
                 n.rn.report_snapshot(m.to, False)  # the transport noticed the failure
             if m.type is MessageType.SNAP:
                 self.stats["snapshots_sent"] += 1
-            for d in delays:
-                self._at(self.now + d, DELIVER, m)
+            for t in arrivals:
+                self._at(t, DELIVER, m)
 
     def _deliver(self, m: Message) -> None:
         n = self.nodes[m.to]
@@ -442,6 +443,7 @@ class Simulation:
         self.net.heal()
         f = self.net.faults
         f.drop = f.duplicate = f.slow = 0.0
+        f.reorder = False
         self.log("settle: faults off, network healed, every node restarted")
         if self.rng.random() < 0.5:
             # Whole-cluster power loss: everything acknowledged must be on a quorum's disks.
@@ -455,6 +457,8 @@ class Simulation:
                 self._at(self.now + self.cfg.tick_ms, TICK, (nid, n.incarnation))
 
     def _final_propose(self) -> None:
+        if self.final_cmd is not None and self.final_cmd in self.check.acked_index:
+            return
         lead = self.leader()
         if lead is not None and lead.rn is not None:
             if self.final_cmd is None:
@@ -467,7 +471,7 @@ class Simulation:
             except ProposalDropped:
                 pass
         if self.final_cmd is None or self.final_cmd not in self.check.acked_index:
-            self._at(self.now + 50, FINAL, None)
+            self._at(self.now + 250, FINAL, None)  # a client's retry
 
     def _final_check(self) -> None:
         if self.final_cmd is None or self.final_cmd not in self.check.acked_index:

@@ -18,6 +18,7 @@ class NetworkFaults:
     max_delay: int = 5
     slow: float = 0.0  # probability of a long delay (up to slow_delay)
     slow_delay: int = 60
+    reorder: bool = True  # False: each link is FIFO, like one TCP connection
 
 
 @dataclass
@@ -25,6 +26,7 @@ class SimNetwork:
     rng: random.Random
     faults: NetworkFaults = field(default_factory=NetworkFaults)
     blocked: set[tuple[int, int]] = field(default_factory=set)  # (from, to) links that are cut
+    _last: dict[tuple[int, int], int] = field(default_factory=dict)  # FIFO: last arrival per link
 
     def cut(self, a: int, b: int) -> None:
         self.blocked.add((a, b))
@@ -40,6 +42,15 @@ class SimNetwork:
 
     def can_pass(self, frm: int, to: int) -> bool:
         return (frm, to) not in self.blocked
+
+    def arrivals(self, now: int, frm: int, to: int) -> list[int]:
+        """Arrival times of one message sent at `now`: [] when lost, two when duplicated."""
+        out = [now + d for d in self.delays(frm, to)]
+        if not self.faults.reorder and out:
+            last = self._last.get((frm, to), 0)
+            out = [max(t, last) for t in out]
+            self._last[(frm, to)] = max(out)
+        return out
 
     def delays(self, frm: int, to: int) -> list[int]:
         """Delivery delays for one message sent now: [] when lost, two when duplicated."""
