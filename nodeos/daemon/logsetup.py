@@ -57,7 +57,7 @@ class _JournalHandler(logging.Handler):
                 SYSLOG_IDENTIFIER=self._identifier,
                 LOGGER=record.name,
                 CODE_FILE=record.pathname,
-                CODE_LINE=str(record.lineno),
+                CODE_LINE=record.lineno,  # python-systemd formats it with {:d}
                 CODE_FUNC=record.funcName,
                 **extra,
             )
