@@ -16,6 +16,7 @@ from nodeos.cluster.raft import (
     RawNode,
     ReadState,
     StateRole,
+    Storage,
     bootstrap_storage,
     decode_conf_change,
     from_wire,
@@ -26,35 +27,46 @@ from nodeos.cluster.raft import (
 @dataclass
 class Member:
     node: RawNode
-    storage: MemoryStorage
+    storage: Storage
     applied: list[bytes] = field(default_factory=list)
     read_states: list[ReadState] = field(default_factory=list)
     conf: ConfState = field(default_factory=ConfState)
 
 
 class Cluster:
-    def __init__(self, ids: list[int], *, voters: list[int] | None = None, **cfg: object) -> None:
+    def __init__(
+        self,
+        ids: list[int],
+        *,
+        voters: list[int] | None = None,
+        storage: Callable[[int], Storage] | None = None,
+        **cfg: object,
+    ) -> None:
         self.cfg = cfg
+        self.new_storage = storage or (lambda i: MemoryStorage())
         self.members: dict[int, Member] = {}
         self.cut: set[tuple[int, int]] = set()
         self.sent: list[Message] = []  # every message delivered, for assertions
         self.drop: Callable[[Message], bool] | None = None  # extra message filter
         self.rewrite: Callable[[Message], Message] | None = None  # alters messages in flight
         for i in ids:
-            s = MemoryStorage()
+            s = self.new_storage(i)
             bootstrap_storage(s, voters or ids)
-            self.members[i] = Member(self._node(i, s), s)
+            self.members[i] = Member(self._node(i, s), s, conf=s.initial_state()[1])
 
-    def _node(self, i: int, s: MemoryStorage) -> RawNode:
+    def _node(self, i: int, s: Storage) -> RawNode:
         return RawNode(Config(id=i, random_seed=i, **self.cfg), s)  # type: ignore[arg-type]
 
     def add_empty(self, i: int) -> None:
         """A brand-new machine (empty disk) that will be added by a conf change."""
-        s = MemoryStorage()
+        s = self.new_storage(i)
         self.members[i] = Member(self._node(i, s), s)
 
-    def restart(self, i: int) -> None:
+    def restart(self, i: int, storage: Storage | None = None) -> None:
+        """A crash and restart from what is on disk (optionally a reopened storage)."""
         m = self.members[i]
+        if storage is not None:
+            m.storage = storage
         m.node = self._node(i, m.storage)
         m.applied = []
 
