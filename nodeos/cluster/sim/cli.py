@@ -44,9 +44,9 @@ def parse_seeds(text: str) -> range:
 @click.option(
     "--settle-ms",
     type=click.IntRange(500, 10**7),
-    default=1500,
+    default=5000,
     show_default=True,
-    help="virtual time after the faults stop",
+    help="deadline after the faults stop for a final command to commit",
 )
 @click.option(
     "--trace-lines",
@@ -87,7 +87,7 @@ def main(
             click.echo(
                 f"reproduce: nodeos-sim --nodes {nodes} --seeds {seed}..{seed}"
                 + (f" --duration-ms {duration_ms}" if duration_ms != 1500 else "")
-                + (f" --settle-ms {settle_ms}" if settle_ms != 1500 else "")
+                + (f" --settle-ms {settle_ms}" if settle_ms != 5000 else "")
             )
             sys.exit(1)
         if not quiet and (i + 1) % 100 == 0:
