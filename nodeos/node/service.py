@@ -240,6 +240,7 @@ class NodeService(PoolsMixin, HostsMixin):
                 "size_bytes": v["size_bytes"],
                 "state": v["state"],
                 "nqn": v["nqn"],
+                "vol_id": v["vol_id"],
                 "hosts": list(v.get("hosts", [])),
                 "origin": v.get("origin"),
             }
@@ -253,6 +254,7 @@ class NodeService(PoolsMixin, HostsMixin):
                 "size_bytes": s["size_bytes"],
                 "state": s["state"],
                 "nqn": None,
+                "vol_id": s["snap_id"],
                 "hosts": [],
                 "origin": s["volume"],
             }

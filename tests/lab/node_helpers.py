@@ -70,3 +70,21 @@ def wait_dead(lab: Lab, vm: str, timeout: float = 60) -> None:
         f"[ $t -gt {int(timeout)} ] && exit 1; sleep 1; done",
         timeout=timeout + 30,
     )
+
+
+STATE_SCRIPT = """
+nodeos volume list --json
+echo @@
+nodeos status --json
+echo @@
+lvs --noheadings -o lv_name,segtype 2>/dev/null | awk '$2 == "thin" {print $1}'
+echo @@
+ls /sys/kernel/config/nvmet/subsystems 2>/dev/null | grep '^nqn.2014-08.io.nodeos:vol:' || true
+"""
+
+
+def node_state(lab: Lab, vm: str) -> tuple[list[dict[str, Any]], dict[str, Any], set[str], set[str]]:
+    """(volume list, status, thin LVs, our nvmet subsystems) in one round trip to the VM."""
+    r = lab.sh(vm, STATE_SCRIPT, timeout=300)
+    vols, status, lvs, subs = r.stdout.split("@@\n")
+    return json.loads(vols), json.loads(status), set(lvs.split()), set(subs.split())

@@ -13,11 +13,10 @@ from nodeos.dataplane.kernel.lvm import LV_PREFIX
 from nodeos.lab import Lab
 from nodeos.node import crash
 from tests.lab.node_helpers import (
-    logical_volumes,
+    node_state,
     nodeos,
     ok,
     start_crashing_daemon,
-    subsystems,
     wait_daemon,
     wait_dead,
 )
@@ -44,52 +43,40 @@ def _crash_then_restart(lab: Lab, vm: str, step: str, *args: str) -> None:
     wait_daemon(lab, vm)
 
 
-def _state(lab: Lab, vm: str) -> tuple[dict[str, str], set[str], set[str]]:
-    vols = {v["name"]: v["state"] for v in ok(lab, vm, "volume", "list")}
-    return vols, logical_volumes(lab, vm), subsystems(lab, vm)
-
-
-def _expect_one_ready_volume(lab: Lab, vm: str, name: str) -> dict:
-    vols, lvs, subs = _state(lab, vm)
-    assert vols == {name: "ready"}
-    v = ok(lab, vm, "volume", "show", name)
-    assert lvs == {LV_PREFIX + v["vol_id"]}
-    assert subs == {v["nqn"]}
-    assert ok(lab, vm, "status")["node"]["pending_intents"] == []
-    return v
-
-
-def _expect_nothing(lab: Lab, vm: str) -> None:
-    assert _state(lab, vm) == ({}, set(), set())
-    assert ok(lab, vm, "status")["node"]["pending_intents"] == []
+def _expect(lab: Lab, vm: str, ready: set[str]) -> list[dict]:
+    """Exactly these volumes/snapshots, all ready, each with its LV (and subsystem for
+    volumes), no other LV or subsystem, no pending intent."""
+    vols, status, lvs, subs = node_state(lab, vm)
+    assert {v["name"]: v["state"] for v in vols} == dict.fromkeys(ready, "ready")
+    assert status["node"]["pending_intents"] == []
+    assert lvs == {LV_PREFIX + v["vol_id"] for v in vols}
+    assert subs == {v["nqn"] for v in vols if v["kind"] != "snapshot"}
+    return vols
 
 
 @pytest.mark.parametrize("step", crash.STEPS["volume.create"])
 def test_crash_during_create_rolls_forward(lab: Lab, s1: str, step: str) -> None:
     _crash_then_restart(lab, s1, f"volume.create:{step}", "volume", "create", "cv", "--size", "64MiB")
-    _expect_one_ready_volume(lab, s1, "cv")
+    _expect(lab, s1, {"cv"})
     ok(lab, s1, "volume", "delete", "cv")
-    _expect_nothing(lab, s1)
 
 
 @pytest.mark.parametrize("step", crash.STEPS["volume.delete"])
 def test_crash_during_delete_rolls_forward(lab: Lab, s1: str, step: str) -> None:
     ok(lab, s1, "volume", "create", "dv", "--size", "64MiB")
     _crash_then_restart(lab, s1, f"volume.delete:{step}", "volume", "delete", "dv")
-    _expect_nothing(lab, s1)
+    _expect(lab, s1, set())
 
 
 @pytest.mark.parametrize("step", crash.STEPS["volume.snapshot"])
 def test_crash_during_snapshot_rolls_back(lab: Lab, s1: str, step: str) -> None:
     ok(lab, s1, "volume", "create", "sv", "--size", "64MiB")
     _crash_then_restart(lab, s1, f"volume.snapshot:{step}", "volume", "snapshot", "sv", "ss")
-    v = _expect_one_ready_volume(lab, s1, "sv")
-    if step == "done":  # committed before the crash: the snapshot is kept
-        assert {x["name"] for x in ok(lab, s1, "volume", "list")} == {"sv", "ss"}
+    # Committed before the crash ("done"): the snapshot is kept; otherwise it is undone.
+    _expect(lab, s1, {"sv", "ss"} if step == "done" else {"sv"})
+    if step == "done":
         ok(lab, s1, "volume", "delete", "ss")
-    assert v["snapshots"] == [] or step == "done"
     ok(lab, s1, "volume", "delete", "sv")
-    _expect_nothing(lab, s1)
 
 
 @pytest.mark.parametrize("step", crash.STEPS["volume.grant"])
@@ -97,9 +84,8 @@ def test_crash_during_grant_rolls_forward(lab: Lab, s1: str, step: str) -> None:
     host = lab.spec("h1").hostnqn
     ok(lab, s1, "volume", "create", "gv", "--size", "64MiB")
     _crash_then_restart(lab, s1, f"volume.grant:{step}", "volume", "grant", "gv", "--host", host)
-    v = _expect_one_ready_volume(lab, s1, "gv")
+    (v,) = _expect(lab, s1, {"gv"})
     assert v["hosts"] == [host]
     allowed = lab.sh(s1, f"ls /sys/kernel/config/nvmet/subsystems/{v['nqn']}/allowed_hosts").stdout.split()
     assert allowed == [host]
     ok(lab, s1, "volume", "delete", "gv")
-    _expect_nothing(lab, s1)
