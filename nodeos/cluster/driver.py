@@ -53,6 +53,7 @@ log = logging.getLogger("nodeosd.cluster")
 
 SNAPSHOT_EVERY = 2000  # applied entries between map snapshots
 KEEP_AFTER_SNAPSHOT = 500  # entries kept behind a snapshot so slow followers catch up from the log
+PROMOTE_WINDOW = 64  # a learner this close to the commit index is promoted to voter
 
 
 def _command_name(cmd: bytes) -> str:
@@ -119,6 +120,9 @@ class RaftDriver:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._ticker()), loop.create_task(self._loop())]
+        # Apply what is already committed at once: until then Raft only knows the snapshot's
+        # membership, so the node must not reach its election timeout first.
+        self._wake.set()
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -127,6 +131,11 @@ class RaftDriver:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._fail_pending(NotLeader("the cluster service is stopping"))
+
+    @property
+    def running(self) -> bool:
+        """False once the Ready loop died (e.g. the disk failed): this node no longer takes part."""
+        return bool(self._tasks) and not any(t.done() for t in self._tasks)
 
     def campaign(self) -> None:
         self.node.campaign()
@@ -345,7 +354,9 @@ class RaftDriver:
             return
         st = self.node.status()
         for nid, pr in st.progress.items():
-            if pr.is_learner and pr.match >= st.hard_state.commit:
+            # "Caught up": within a small window of the commit index (under steady writes a
+            # learner is always a few entries behind, and promoting it early only costs latency).
+            if pr.is_learner and pr.match + PROMOTE_WINDOW >= st.hard_state.commit:
                 try:
                     self.node.propose_conf_change(ConfChange(ConfChangeType.ADD_VOTER, nid, b""))
                 except ProposalDropped:

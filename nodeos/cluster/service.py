@@ -357,6 +357,21 @@ class ClusterService:
             "last_index": local["last_index"],
             "members": members,
             "rejected_commands": len(d.map.state["rejected"]),
+            "raft_loop_running": d.running,
+            "transport": self._transport_stats(),
+        }
+
+    def _transport_stats(self) -> dict[str, Any]:
+        t = self.transport
+        if t is None:
+            return {}
+        st = t.stats
+        return {
+            "dropped": st.dropped,
+            "refused": st.refused,
+            "bad_frames": st.bad_frames,
+            "sent": st.sent,
+            "received": st.received,
         }
 
     # --- API: kv ---

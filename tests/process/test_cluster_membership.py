@@ -70,7 +70,7 @@ def test_form_join_status_kv_leave(nodes: Any) -> None:
         out = cli_json(n, "join", n1.address, "--token", token, "--node-id", str(n.raft_id))
         assert out["cluster_id"] == init["cluster_id"]
     st = wait_status(n3, lambda s: voters(s) == [1, 2, 3] and s["leader"] is not None)
-    assert st["cluster_id"] == init["cluster_id"]
+    assert st["cluster_id"] == init["cluster_id"] and st["raft_loop_running"] is True
     assert {m["node_id"]: m["failure_domain"] for m in st["members"]}[1] == "rack-a"
     assert all(m["role"] == "witness" for m in st["members"])  # --dataplane none
     # The leader reports every peer's match index and lag.
