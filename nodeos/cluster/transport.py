@@ -521,8 +521,10 @@ class _PeerSender:
                 if not self.queue and not self.requests:
                     self.wake.clear()
                     waiter = asyncio.create_task(self.wake.wait())
-                    await asyncio.wait({waiter, replies}, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
+                    try:
+                        await asyncio.wait({waiter, replies}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        waiter.cancel()
                     continue
                 # Requests first: a client waits on them; Raft messages are retransmitted anyway.
                 while self.requests:

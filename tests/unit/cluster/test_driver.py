@@ -1,0 +1,181 @@
+"""The Raft driver with real parts in one process: LMDB raft storage, loopback transports.
+
+The storage and transport are the real ones, observed (not replaced) so the test can check
+the order Raft requires: nothing is sent before what it promises is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeos.cluster.driver import RaftDriver
+from nodeos.cluster.errors import NotLeader
+from nodeos.cluster.map import encode_command
+from nodeos.cluster.raft import MessageType, StateRole, bootstrap_storage, from_wire
+from nodeos.cluster.raft_storage import LmdbRaftStorage
+from nodeos.cluster.transport import PeerTransport
+
+pytestmark = pytest.mark.timeout(120)
+SECRET = b"d" * 32
+
+
+class ObservedStorage:
+    """The real LMDB storage; remembers what was durably persisted, for the ordering check."""
+
+    def __init__(self, inner: LmdbRaftStorage) -> None:
+        self.inner = inner
+        self.durable_term = 0
+        self.durable_vote = 0
+
+    def persist(self, hs: Any, entries: list[Any], snap: Any) -> None:
+        self.inner.persist(hs, entries, snap)
+        if hs is not None:
+            self.durable_term, self.durable_vote = hs.term, hs.vote
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class Member:
+    def __init__(self, tmp: Path, nid: int, voters: list[int]) -> None:
+        self.nid = nid
+        raw = LmdbRaftStorage.open(tmp / f"raft{nid}")
+        bootstrap_storage(raw, voters)
+        self.storage = ObservedStorage(raw)
+        self.violations: list[str] = []
+        self.transport = PeerTransport(nid, "c", SECRET, self._on_raft, self._on_request)
+        self.driver: RaftDriver | None = None
+
+    def _on_raft(self, frm: int, msg: dict[str, Any]) -> None:
+        if self.driver is not None:
+            self.driver.on_raft(frm, msg)
+
+    async def _on_request(self, frm: int, method: str, params: dict[str, Any]) -> Any:
+        return None
+
+    def watch_sends(self) -> None:
+        real = self.transport.send_raft
+
+        def send(to: int, wire: dict[str, Any]) -> bool:
+            m = from_wire(wire)
+            st = self.storage
+            # Pre-vote messages carry a term that is deliberately not adopted (nor persisted).
+            prevote = m.type in (MessageType.PRE_VOTE, MessageType.PRE_VOTE_RESP)
+            if m.term > st.durable_term and not prevote:
+                self.violations.append(
+                    f"sent {m.type.name} term {m.term} before persisting it ({st.durable_term})"
+                )
+            if m.entries and m.entries[-1].index > st.last_index():
+                self.violations.append(f"sent entry {m.entries[-1].index} before persisting it")
+            return real(to, wire)
+
+        self.transport.send_raft = send  # type: ignore[method-assign]
+
+
+async def make_cluster(tmp: Path, n: int = 3) -> list[Member]:
+    ids = list(range(1, n + 1))
+    members = [Member(tmp, i, ids) for i in ids]
+    for m in members:
+        await m.transport.listen("127.0.0.1", 0)
+    for m in members:
+        m.watch_sends()
+        m.driver = RaftDriver(m.nid, m.storage, m.transport, tick_s=0.02, election_tick=10)  # type: ignore[arg-type]
+        for other in members:
+            if other is not m:
+                m.transport.set_peer(other.nid, other.transport.advertise)
+        m.driver.start()
+    return members
+
+
+async def leader_of(members: list[Member], timeout: float = 20.0) -> Member:
+    async def poll() -> Member:
+        while True:
+            for m in members:
+                if m.driver is not None and m.driver.role is StateRole.LEADER:
+                    return m
+            await asyncio.sleep(0.01)
+
+    return await asyncio.wait_for(poll(), timeout)
+
+
+async def shutdown(members: list[Member]) -> None:
+    for m in members:
+        if m.driver is not None:
+            await m.driver.stop()
+        await m.transport.close()
+        m.storage.inner.close()
+
+
+def test_commands_commit_everywhere_and_nothing_is_sent_before_it_is_durable(tmp_path: Path) -> None:
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            leader = await leader_of(members)
+            assert leader.driver is not None
+            for i in range(30):
+                out = await leader.driver.propose(encode_command("kv_put", {"key": f"k{i % 3}", "value": i}))
+                assert out["value"] == i
+            await leader.driver.read_barrier()
+            assert leader.driver.map.kv_get("k2") == 29
+
+            async def converged() -> None:
+                while any(m.driver is not None and m.driver.map.kv_get("k2") != 29 for m in members):
+                    await asyncio.sleep(0.01)
+
+            await asyncio.wait_for(converged(), 20)
+            snaps = {m.driver.map.snapshot() for m in members if m.driver is not None}
+            assert len(snaps) == 1  # identical maps everywhere
+            follower = next(m for m in members if m is not leader)
+            assert follower.driver is not None
+            with pytest.raises(NotLeader):
+                await follower.driver.propose(encode_command("kv_put", {"key": "x", "value": 1}))
+            assert [v for m in members for v in m.violations] == []
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
+
+
+def test_a_new_leader_takes_over_and_keeps_committed_data(tmp_path: Path) -> None:
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            old = await leader_of(members)
+            assert old.driver is not None
+            await old.driver.propose(encode_command("kv_put", {"key": "a", "value": "before"}))
+            await old.driver.stop()  # the old leader goes silent
+            old.driver = None
+            await old.transport.close()
+            rest = [m for m in members if m is not old]
+            new = await leader_of(rest)
+            assert new.driver is not None and new is not old
+            await new.driver.read_barrier()
+            assert new.driver.map.kv_get("a") == "before"
+            await new.driver.propose(encode_command("kv_put", {"key": "a", "value": "after"}))
+            assert [v for m in members for v in m.violations] == []
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
+
+
+def test_bad_raft_messages_from_a_peer_are_counted_and_ignored(tmp_path: Path) -> None:
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            leader = await leader_of(members)
+            assert leader.driver is not None
+            leader.driver.on_raft(2, {"type": 3, "to": leader.nid, "from": 2, "entries": "garbage"})
+            leader.driver.on_raft(2, {"type": 0, "to": leader.nid, "from": 2})  # local-only type
+            leader.driver.on_raft(2, {"type": 8, "to": leader.nid, "from": 3})  # spoofed sender
+            assert leader.driver.bad_messages == 3
+            out = await leader.driver.propose(encode_command("kv_put", {"key": "k", "value": 1}))
+            assert out["value"] == 1
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
