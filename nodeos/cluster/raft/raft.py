@@ -102,11 +102,16 @@ class Raft(LeaderMixin):
         return pr is not None and not pr.is_learner and not self.log.has_pending_snapshot()
 
     def _send(self, m: Message) -> None:
-        # Responses to (pre-)votes carry the term of the request; other messages our term.
-        if m.term == 0 and m.type not in _OWN_TERM_EXEMPT:
-            m = _with(m, term=self.term)
-        if m.frm == NONE:
-            m = _with(m, frm=self.id)
+        term = m.term
+        if term == 0 and m.type not in _OWN_TERM_EXEMPT:
+            term = self.term
+        frm = m.frm if m.frm != NONE else self.id
+        if term != m.term or frm != m.frm:
+            # Hand-built copy: dataclasses.replace is the hottest call in the simulator.
+            m = Message(
+                m.type, m.to, frm, term, m.log_term, m.index, m.entries, m.commit,
+                m.reject, m.reject_hint, m.snapshot, m.context,
+            )  # fmt: skip
         self.msgs.append(m)
 
     # --- role changes ---

@@ -98,19 +98,17 @@ class RawNode:
     # --- outputs ---
     def has_ready(self) -> bool:
         r = self.raft
-        if r.soft_state() != self._prev_soft:
-            return True
-        hs = r.hard_state()
-        if hs != EMPTY_HARD_STATE and hs != self._prev_hard:
-            return True
         log = r.log
-        return bool(
-            log.has_pending_snapshot()
-            or log.unstable.entries
-            or r.msgs
-            or r.read_states
-            or log.has_next_committed_ents()
-        )
+        # Cheapest checks first: this runs after every input.
+        if r.msgs or log.unstable.entries or r.read_states or log.has_pending_snapshot():
+            return True
+        ps, ph = self._prev_soft, self._prev_hard
+        if r.lead != ps.leader or r.state is not ps.role:
+            return True
+        hs = (r.term, r.vote, log.committed)
+        if hs != (ph.term, ph.vote, ph.commit) and hs != (0, 0, 0):
+            return True
+        return log.has_next_committed_ents()
 
     def ready(self) -> Ready:
         r = self.raft

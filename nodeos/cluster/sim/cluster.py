@@ -319,7 +319,8 @@ class Simulation:
         assert n.rn is not None
         if self._seq % 4 == 0:
             m = from_wire(to_wire(m))  # exercise the wire codec on a share of the traffic
-        self.log(f"deliver {msg_summary(m)}")
+        if self.cfg.trace:
+            self.log(f"deliver {msg_summary(m)}")
         n.rn.step(m)
         self._after_input(n)
 
