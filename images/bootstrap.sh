@@ -9,6 +9,7 @@ APT_PACKAGES=(
   qemu-system-x86 qemu-utils ovmf mmdebstrap debootstrap gdisk dosfstools mtools
   e2fsprogs iproute2 ethtool strace socat busybox-static cpio zstd kmod
   debian-archive-keyring
+  nftables gcc libc6-dev
 )
 
 missing=()
