@@ -38,6 +38,7 @@ from nodeos.cluster.raft import (
     ConfState,
     Entry,
     EntryType,
+    ProgressState,
     ProposalDropped,
     RawNode,
     Ready,
@@ -356,7 +357,8 @@ class RaftDriver:
         for nid, pr in st.progress.items():
             # "Caught up": within a small window of the commit index (under steady writes a
             # learner is always a few entries behind, and promoting it early only costs latency).
-            if pr.is_learner and pr.match + PROMOTE_WINDOW >= st.hard_state.commit:
+            caught_up = pr.state is ProgressState.REPLICATE and pr.match > 0
+            if pr.is_learner and caught_up and pr.match + PROMOTE_WINDOW >= st.hard_state.commit:
                 try:
                     self.node.propose_conf_change(ConfChange(ConfChangeType.ADD_VOTER, nid, b""))
                 except ProposalDropped:
@@ -369,8 +371,9 @@ class RaftDriver:
         """Point the transport at every member: addresses from the map (or the join reply)."""
         want: dict[int, str] = {}
         members = set(self.conf_state.voters) | set(self.conf_state.learners)
-        for nid, addr in self.extra_peers.items():
-            want[nid] = addr
+        if not self.map.nodes:
+            # Not caught up yet (just joined): the addresses the join reply gave are all we know.
+            want.update(self.extra_peers)
         for nid, node in self.map.nodes.items():
             addr = (node.get("addresses") or {}).get("peer")
             if addr:

@@ -108,7 +108,10 @@ class ClusterService:
         with self.meta.read() as txn:
             self.identity = txn.get("meta", META_KEY)
         if self.identity is not None:
-            await self._start_member(extra_peers={})
+            # A node killed right after joining has no map yet: the join reply's peers let it
+            # reach the cluster and catch up.
+            peers = {int(k): str(v) for k, v in (self.identity.get("peers") or {}).items()}
+            await self._start_member(extra_peers=peers)
             log.info("cluster member %d of cluster %s", self.identity["raft_id"], self.identity["cluster_id"])
 
     async def stop(self) -> None:
@@ -280,7 +283,14 @@ class ClusterService:
                 raise
             members = {int(k): str(v) for k, v in (reply.get("members") or {}).items()}
             await asyncio.to_thread(self._wipe_raft_dir)
-            self._save_identity({"cluster_id": token.cluster_id, "secret": token.secret, "raft_id": raft_id})
+            self._save_identity(
+                {
+                    "cluster_id": token.cluster_id,
+                    "secret": token.secret,
+                    "raft_id": raft_id,
+                    "peers": {str(k): v for k, v in members.items()},
+                }
+            )
             await self._start_member(extra_peers=members, transport=transport)
             log.info("joined cluster %s as node %d", token.cluster_id, raft_id)
             return {"cluster_id": token.cluster_id, "node_id": raft_id, "leader": reply.get("leader")}

@@ -161,6 +161,17 @@ def test_bad_joins_are_refused_and_change_nothing(nodes: Any) -> None:
     wait_status(n1, lambda s: voters(s) == [1, 2, 4])
 
 
+def test_a_node_killed_right_after_joining_catches_up_after_restart(nodes: Any) -> None:
+    n1, n2 = nodes(1), nodes(2)
+    token = cli_json(n1, "init", "--node-id", "1")["token"]
+    cli_json(n1, "kv", "put", "early", "yes")
+    cli_json(n2, "join", n1.address, "--token", token, "--node-id", "2")
+    n2.kill()  # before it had time to catch up: it knows its peers only from the join reply
+    n2.start()
+    wait_status(n2, lambda s: s["applied"] > 0 and [m["node_id"] for m in s["members"]] == [1, 2])
+    assert cli_json(n2, "kv", "get", "early")["value"] == "yes"
+
+
 def test_membership_and_data_survive_a_full_restart(nodes: Any) -> None:
     ns = [nodes(i) for i in (1, 2, 3)]
     token = cli_json(ns[0], "init", "--node-id", "1")["token"]
