@@ -18,10 +18,11 @@ from typing import Any
 
 from nodeos.errors import EnvironmentProblem
 from nodeos.net import rdma
+from nodeos.net.dcb import DcbState
 from nodeos.net.dcbsock import notifications, subscribe_socket
 from nodeos.net.model import NetConfig, Thresholds
 from nodeos.net.netns import run_in
-from nodeos.net.observe import observe
+from nodeos.net.observe import observe, read_dcb
 from nodeos.net.verify import verify
 
 
@@ -93,10 +94,24 @@ def sample(cfg: NetConfig, netns: str | None = None) -> Sample:
     names = {i.name for i in cfg.interfaces}
     for n in sorted(names):
         s.nic[n] = read_ethtool_stats(n, netns)
+    if cfg.qos.dcb is not None:
+        dcb_states = run_in(netns, lambda: read_dcb(sorted(names)))
+        for n, st in dcb_states.items():
+            add_pfc_counters(s.nic.setdefault(n, {}), st)
     for p in rdma.inventory():
         if p.netdev in names:
             s.rdma[f"{p.device}/{p.port}"] = rdma.read_hw_counters(p.device, p.port)
     return s
+
+
+def add_pfc_counters(stats: dict[str, int], state: DcbState | str) -> None:
+    """Per-priority pause frames from the DCB netlink PFC attribute (requests = sent,
+    indications = received), for drivers whose ethtool stats lack them."""
+    if not isinstance(state, DcbState) or state.pfc is None:
+        return
+    for prio in range(8):
+        stats.setdefault(f"tx_prio{prio}_pause", state.pfc.requests[prio])
+        stats.setdefault(f"rx_prio{prio}_pause", state.pfc.indications[prio])
 
 
 def _delta(prev: dict[str, int], cur: dict[str, int], name: str) -> int:

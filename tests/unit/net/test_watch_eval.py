@@ -82,3 +82,18 @@ def test_parse_ethtool_stats() -> None:
         "tx_pause_storm_error_events": 0,
         "peer_ifindex": 5,
     }
+
+
+def test_pfc_counters_from_dcb_netlink_feed_the_pause_alarm() -> None:
+    from nodeos.net.dcb import DcbState, Pfc
+    from nodeos.net.watch import add_pfc_counters
+
+    def state(n: int) -> DcbState:
+        return DcbState("ens1f0", pfc=Pfc(pfc_en=8, requests=(0, 0, 0, n, 0, 0, 0, 0)))
+
+    a: dict[str, int] = {}
+    b: dict[str, int] = {"tx_prio0_pause": 7}  # ethtool's own value wins
+    add_pfc_counters(a, state(0))
+    add_pfc_counters(b, state(50_000))
+    assert b["tx_prio0_pause"] == 7 and b["tx_prio3_pause"] == 50_000
+    assert kinds(Sample(0, nic={"ens1f0": a}), Sample(10, nic={"ens1f0": b})) == [("warning", "heavy_pause")]
