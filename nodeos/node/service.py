@@ -172,6 +172,16 @@ class NodeService(PoolsMixin, HostsMixin):
                 return list(e.connected_hosts)
         return []
 
+    def _connections_visible(self) -> bool:
+        """Whether the data plane reports live host connections. The kernel target shows them
+        only through nvmet's debugfs (CONFIG_NVME_TARGET_DEBUGFS), which not every kernel has."""
+        seen = self.describe.get("connections_visible")
+        if seen is not None:
+            return bool(seen)
+        if getattr(self.dp, "name", "") == "kernel":
+            return Path("/sys/kernel/debug/nvmet").is_dir()
+        return True
+
     def _name_free(self, name: str, field: str = "name") -> None:
         if self._get("volumes", name) is not None or self._get("snapshots", name) is not None:
             raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
@@ -353,6 +363,14 @@ class NodeService(PoolsMixin, HostsMixin):
                     raise OperationFailed(
                         f"volume {name!r} has connected hosts ({', '.join(connected)}); "
                         "disconnect them or use --force",
+                        field="name",
+                    )
+                if vol.get("hosts") and not force and not self._connections_visible():
+                    # Blind to connections: a granted host may be connected, so play safe.
+                    raise OperationFailed(
+                        f"volume {name!r} may have connected hosts: it is granted to "
+                        f"{', '.join(vol['hosts'])} and this data plane cannot show connections "
+                        "(no nvmet debugfs); revoke the hosts or use --force",
                         field="name",
                     )
             elif not force:

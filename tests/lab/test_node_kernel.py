@@ -157,9 +157,10 @@ def test_delete_of_a_connected_volume_is_refused_unless_forced(lab: Lab, s1: str
     nqn = v1["nqn"]
     if not connected(lab, "h1", nqn):
         assert connect(lab, "h1", "tcp", lab.addr("s1"), nqn)[0] == 0
-    wait_for("nodeosd sees h1 connected", lambda: ok(lab, s1, "volume", "show", "v1")["connected_hosts"])
+    # The kernel shows connections only with nvmet debugfs; without it a granted volume
+    # counts as possibly connected. Either way the delete must be refused.
     rc, out = nodeos(lab, s1, "volume", "delete", "v1")
-    assert rc == 1 and "connected" in out["error"]["message"]
+    assert rc == 1 and "connected hosts" in out["error"]["message"], out
     assert ok(lab, s1, "volume", "show", "v1")["state"] == "ready"
     assert connected(lab, "h1", nqn)
 
