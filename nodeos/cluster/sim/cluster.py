@@ -176,6 +176,11 @@ class Simulation(FaultsMixin):
             # Raft's own consistency assertions (e.g. commit past the log) count as violations.
             v = Violation("internal assertion", f"{exc} ({traceback.extract_tb(exc.__traceback__)[-1].name})")
             return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
+        except Exception as exc:
+            # Any other exception out of Raft is a bug too: report it with its seed.
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            v = Violation("unexpected exception", f"{exc!r} at {where.filename}:{where.lineno}")
+            return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
         return SeedResult(self.seed, True, None, self.now, self.trace, self.stats)
 
     def _dispatch(self, kind: int, payload: Any) -> None:

@@ -45,6 +45,8 @@ class FaultsMixin:
             victim = lead if lead is not None and r.random() < 0.5 else r.choice(up)
             self._crash(victim)
         elif x < 0.55:
+            if len(ids) < 2:
+                return
             a, b = r.sample(ids, 2)
             self.net.blocked.add((a, b))  # one-way link loss
             self.log(f"link {a}->{b} cut")
