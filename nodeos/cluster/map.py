@@ -236,6 +236,14 @@ def _kv_value(args: dict[str, Any], field: str = "value") -> Any:
     return v
 
 
+def check_kv_args(args: dict[str, Any], with_expect: bool = False) -> None:
+    """Validate kv arguments before proposing, so bad input never reaches the log."""
+    _kv_key(args)
+    _kv_value(args)
+    if with_expect and args.get("expect") is not None:
+        _kv_value(args, "expect")
+
+
 def _kv_put_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     key, value = _kv_key(args), _kv_value(args)
     st["kv"][key] = {"value": value, "revision": st["applied_index"]}

@@ -29,7 +29,7 @@ from typing import Any
 from nodeos import validate
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
-from nodeos.cluster.map import ROLES, encode_command
+from nodeos.cluster.map import ROLES, check_kv_args, encode_command
 from nodeos.cluster.raft import NONE, ConfChangeType, StateRole, bootstrap_storage
 from nodeos.cluster.token import SECRET_BYTES, JoinToken, decode_token
 from nodeos.cluster.transport import PeerTransport
@@ -391,6 +391,7 @@ class ClusterService:
 
     async def api_kv_put(self, params: dict[str, Any]) -> dict[str, Any]:
         args = {"key": _str_param(params, "key"), "value": params.get("value")}
+        check_kv_args(args)
         return await self._at_leader("command", {"cmd": "kv_put", "args": args}, self._timeout(params))
 
     async def api_kv_cas(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -399,6 +400,7 @@ class ClusterService:
             "expect": params.get("expect"),
             "value": params.get("value"),
         }
+        check_kv_args(args, with_expect=True)
         return await self._at_leader("command", {"cmd": "kv_cas", "args": args}, self._timeout(params))
 
     def _timeout(self, params: dict[str, Any]) -> float:

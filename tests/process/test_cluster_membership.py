@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from nodeos.cluster.localcluster import LocalNode, free_port
+from nodeos.errors import BadInput
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
@@ -136,6 +137,11 @@ def test_bad_joins_are_refused_and_change_nothing(nodes: Any) -> None:
     other_token = cli_json(n5, "init", "--node-id", "5")["token"]
     r = cli(n4, "join", n1.address, "--token", other_token, "--node-id", "4")
     assert r.returncode == 2 and "not a member of the token's cluster" in r.stderr
+
+    # a value the map cannot hold is refused before it reaches the log
+    with pytest.raises(BadInput) as exc:
+        n2.call("cluster.kv.put", {"key": "k", "value": [1, 2]})
+    assert exc.value.field == "value"
 
     # nothing changed anywhere
     assert cli_json(n4, "status")["member"] is False
