@@ -136,7 +136,17 @@ class LeaderMixin:
         self._maybe_commit()
 
     def _maybe_commit(self: Raft) -> bool:
-        mci = self.trk.committed()
+        # The leader's own copy counts only once it is on disk: with a single voter,
+        # counting unsynced entries would "commit" what a crash can still lose. (With
+        # more voters a follower's ack already implies the leader persisted first.)
+        me = self.trk.progress.get(self.id)
+        stable = self.log.unstable.offset - 1
+        if me is not None and me.match > stable:
+            match, me.match = me.match, stable
+            mci = self.trk.committed()
+            me.match = match
+        else:
+            mci = self.trk.committed()
         if self.log.maybe_commit(mci, self.term, any_term=self.test_commit_any_term):
             self._release_pending_reads()
             return True

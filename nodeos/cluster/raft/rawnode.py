@@ -151,6 +151,8 @@ class RawNode:
         if rd.entries:
             last = rd.entries[-1]
             r.log.stable_to(last.index, last.term)
+            if r.state is StateRole.LEADER and r._maybe_commit():
+                r._bcast_append()  # entries now on the leader's disk may commit
         if rd.committed_entries:
             r.log.applied_to(rd.committed_entries[-1].index)
             r._release_pending_reads()

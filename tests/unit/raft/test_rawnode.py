@@ -43,20 +43,28 @@ def test_bootstrap_refuses_existing_state_and_bad_voters() -> None:
         RawNode(Config(id=1, election_tick=1, heartbeat_tick=1), MemoryStorage())
 
 
-def test_single_node_cluster_commits_alone_and_ready_orders_persist_before_apply() -> None:
+def test_single_node_cluster_commits_only_what_is_on_its_disk() -> None:
     s = MemoryStorage()
     bootstrap_storage(s, [7])
     n = RawNode(Config(id=7), s)
     n.campaign()
     rd = n.ready()
-    assert rd.hard_state == HardState(term=2, vote=7, commit=2)
+    assert rd.hard_state == HardState(term=2, vote=7, commit=1)
     assert rd.must_sync and [e.index for e in rd.entries] == [2]
-    # Committed at once (quorum of one) but handed out together with the entries to
-    # persist: the application persists first, then applies.
+    # A quorum of one, but its copy is not synced yet: nothing commits before advance().
+    assert rd.committed_entries == []
+    s.persist(rd.hard_state, rd.entries, rd.snapshot)
+    n.advance(rd)
+    rd = n.ready()
+    assert rd.hard_state == HardState(term=2, vote=7, commit=2)
     assert [e.index for e in rd.committed_entries] == [2]
     s.persist(rd.hard_state, rd.entries, rd.snapshot)
     n.advance(rd)
     n.propose(b"x")
+    rd = n.ready()
+    assert [e.data for e in rd.entries] == [b"x"] and rd.committed_entries == []
+    s.persist(rd.hard_state, rd.entries, rd.snapshot)
+    n.advance(rd)
     rd = n.ready()
     assert [e.data for e in rd.committed_entries] == [b"x"]
     s.persist(rd.hard_state, rd.entries, rd.snapshot)
