@@ -46,6 +46,9 @@ class KernelDataPlane:
             "discovery_svcid": self.discovery_svcid,
             "configfs": str(self.fs.root),
             "usable": self.fs.usable(),
+            # Live connections are visible only through nvmet's debugfs (CONFIG_NVME_TARGET_DEBUGFS,
+            # absent from Debian 13's kernel): without it connected_hosts stays empty.
+            "reports_connections": self.nvmet.debugfs.is_dir(),
         }
 
     # ---- pools -----------------------------------------------------------------------

@@ -235,9 +235,23 @@ def parse_pvs(text: str) -> list[tuple[str, str, int]]:
 
 
 # ---- runner (edge) ------------------------------------------------------------------------
+def report_errors(stdout: str) -> list[str]:
+    """Error messages LVM put in the "log" part of a JSON report (not on stderr)."""
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return []
+    log = doc.get("log", []) if isinstance(doc, dict) else []
+    return [
+        str(e.get("log_message", "")) for e in log if isinstance(e, dict) and e.get("log_type") == "error"
+    ]
+
+
 class LvmError(OperationFailed):
-    def __init__(self, cmd: Sequence[str], rc: int, stderr: str) -> None:
+    def __init__(self, cmd: Sequence[str], rc: int, stderr: str, stdout: str = "") -> None:
         lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+        lines += report_errors(stdout)
+        stderr = "\n".join([stderr, *report_errors(stdout)])
         detail = "; ".join(lines[-3:]) or f"exit status {rc}"
         super().__init__(f"{cmd[0]} failed: {detail}")
         self.cmd = list(cmd)
@@ -265,7 +279,7 @@ class LvmRunner:
         except subprocess.TimeoutExpired:
             raise OperationFailed(f"{cmd[0]} did not finish within {self.timeout_s:.0f} s") from None
         if p.returncode != 0:
-            raise LvmError(cmd, p.returncode, p.stderr)
+            raise LvmError(cmd, p.returncode, p.stderr, p.stdout)
         return p.stdout
 
     def lvs(self, pool_id: str | None = None) -> list[Lv]:
