@@ -117,5 +117,8 @@ class NoDataPlane:
     def list_exports(self) -> list[ExportInfo]:
         return []
 
+    def export_info(self, nqn: str) -> ExportInfo | None:
+        return None
+
     def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None:
         raise self._refuse()

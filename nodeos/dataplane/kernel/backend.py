@@ -48,7 +48,7 @@ class KernelDataPlane:
             "usable": self.fs.usable(),
             # Live connections are visible only through nvmet's debugfs (CONFIG_NVME_TARGET_DEBUGFS,
             # absent from Debian 13's kernel): without it connected_hosts stays empty.
-            "reports_connections": self.nvmet.debugfs.is_dir(),
+            "connections_visible": self.nvmet.debugfs.is_dir(),
         }
 
     # ---- pools -----------------------------------------------------------------------

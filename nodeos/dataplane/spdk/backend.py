@@ -102,6 +102,7 @@ class SpdkDataPlane:
             "snapshots": True,
             "dhchap": True,
             "discovery_svcid": self.discovery_svcid,
+            "connections_visible": True,  # nvmf_subsystem_get_controllers
         }
 
     # ---- transports ------------------------------------------------------------------
