@@ -54,7 +54,9 @@ class KernelTargetExporter:
         vg = "demo"
         drive = drive_path(lab.serials(vm)[0])
         vol_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"nodeos-demo/{lab.name}/{vm}/{name}"))
-        nqn = f"nqn.2014-08.io.nodeos:vol:{vol_uuid}"
+        # Not nodeosd's own prefix (nqn.2014-08.io.nodeos:vol:): nodeosd removes exports of
+        # that prefix it does not know, and this one is made by hand, beside the daemon.
+        nqn = f"nqn.2014-08.io.nodeos.lab:demo:{vol_uuid}"
         addr = lab.addr(vm)
         say(f"{vm}: LVM thin pool on {drive}, thin volume {vg}/{name} of {size_mib} MiB")
         lab.sh(
