@@ -64,9 +64,10 @@ def start_crashing_daemon(lab: Lab, vm: str, step: str) -> None:
 
 
 def wait_dead(lab: Lab, vm: str, timeout: float = 60) -> None:
+    # By process name: `pgrep -f nodeosd` would match this very shell's command line.
     lab.sh(
         vm,
-        f"t=0; while pgrep -x nodeosd >/dev/null || pgrep -f 'bin/nodeosd' >/dev/null; do t=$((t+1)); "
+        f"t=0; while pgrep -x nodeosd >/dev/null; do t=$((t+1)); "
         f"[ $t -gt {int(timeout)} ] && exit 1; sleep 1; done",
         timeout=timeout + 30,
     )
