@@ -29,11 +29,12 @@ from typing import Any
 from nodeos import validate
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
-from nodeos.cluster.map import ROLES, check_kv_args, encode_command
-from nodeos.cluster.raft import NONE, ConfChangeType, StateRole, bootstrap_storage
+from nodeos.cluster.leader_ops import int_param, leader_call, str_param
+from nodeos.cluster.map import check_kv_args
+from nodeos.cluster.raft import NONE, StateRole, bootstrap_storage
 from nodeos.cluster.token import SECRET_BYTES, JoinToken, decode_token
 from nodeos.cluster.transport import PeerTransport
-from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
+from nodeos.errors import AlreadyExists, BadInput, NodeosError
 
 log = logging.getLogger("nodeosd.cluster")
 
@@ -45,22 +46,6 @@ def _open_raft_storage(path: Path) -> Any:
     from nodeos.cluster.raft_storage import LmdbRaftStorage
 
     return LmdbRaftStorage.open(path)
-
-
-def _int_param(params: dict[str, Any], field: str, required: bool = False) -> int | None:
-    v = params.get(field)
-    if v is None and not required:
-        return None
-    if type(v) is not int or not 0 < v < 2**63:
-        raise BadInput(f"{field} must be a positive integer", field=field)
-    return v
-
-
-def _str_param(params: dict[str, Any], field: str, max_len: int = 256) -> str:
-    v = params.get(field)
-    if not isinstance(v, str) or not v or len(v) > max_len:
-        raise BadInput(f"{field} must be a non-empty string", field=field)
-    return v
 
 
 class ClusterService:
@@ -213,10 +198,10 @@ class ClusterService:
         async with self._lock:
             self._not_member()
             self._need_peer_listen()
-            raft_id = _int_param(params, "node_id") or self._default_raft_id()
+            raft_id = int_param(params, "node_id") or self._default_raft_id()
             fd = params.get("failure_domain")
             if fd is not None:
-                _str_param(params, "failure_domain")
+                str_param(params, "failure_domain")
             cluster_id = uuid.uuid4().hex
             secret = os.urandom(SECRET_BYTES)
             # A crash after bootstrap but before the identity is saved leaves a raft dir with
@@ -261,10 +246,10 @@ class ClusterService:
             self._not_member()
             self._need_peer_listen()
             assert self.peer_listen is not None
-            raft_id = _int_param(params, "node_id") or self._default_raft_id()
+            raft_id = int_param(params, "node_id") or self._default_raft_id()
             fd = params.get("failure_domain")
             if fd is not None:
-                _str_param(params, "failure_domain")
+                str_param(params, "failure_domain")
             transport = self._make_transport(raft_id, token.cluster_id, token.secret)
             await transport.listen(*self.peer_listen)
             try:
@@ -386,17 +371,17 @@ class ClusterService:
 
     # --- API: kv ---
     async def api_kv_get(self, params: dict[str, Any]) -> dict[str, Any]:
-        key = _str_param(params, "key")
+        key = str_param(params, "key")
         return await self._at_leader("kv_get", {"key": key}, self._timeout(params), idempotent=True)
 
     async def api_kv_put(self, params: dict[str, Any]) -> dict[str, Any]:
-        args = {"key": _str_param(params, "key"), "value": params.get("value")}
+        args = {"key": str_param(params, "key"), "value": params.get("value")}
         check_kv_args(args)
         return await self._at_leader("command", {"cmd": "kv_put", "args": args}, self._timeout(params))
 
     async def api_kv_cas(self, params: dict[str, Any]) -> dict[str, Any]:
         args = {
-            "key": _str_param(params, "key"),
+            "key": str_param(params, "key"),
             "expect": params.get("expect"),
             "value": params.get("value"),
         }
@@ -446,7 +431,7 @@ class ClusterService:
                 raise NotLeader(f"no leader could take the request within {timeout} s")
             try:
                 if d.role is StateRole.LEADER:
-                    return await self._leader_call(method, params, remaining)
+                    return await leader_call(d, method, params, remaining)
                 if d.leader == NONE or self.transport is None:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(d.leader_changed.wait(), min(remaining, 0.5))
@@ -463,56 +448,6 @@ class ClusterService:
                     continue
                 raise OutcomeUnknown(f"lost contact with the leader: {err.message}") from None
 
-    async def _leader_call(self, method: str, params: dict[str, Any], timeout: float) -> Any:
-        d = self._drv()
-        if d.role is not StateRole.LEADER:
-            raise NotLeader(f"node {d.id} is not the leader")
-        if method == "command":
-            return await d.propose(encode_command(params["cmd"], params.get("args") or {}), timeout)
-        if method == "kv_get":
-            await d.read_barrier(min(timeout, 5.0))
-            return {"key": params["key"], "value": d.map.kv_get(params["key"])}
-        if method == "join":
-            return await self._leader_join(d, params, timeout)
-        if method == "remove":
-            return await self._leader_remove(d, params, timeout)
-        raise BadInput(f"unknown cluster method {method!r}", field="method")
-
-    async def _leader_join(self, d: RaftDriver, params: dict[str, Any], timeout: float) -> dict[str, Any]:
-        nid = _int_param(params, "node_id", required=True)
-        assert nid is not None
-        addr = (params.get("addresses") or {}).get("peer")
-        validate.host_port(addr, "address")
-        if params.get("role", "storage") not in ROLES:
-            raise BadInput("role is not allowed", field="role", allowed=list(ROLES))
-        existing = d.map.nodes.get(nid)
-        in_raft = nid in d.conf_state.voters or nid in d.conf_state.learners
-        if existing is not None and (existing.get("addresses") or {}).get("peer") != addr:
-            raise AlreadyExists(f"node id {nid} is already taken by another node", field="node_id")
-        if existing is None and in_raft:
-            raise AlreadyExists(f"node id {nid} is already taken", field="node_id")
-        if existing is None:
-            await d.propose(encode_command("add_node", params), timeout)
-        if not in_raft:
-            await d.propose_conf_change(ConfChangeType.ADD_LEARNER, nid, timeout)
-        members = {k: (v.get("addresses") or {}).get("peer") for k, v in d.map.nodes.items() if k != nid}
-        return {"cluster_id": d.map.state["cluster_id"], "leader": d.id, "members": members}
-
-    async def _leader_remove(self, d: RaftDriver, params: dict[str, Any], timeout: float) -> dict[str, Any]:
-        nid = _int_param(params, "node_id", required=True)
-        assert nid is not None
-        if nid == d.id:
-            # A leader does not remove itself: it hands over first (see api_leave).
-            raise NotLeader("the leader is leaving; retry at the next leader")
-        in_raft = nid in d.conf_state.voters or nid in d.conf_state.learners
-        if not in_raft and nid not in d.map.nodes:
-            raise NotFound(f"node {nid} is not a member", field="node_id")
-        if in_raft:
-            await d.propose_conf_change(ConfChangeType.REMOVE, nid, timeout)
-        if nid in d.map.nodes:
-            await d.propose(encode_command("remove_node", {"node_id": nid}), timeout)
-        return {"removed": nid}
-
     # --- transport callbacks ---
     def _on_raft(self, frm: int, msg: dict[str, Any]) -> None:
         if self.driver is not None:
@@ -527,7 +462,7 @@ class ClusterService:
             inner, inner_params = params.get("method"), params.get("params") or {}
             if inner not in ("command", "kv_get", "join", "remove"):
                 raise BadInput(f"unknown forwarded method {inner!r}", field="method")
-            return await self._leader_call(str(inner), inner_params, 5.0 if inner != "join" else 15.0)
+            return await leader_call(self._drv(), str(inner), inner_params, 5.0 if inner != "join" else 15.0)
         if method == "cluster.progress":
             return self._drv().status()
         raise BadInput(f"unknown peer method {method!r}", field="method")

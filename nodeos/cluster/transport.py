@@ -32,29 +32,24 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hashlib
 import hmac
 import itertools
 import logging
 import os
 import random
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from nodeos.cluster.errors import PeerUnreachable, remote_error
+from nodeos.cluster.peerauth import NONCE_BYTES, Session, mac, session_keys, transcript
 from nodeos.errors import BadInput, NodeosError, OperationFailed
-from nodeos.rpc.framing import DEFAULT_MAX_FRAME, PROTOCOL_VERSION, FrameError, pack, read_frame, unpack_body
+from nodeos.rpc.framing import DEFAULT_MAX_FRAME, PROTOCOL_VERSION, FrameError, pack, read_frame
 
 log = logging.getLogger(__name__)
 
 HANDSHAKE_MAX_FRAME = 4096
 HANDSHAKE_TIMEOUT = 5.0
-NONCE_BYTES = 32
-_SEQ = struct.Struct(">Q")
 
 RaftHandler = Callable[[int, dict[str, Any]], None]
 RequestHandler = Callable[[int, str, dict[str, Any]], Awaitable[Any]]
@@ -65,52 +60,6 @@ def parse_address(addr: str, field: str = "address") -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise BadInput(f"{field} must be HOST:PORT, got {addr!r}", field=field)
     return host.strip("[]"), int(port)
-
-
-def _mac(key: bytes, *parts: bytes) -> bytes:
-    h = hmac.new(key, digestmod=hashlib.sha256)
-    for p in parts:
-        h.update(_SEQ.pack(len(p)))
-        h.update(p)
-    return h.digest()
-
-
-def _transcript(cluster: str, dialer: int, acceptor: int, dn: bytes, an: bytes) -> list[bytes]:
-    return [cluster.encode(), str(dialer).encode(), str(acceptor).encode(), dn, an]
-
-
-@dataclass
-class _Session:
-    """Per-direction keys and sequence numbers of one authenticated connection."""
-
-    send_key: bytes
-    recv_key: bytes
-    send_seq: int = 0
-    recv_seq: int = 0
-
-    def seal(self, body: dict[str, Any]) -> bytes:
-        raw = msgpack.packb(body, use_bin_type=True)
-        self.send_seq += 1
-        return pack({"s": self.send_seq, "b": raw, "m": _mac(self.send_key, _SEQ.pack(self.send_seq), raw)})
-
-    def open(self, frame: dict[str, Any]) -> dict[str, Any]:
-        seq, raw, mac = frame.get("s"), frame.get("b"), frame.get("m")
-        if type(seq) is not int or not isinstance(raw, bytes) or not isinstance(mac, bytes):
-            raise FrameError("authenticated frame must be {s: int, b: bytes, m: bytes}")
-        if seq != self.recv_seq + 1:
-            raise FrameError(
-                f"frame sequence {seq} out of order (expected {self.recv_seq + 1})", code="bad_auth"
-            )
-        if not hmac.compare_digest(mac, _mac(self.recv_key, _SEQ.pack(seq), raw)):
-            raise FrameError("frame MAC does not verify", code="bad_auth")
-        self.recv_seq = seq
-        return unpack_body(raw)
-
-
-def _session(secret: bytes, dn: bytes, an: bytes, dialer: bool) -> _Session:
-    d2a = _mac(secret, b"session d->a", dn, an)
-    a2d = _mac(secret, b"session a->d", dn, an)
-    return _Session(d2a, a2d) if dialer else _Session(a2d, d2a)
 
 
 async def _send_error(
@@ -202,14 +151,14 @@ class PeerTransport:
             self._inbound.discard(task)
             return
         try:
-            await self._serve_session(peer, session, reader, writer)
+            await self._servesession_keys(peer, session, reader, writer)
         finally:
             await _close(writer)
             self._inbound.discard(task)
 
     async def _accept_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[int, _Session]:
+    ) -> tuple[int, Session]:
         hello = await read_frame(reader, HANDSHAKE_MAX_FRAME)
         if hello is None:
             raise OSError("closed before hello")
@@ -228,14 +177,14 @@ class PeerTransport:
         if cluster != self.cluster_id:
             raise BadInput(f"peer belongs to cluster {cluster!r}, not this one", field="cluster")
         mine = os.urandom(NONCE_BYTES)
-        tr = _transcript(self.cluster_id, node, self.node_id, nonce, mine)
+        tr = transcript(self.cluster_id, node, self.node_id, nonce, mine)
         writer.write(
             pack(
                 {
                     "t": "challenge",
                     "node": self.node_id,
                     "nonce": mine,
-                    "proof": _mac(self._secret, b"acceptor", *tr),
+                    "proof": mac(self._secret, b"acceptor", *tr),
                 }
             )
         )
@@ -243,14 +192,14 @@ class PeerTransport:
         auth = await read_frame(reader, HANDSHAKE_MAX_FRAME)
         if auth is None or auth.get("t") != "auth" or not isinstance(auth.get("proof"), bytes):
             raise FrameError("expected an auth frame")
-        if not hmac.compare_digest(auth["proof"], _mac(self._secret, b"dialer", *tr)):
+        if not hmac.compare_digest(auth["proof"], mac(self._secret, b"dialer", *tr)):
             raise FrameError("peer did not prove the cluster secret", code="bad_auth")
         writer.write(pack({"t": "welcome"}))
         await writer.drain()
-        return node, _session(self._secret, nonce, mine, dialer=False)
+        return node, session_keys(self._secret, nonce, mine, dialer=False)
 
-    async def _serve_session(
-        self, peer: int, session: _Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    async def _servesession_keys(
+        self, peer: int, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         lock = asyncio.Lock()
         pending: set[asyncio.Task[None]] = set()
@@ -290,7 +239,7 @@ class PeerTransport:
         self,
         peer: int,
         body: dict[str, Any],
-        session: _Session,
+        session: Session,
         writer: asyncio.StreamWriter,
         lock: asyncio.Lock,
     ) -> None:
@@ -372,7 +321,7 @@ class PeerTransport:
 
     async def dial(
         self, address: str, expect_node: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, _Session, int]:
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Session, int]:
         host, port = parse_address(address)
         reader, writer = await asyncio.open_connection(host, port)
         try:
@@ -400,16 +349,16 @@ class PeerTransport:
                 raise OperationFailed(f"{address} sent a malformed challenge")
             if expect_node and node != expect_node:
                 raise OperationFailed(f"{address} is node {node}, expected node {expect_node}")
-            tr = _transcript(self.cluster_id, self.node_id, node, mine, nonce)
-            if not hmac.compare_digest(proof, _mac(self._secret, b"acceptor", *tr)):
+            tr = transcript(self.cluster_id, self.node_id, node, mine, nonce)
+            if not hmac.compare_digest(proof, mac(self._secret, b"acceptor", *tr)):
                 raise OperationFailed(f"{address} did not prove the cluster secret")
-            writer.write(pack({"t": "auth", "proof": _mac(self._secret, b"dialer", *tr)}))
+            writer.write(pack({"t": "auth", "proof": mac(self._secret, b"dialer", *tr)}))
             await writer.drain()
             welcome = await read_frame(reader, HANDSHAKE_MAX_FRAME)
             if welcome is None or welcome.get("t") != "welcome":
                 err = (welcome or {}).get("error") or {"message": f"{address} refused the handshake"}
                 raise remote_error(err)
-            return reader, writer, _session(self._secret, mine, nonce, dialer=True), node
+            return reader, writer, session_keys(self._secret, mine, nonce, dialer=True), node
         except BaseException:
             await _close(writer)
             raise
@@ -510,7 +459,7 @@ class _PeerSender:
                 fut.set_exception(err)
 
     async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: _Session
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
     ) -> None:
         replies = asyncio.create_task(self._read_replies(reader, session))
         try:
@@ -538,7 +487,7 @@ class _PeerSender:
         finally:
             replies.cancel()
 
-    async def _read_replies(self, reader: asyncio.StreamReader, session: _Session) -> None:
+    async def _read_replies(self, reader: asyncio.StreamReader, session: Session) -> None:
         while True:
             frame = await read_frame(reader, self.t.max_frame)
             if frame is None:

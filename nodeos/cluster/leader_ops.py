@@ -1,0 +1,85 @@
+"""Leader-only operations of the cluster service: commands, linearizable reads, join, remove.
+
+Each runs on the node that is the leader (the service forwards to it) and raises NotLeader,
+having done nothing, when this node is not (or no longer) the leader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeos import validate
+from nodeos.cluster.driver import RaftDriver
+from nodeos.cluster.errors import NotLeader
+from nodeos.cluster.map import ROLES, encode_command
+from nodeos.cluster.raft import ConfChangeType, StateRole
+from nodeos.errors import AlreadyExists, BadInput, NotFound
+
+
+def int_param(params: dict[str, Any], field: str, required: bool = False) -> int | None:
+    v = params.get(field)
+    if v is None and not required:
+        return None
+    if type(v) is not int or not 0 < v < 2**63:
+        raise BadInput(f"{field} must be a positive integer", field=field)
+    return v
+
+
+def str_param(params: dict[str, Any], field: str, max_len: int = 256) -> str:
+    v = params.get(field)
+    if not isinstance(v, str) or not v or len(v) > max_len:
+        raise BadInput(f"{field} must be a non-empty string", field=field)
+    return v
+
+
+async def leader_call(d: RaftDriver, method: str, params: dict[str, Any], timeout: float) -> Any:
+    """Run one leader-only operation on this node, which must be the leader."""
+    if d.role is not StateRole.LEADER:
+        raise NotLeader(f"node {d.id} is not the leader")
+    if method == "command":
+        return await d.propose(encode_command(params["cmd"], params.get("args") or {}), timeout)
+    if method == "kv_get":
+        await d.read_barrier(min(timeout, 5.0))
+        return {"key": params["key"], "value": d.map.kv_get(params["key"])}
+    if method == "join":
+        return await leader_join(d, params, timeout)
+    if method == "remove":
+        return await leader_remove(d, params, timeout)
+    raise BadInput(f"unknown cluster method {method!r}", field="method")
+
+
+async def leader_join(d: RaftDriver, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+    nid = int_param(params, "node_id", required=True)
+    assert nid is not None
+    addr = (params.get("addresses") or {}).get("peer")
+    validate.host_port(addr, "address")
+    if params.get("role", "storage") not in ROLES:
+        raise BadInput("role is not allowed", field="role", allowed=list(ROLES))
+    existing = d.map.nodes.get(nid)
+    in_raft = nid in d.conf_state.voters or nid in d.conf_state.learners
+    if existing is not None and (existing.get("addresses") or {}).get("peer") != addr:
+        raise AlreadyExists(f"node id {nid} is already taken by another node", field="node_id")
+    if existing is None and in_raft:
+        raise AlreadyExists(f"node id {nid} is already taken", field="node_id")
+    if existing is None:
+        await d.propose(encode_command("add_node", params), timeout)
+    if not in_raft:
+        await d.propose_conf_change(ConfChangeType.ADD_LEARNER, nid, timeout)
+    members = {k: (v.get("addresses") or {}).get("peer") for k, v in d.map.nodes.items() if k != nid}
+    return {"cluster_id": d.map.state["cluster_id"], "leader": d.id, "members": members}
+
+
+async def leader_remove(d: RaftDriver, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+    nid = int_param(params, "node_id", required=True)
+    assert nid is not None
+    if nid == d.id:
+        # A leader does not remove itself: it hands over first (see api_leave).
+        raise NotLeader("the leader is leaving; retry at the next leader")
+    in_raft = nid in d.conf_state.voters or nid in d.conf_state.learners
+    if not in_raft and nid not in d.map.nodes:
+        raise NotFound(f"node {nid} is not a member", field="node_id")
+    if in_raft:
+        await d.propose_conf_change(ConfChangeType.REMOVE, nid, timeout)
+    if nid in d.map.nodes:
+        await d.propose(encode_command("remove_node", {"node_id": nid}), timeout)
+    return {"removed": nid}
