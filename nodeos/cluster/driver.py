@@ -144,6 +144,8 @@ class RaftDriver:
 
     # --- inputs ---
     def on_raft(self, frm: int, wire: dict[str, Any]) -> None:
+        if self._tasks and not self.running:
+            return
         try:
             msg = from_wire(wire)
             if msg.frm != frm:
@@ -241,6 +243,7 @@ class RaftDriver:
                 # Persisting failed (disk?) or a bug: continuing could break Raft's promises.
                 log.critical("raft loop failed; stopping this node's cluster participation", exc_info=True)
                 self._fail_pending(OutcomeUnknown("the cluster service failed on this node"))
+                self._tasks[0].cancel()  # no more ticks: this node stays silent rather than half-alive
                 raise
 
     def _handle_readies(self) -> None:

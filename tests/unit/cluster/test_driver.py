@@ -179,3 +179,29 @@ def test_bad_raft_messages_from_a_peer_are_counted_and_ignored(tmp_path: Path) -
             await shutdown(members)
 
     asyncio.run(main())
+
+
+def test_a_node_whose_disk_fails_goes_silent_and_the_rest_go_on(tmp_path: Path) -> None:
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            leader = await leader_of(members)
+            assert leader.driver is not None
+            broken = next(m for m in members if m is not leader)
+            assert broken.driver is not None
+            broken.storage.inner.store.close()  # every later LMDB write fails for real
+
+            async def dead() -> None:
+                while broken.driver is not None and broken.driver.running:
+                    await leader.driver.propose(encode_command("kv_put", {"key": "k", "value": 1}))  # type: ignore[union-attr]
+
+            await asyncio.wait_for(dead(), 20)
+            out = await leader.driver.propose(encode_command("kv_put", {"key": "k", "value": 2}))
+            assert out["value"] == 2
+            members.remove(broken)
+            await broken.driver.stop()
+            await broken.transport.close()
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
