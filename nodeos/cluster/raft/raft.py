@@ -36,7 +36,6 @@ from .types import (
     SoftState,
     StateRole,
 )
-from .wire import decode_conf_change
 
 MT = MessageType
 # Votes carry the campaign term; forwarded proposals/reads carry none (treated as local).
@@ -440,9 +439,6 @@ class Raft(LeaderMixin):
                         if nid != self.id:
                             self._send_append(nid, send_if_empty=False)
         return self.trk.conf_state()
-
-    def conf_change_from_entry(self, e: Entry) -> ConfChange:
-        return decode_conf_change(e.data)
 
 
 def _with(m: Message, **kw: Any) -> Message:
