@@ -125,6 +125,132 @@ out(v)""",
         lab.down()
 
 
+def run_spdk(runtime: int, size_mib: int) -> dict[str, Any] | None:
+    """The same two jobs through a real SPDK nvmf_tgt on loopback TCP (NODEOS_SPDK_DIR), with
+    spdk_nvme_perf through the export vs fio on the AIO drive's backing file; None without SPDK."""
+    import os
+    import re
+    import signal
+    import socket
+    import subprocess
+    import tempfile
+
+    from nodeos.dataplane.base import ExportSpec, HostAccess, Listener
+    from nodeos.dataplane.select import spdk_answers
+    from nodeos.dataplane.spdk.backend import SpdkDataPlane
+
+    root = os.environ.get("NODEOS_SPDK_DIR")
+    if not root:
+        return None
+    bindir = next(
+        (b for b in (Path(root) / "bin", Path(root) / "build" / "bin") if (b / "nvmf_tgt").is_file()), None
+    )
+    if bindir is None:
+        return None
+    work = Path(tempfile.mkdtemp(prefix="nodeos-spdk-bench-"))
+    img = work / "drive.img"
+    subprocess.run(
+        ["fio", "--name=fill", f"--filename={img}", "--rw=write", "--bs=1M", f"--size={size_mib}M"],
+        check=True,
+        capture_output=True,
+    )
+    sock = work / "spdk.sock"
+    tgt = subprocess.Popen(
+        [str(bindir / "nvmf_tgt"), "-u", "--no-huge", "-s", "1024", "-m", "0x1", "-r", str(sock)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not spdk_answers(str(sock)):
+            if time.monotonic() > deadline or tgt.poll() is not None:
+                raise RuntimeError("nvmf_tgt did not start")
+            time.sleep(0.2)
+        with socket.socket() as s_:
+            s_.bind(("127.0.0.1", 0))
+            port = str(s_.getsockname()[1])
+        dpl = SpdkDataPlane(str(sock), keys_dir=work / "keys", transports=("tcp",))
+        host = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-0b0b-4b0b-8b0b-0b0b0b0b0b0b"
+        dpl.create_pool("p1", [dpl.create_aio_drive_for_tests("AIObench", str(img))])
+        dpl.create_volume("p1", "v1", (size_mib - 64) * 2**20)
+        dpl.apply_export(
+            ExportSpec(
+                nqn=NQN,
+                serial="BENCH1",
+                pool_id="p1",
+                vol_id="v1",
+                uuid=UUID,
+                nguid=UUID.replace("-", ""),
+                listeners=(Listener("tcp", "127.0.0.1", port),),
+                hosts=(HostAccess(host),),
+            )
+        )
+        trid = f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN} hostnqn:{host}"
+        out: dict[str, Any] = {}
+        for name, args in JOBS.items():
+            bs = "4096" if "4k" in name else "1048576"
+            qd = "32" if "4k" in name else "8"
+            w = "randread" if "4k" in name else "read"
+            p = subprocess.run(
+                [
+                    str(bindir / "spdk_nvme_perf"),
+                    "--no-huge",
+                    "-s",
+                    "512",
+                    "-q",
+                    qd,
+                    "-o",
+                    bs,
+                    "-w",
+                    w,
+                    "-t",
+                    str(runtime),
+                    "-r",
+                    trid,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            m = re.search(r"Total\s*:\s*([\d.]+)\s+([\d.]+)", p.stdout)
+            remote = (
+                {"iops": float(m.group(1)), "mib_s": float(m.group(2))} if m else {"iops": 0.0, "mib_s": 0.0}
+            )
+            f = subprocess.run(
+                [
+                    "fio",
+                    "--name=b",
+                    f"--filename={img}",
+                    "--direct=1",
+                    "--ioengine=libaio",
+                    "--time_based",
+                    f"--runtime={runtime}",
+                    "--output-format=json",
+                    *args,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            job = json.loads(f.stdout)["jobs"][0]["read"]
+            local = {"iops": float(job["iops"]), "mib_s": float(job["bw_bytes"]) / 2**20}
+            key = "iops" if "4k" in name else "mib_s"
+            out[name] = {
+                "local": local,
+                "export_tcp": remote,
+                "metric": key,
+                "ratio": remote[key] / local[key] if local[key] else None,
+            }
+        dpl.close()
+        return out
+    finally:
+        tgt.send_signal(signal.SIGTERM)
+        try:
+            tgt.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            tgt.kill()
+
+
 def render(r: dict[str, Any]) -> str:
     lines = [
         SECTION,
@@ -145,7 +271,29 @@ def render(r: dict[str, Any]) -> str:
         unit = "IOPS" if k == "iops" else "MiB/s"
         ratio = f"{x['ratio']:.2f}" if x["ratio"] is not None else "n/a"
         lines.append(f"| {name} | {x['local'][k]:.0f} {unit} | {x['export_tcp'][k]:.0f} {unit} | {ratio} |")
-    lines += ["", "SPDK: not measured here (no SPDK build on this machine); see docs/spdk.md.", ""]
+    spdk = r.get("spdk")
+    if spdk:
+        lines += [
+            "",
+            "Through SPDK on the host (nvmf_tgt `--no-huge`, AIO drive on a file, loopback TCP,",
+            "spdk_nvme_perf through the export vs fio on the file):",
+            "",
+            "| job | fio on the file | spdk_nvme_perf through the export | export / local |",
+            "|---|---|---|---|",
+        ]
+        for name, x in spdk.items():
+            k = x["metric"]
+            unit = "IOPS" if k == "iops" else "MiB/s"
+            ratio = f"{x['ratio']:.2f}" if x["ratio"] is not None else "n/a"
+            lines.append(
+                f"| {name} | {x['local'][k]:.0f} {unit} | {x['export_tcp'][k]:.0f} {unit} | {ratio} |"
+            )
+    else:
+        lines += [
+            "",
+            "SPDK: not measured (no SPDK build named by NODEOS_SPDK_DIR on this machine); see docs/spdk.md.",
+        ]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -168,6 +316,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     a = ap.parse_args()
     r = run(a.runtime, a.size_mib)
+    r["spdk"] = run_spdk(a.runtime, a.size_mib)
     print(json.dumps(r, indent=2))
     if not a.no_write:
         write_section(PROJECT / "docs" / "benchmarks.md", render(r))

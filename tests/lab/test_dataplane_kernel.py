@@ -80,6 +80,16 @@ def test_inventory_lists_both_drives_healthy(lab: Lab, s1: str) -> None:
         assert d["smart"]["critical_warning"] == 0 and d["health"] == []
 
 
+def test_rdma_inventory_sees_the_soft_roce_port(lab: Lab, s1: str) -> None:
+    got = dp(lab, s1, "from nodeos.hw.rdma import inventory\nsrc, ports = inventory()\nout([src, ports])")
+    source, ports = got
+    assert source == "pyverbs"
+    live = [p for p in ports if p["state"] == "ACTIVE" and p["link_layer"] == "Ethernet"]
+    assert live, ports
+    links = lab.exec(s1, ["ip", "-o", "link"], check=True).stdout
+    assert all(p["netdev"] and f" {p['netdev']}:" in links for p in live)
+
+
 def test_pool_spans_all_drives_and_is_idempotent(lab: Lab, s1: str, drives: list[str], pool: str) -> None:
     again = dp(lab, s1, f"out(d.create_pool('p1', {drives!r}))")
     assert again["devices"] == drives
