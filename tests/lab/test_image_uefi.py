@@ -69,7 +69,7 @@ def test_raw_image_boots_uefi_to_multi_user_with_nodeosd_active(booted: GuestAge
     # The machine made its own NVMe host identity at first boot.
     nqn = booted.exec(["cat", "/etc/nvme/hostnqn"]).stdout.strip()
     assert nqn.startswith("nqn.2014-08.org.nvmexpress:uuid:")
-    end = time.monotonic() + 120
+    end = time.monotonic() + 900  # polled; a Python daemon starts slowly under an emulated CPU
     while (state := booted.exec(["systemctl", "is-active", "nodeosd"]).stdout.strip()) != "active":
         assert time.monotonic() < end, booted.exec(["journalctl", "-b", "-u", "nodeosd", "--no-pager"]).stdout
         time.sleep(2)
