@@ -265,6 +265,13 @@ class Daemon:
                 out[svc.name] = svc.status()
             except Exception as exc:
                 out[svc.name] = {"error": str(exc)}
+        # One id space for operators: once the node is a cluster member, `node_id` is its member id,
+        # the same id `cluster status` uses for `leader` and `members`. The daemon's own uuid stays
+        # available as `node_uuid`.
+        out["node_uuid"] = self.ctx.node_id
+        cluster = out.get("cluster")
+        if isinstance(cluster, dict) and cluster.get("member") and cluster.get("node_id") is not None:
+            out["node_id"] = cluster["node_id"]
         return out
 
     async def watchdog(self) -> None:

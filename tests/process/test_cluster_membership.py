@@ -76,6 +76,13 @@ def test_form_join_status_kv_leave(nodes: Any) -> None:
     assert all(m["role"] == "witness" for m in st["members"])  # --dataplane none
     # The leader reports every peer's match index and lag.
     leader = {1: n1, 2: n2, 3: n3}[st["leader"]]
+    # `nodeos status` of each daemon names it with the id `cluster status` uses for the leader.
+    for n in (n1, n2, n3):
+        node_status = subprocess.run(
+            [NODEOS, "--socket", n.socket, "status", "--json"], capture_output=True, text=True, timeout=60
+        )
+        assert node_status.returncode == 0, node_status.stderr
+        assert json.loads(node_status.stdout)["node_id"] == n.raft_id
     lst = wait_status(leader, lambda s: all(m["lag"] == 0 for m in s["members"]))
     assert all(m["match"] >= 1 for m in lst["members"])
     human = cli(n2, "status")
