@@ -40,7 +40,8 @@ from nodeos.lab.plan import (
 from nodeos.lab.qemu import VmSpec
 from nodeos.lab.qga import AgentUnavailable, ExecResult, GuestAgent
 
-BOOT_TIMEOUT = float(os.environ.get("NODEOS_LAB_BOOT_TIMEOUT", "900"))
+# Generous: on a 2-core host shared by many TCG VMs a boot has taken 10-15 min (a bound, not a wait).
+BOOT_TIMEOUT = float(os.environ.get("NODEOS_LAB_BOOT_TIMEOUT", "1800"))
 
 Progress = Callable[[str], None]
 

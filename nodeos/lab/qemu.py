@@ -114,7 +114,7 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
         f"systemd.hostname={vm.name}", "nodeos.lab=1", f"nodeos.role={vm.role}",
         f"nodeos.ip={vm.ip}", f"nodeos.hostid={vm.hostid}", f"nodeos.hostnqn={vm.hostnqn}",
         # q35's built-in SATA, SMBus, LPC watchdog: nothing on them in the lab, skip the probes.
-        "modprobe.blacklist=ahci,i2c_i801,lpc_ich,iTCO_wdt,iTCO_vendor_support,pcspkr",
+        "modprobe.blacklist=ahci,i2c_i801,lpc_ich,iTCO_wdt,iTCO_vendor_support,pcspkr,kvm_amd,kvm_intel,powernow_k8",
     ]  # fmt: skip
     parts += [f"systemd.mask={u}" for u in LAB_MASKED_UNITS]
     if vm.role == "host":
