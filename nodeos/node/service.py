@@ -25,6 +25,8 @@ from .ops import Ops
 from .pools import PoolsMixin
 
 RETRY_INTERVAL_S = 30.0
+STARTUP_RECONCILE_TRIES = 12
+STARTUP_RECONCILE_PAUSE_S = 5.0
 
 
 def create_service(ctx: DaemonContext) -> NodeService:
@@ -86,7 +88,13 @@ class NodeService(PoolsMixin, HostsMixin):
             LOG.warning("no storage address to export on; set --storage-address")
         async with self.lock:
             self.recovery = await self.ops.recover()
-            await self._reconcile()
+            # Right after boot the drives or their LVM volumes may not be there yet: try
+            # again for a while before reporting ready (the retry loop keeps trying after).
+            for _ in range(STARTUP_RECONCILE_TRIES):
+                rep = await self._reconcile()
+                if not rep["errors"] and not rep["missing"]:
+                    break
+                await asyncio.sleep(STARTUP_RECONCILE_PAUSE_S)
         self._retry_task = asyncio.create_task(self._retry_loop())
 
     async def stop(self) -> None:
@@ -101,6 +109,10 @@ class NodeService(PoolsMixin, HostsMixin):
             if self.ops.pending() and not self.lock.locked():
                 async with self.lock:
                     self.recovery = (self.recovery + await self.ops.recover())[-50:]
+            rep = self.reconcile_report
+            if (rep.get("errors") or rep.get("missing")) and not self.lock.locked():
+                async with self.lock:
+                    await self._reconcile()
 
     async def _reconcile(self) -> dict[str, Any]:
         """Make the data plane match the records after a restart (configfs and SPDK forget

@@ -41,7 +41,7 @@ def logical_volumes(lab: Lab, vm: str) -> set[str]:
     return out
 
 
-def wait_daemon(lab: Lab, vm: str, timeout: float = 180) -> None:
+def wait_daemon(lab: Lab, vm: str, timeout: float = 600) -> None:
     """Until the daemon answers `status` (after a (re)start)."""
     lab.sh(
         vm,
@@ -54,7 +54,7 @@ def wait_daemon(lab: Lab, vm: str, timeout: float = 180) -> None:
 def start_crashing_daemon(lab: Lab, vm: str, step: str) -> None:
     """nodeosd by hand (the unit stopped, so systemd does not restart it into a crash loop),
     with NODEOS_CRASH_AT set, on the unit's state dir and socket."""
-    lab.sh(vm, "systemctl stop nodeosd.service")
+    lab.sh(vm, "systemctl stop nodeosd.service", timeout=300)
     lab.sh(
         vm,
         f"NODEOS_CRASH_AT={shlex.quote(step)} setsid -f nodeosd --config /etc/nodeos/nodeosd.toml "

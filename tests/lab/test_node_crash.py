@@ -39,7 +39,7 @@ def _crash_then_restart(lab: Lab, vm: str, step: str, *args: str) -> None:
     assert rc == 1, f"the command should have lost its daemon at {step}: {out}"
     wait_dead(lab, vm)
     assert "crash injected at " + step in lab.sh(vm, "cat /tmp/nodeosd-crash.log").stdout
-    lab.sh(vm, "systemctl start nodeosd.service")
+    lab.sh(vm, "systemctl start --no-block nodeosd.service")  # start-up is slow under TCG
     wait_daemon(lab, vm)
 
 

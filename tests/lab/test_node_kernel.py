@@ -198,13 +198,14 @@ def test_revoke_disconnects_the_host(lab: Lab, s1: str, v1: dict, h1: str) -> No
 def test_exports_come_back_after_daemon_restart_and_reboot(lab: Lab, s1: str, v1: dict) -> None:
     want = subsystems(lab, s1)
     assert v1["nqn"] in want
-    lab.sh(s1, "systemctl restart nodeosd.service")
+    lab.sh(s1, "systemctl restart --no-block nodeosd.service")
     wait_daemon(lab, s1)
     assert subsystems(lab, s1) == want
     lab.kill(s1)  # power-off: configfs (all nvmet state) is gone
     lab.start(s1)
     wait_daemon(lab, s1)
-    assert subsystems(lab, s1) == want
+    # Drives and LVM may appear late after a boot: the daemon retries until exports are back.
+    wait_for("exports re-applied after the reboot", lambda: subsystems(lab, s1) == want, timeout=300, every=5)
     assert v1["nqn"] in discover(lab, "h1", lab.addr("s1"), "8009")
     st = ok(lab, s1, "status")
     assert st["node"]["reconcile"]["missing"] == [] and st["node"]["pending_intents"] == []
