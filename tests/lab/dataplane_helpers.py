@@ -80,7 +80,7 @@ def discover(lab: Lab, host: str, addr: str, svcid: str, trtype: str = "tcp") ->
 
 def connect(lab: Lab, host: str, trtype: str, addr: str, nqn: str, *extra: str) -> tuple[int, str]:
     r = lab.exec(
-        host, ["nvme", "connect", "-t", trtype, "-a", addr, "-s", "4420", "-n", nqn, *extra], timeout=90
+        host, ["nvme", "connect", "-t", trtype, "-a", addr, "-s", "4420", "-n", nqn, *extra], timeout=180
     )
     return r.rc, r.stdout + r.stderr
 
