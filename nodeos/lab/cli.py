@@ -201,12 +201,16 @@ def image(raw: bool, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--keep", is_flag=True, help="Leave the lab up at the end.")
+@click.option(
+    "--by-hand", is_flag=True, help="Export with LVM and nvmet configfs directly instead of through nodeosd."
+)
 @click.pass_context
-def demo(ctx: click.Context, keep: bool) -> None:
-    """End to end: s1 exports a drive-backed volume over TCP and RDMA, h1 verifies data."""
-    from nodeos.lab.demo import run_demo
+def demo(ctx: click.Context, keep: bool, by_hand: bool) -> None:
+    """End to end: s1's nodeosd exports a drive-backed volume over TCP and RDMA, h1 verifies data."""
+    from nodeos.lab.demo import KernelTargetExporter, NodeosExporter, run_demo
 
-    _run(lambda: run_demo(ctx.obj["name"], keep=keep))
+    exporter = KernelTargetExporter() if by_hand else NodeosExporter()
+    _run(lambda: run_demo(ctx.obj["name"], keep=keep, exporter=exporter))
 
 
 def main() -> None:

@@ -1,19 +1,20 @@
 """The end-to-end demo (and the steps the lab tests reuse).
 
-Today the storage VM's export is made by hand, step by step, with LVM thin and nvmet configfs
-(`KernelTargetExporter`). When the daemon's volume commands land, an exporter that calls
-`nodeos volume create/export/grant` inside the VM replaces it: it only has to return the same
-`Export` (subsystem NQN, address, port) and everything after that stays as it is.
+The storage VM's export is made the way an operator makes it: the `nodeos` CLI inside the VM
+asks its `nodeosd` for a pool over the drives, registers the GPU node's host NQN, creates a thin
+volume and grants it (`NodeosExporter`). `KernelTargetExporter` does the same by hand with LVM
+thin and nvmet configfs (`nodeos-lab demo --by-hand`), to tell a daemon problem from a lab one.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from nodeos.errors import OperationFailed
 from nodeos.lab.lab import Lab
@@ -125,6 +126,57 @@ class KernelTargetExporter:
         )
 
 
+class NodeosExporter:
+    """The product path: `nodeos ... --json` inside the storage VM, served by its nodeosd."""
+
+    POOL = "demo"
+
+    def _nodeos(self, lab: Lab, vm: str, *args: str, quiet: bool = False) -> Any:
+        if not quiet:
+            say(f"{vm}: nodeos {' '.join(args)}")
+        r = lab.exec(vm, ["nodeos", *args, "--json"], timeout=600)
+        if r.rc != 0:
+            raise OperationFailed(
+                f"{vm}: `nodeos {' '.join(args)}` failed (exit {r.rc}): {r.stdout}{r.stderr}"
+            )
+        return json.loads(r.stdout)
+
+    def export(self, lab: Lab, vm: str, *, name: str, size_mib: int, hostnqn: str) -> Export:
+        say(f"{vm}: waiting for nodeosd to answer")
+        lab.sh(vm, "t=0; until nodeos status --json >/dev/null 2>&1; do t=$((t+1)); "
+                   "[ $t -gt 900 ] && exit 1; sleep 1; done", timeout=960)  # fmt: skip
+        st = self._nodeos(lab, vm, "status", quiet=True)
+        say(f"{vm}: nodeosd runs the {st['dataplane']['name']} data plane")
+        if not any(p["name"] == self.POOL for p in self._nodeos(lab, vm, "pool", "list", quiet=True)):
+            self._nodeos(lab, vm, "pool", "create", self.POOL, "--drives", "all")
+        if not any(h["nqn"] == hostnqn for h in self._nodeos(lab, vm, "host", "list", quiet=True)):
+            self._nodeos(lab, vm, "host", "add", hostnqn)
+        if not any(v["name"] == name for v in self._nodeos(lab, vm, "volume", "list", quiet=True)):
+            self._nodeos(lab, vm, "volume", "create", name, "--size", f"{size_mib}MiB", "--pool", self.POOL)
+        self._nodeos(lab, vm, "volume", "grant", name, "--host", hostnqn)
+        vol = self._nodeos(lab, vm, "volume", "show", name)
+        listeners = [x for x in vol["listeners"] if x["traddr"] == lab.addr(vm)]
+        say(
+            f"{vm}: {vol['nqn']} listens on "
+            + ", ".join(f"{x['trtype']} {x['traddr']}:{x['trsvcid']}" for x in listeners)
+        )
+        dev = lab.sh(vm, f"lvs --noheadings -o lv_path -S lv_name=v_{vol['vol_id']}").stdout.strip()
+        return Export(
+            nqn=vol["nqn"],
+            addr=lab.addr(vm),
+            port=int(listeners[0]["trsvcid"]),
+            transports=tuple(sorted({x["trtype"] for x in listeners})),
+            device=dev,
+            size_mib=size_mib,
+        )
+
+    def unexport(self, lab: Lab, vm: str, export: Export) -> None:
+        vols = self._nodeos(lab, vm, "volume", "list", quiet=True)
+        for v in vols:
+            if v.get("nqn") == export.nqn:
+                self._nodeos(lab, vm, "volume", "delete", v["name"], "--force")
+
+
 def connect(lab: Lab, host: str, export: Export, transport: str, timeout: float = 120) -> str:
     """`nvme connect` from host; returns the namespace's block device (multipath head)."""
     say(f"{host}: nvme connect -t {transport} -a {export.addr} -s {export.port} -n {export.nqn}")
@@ -190,7 +242,7 @@ def check(cond: bool, what: str) -> None:
 
 def run_demo(name: str = "demo", *, keep: bool = False, exporter: Exporter | None = None) -> None:
     """Boot s1 (2 drives) + h1, export over TCP and RDMA, verify data from h1 both ways."""
-    exporter = exporter or KernelTargetExporter()
+    exporter = exporter or NodeosExporter()
     lab = Lab(name)
     if lab.is_up():
         say(f"lab {name} is up from an earlier run: taking it down first")

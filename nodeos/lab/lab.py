@@ -268,6 +268,10 @@ class Lab:
             for d in v.drives:
                 with open(d["path"], "wb") as f:
                     f.truncate(drive_size_mib * 1024 * 1024)
+            if v.role == "storage":
+                # The root file system is a fresh snapshot at every boot, but an appliance keeps
+                # nodeosd's state (LMDB) across power cycles: it gets a disk of its own.
+                qemu.make_state_disk(self.vm_dir(v.name) / qemu.STATE_DISK)
         for v in vms:
             self._start_vm(st, v)
             self._save(st)

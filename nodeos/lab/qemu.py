@@ -123,6 +123,8 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
     else:
         # Storage VMs keep LVM metadata daemons out of the boot path; nodeos drives LVM itself.
         parts.append("systemd.mask=lvm2-monitor.service")
+        # nodeosd's state disk, mounted before local-fs.target (so before nodeosd starts).
+        parts.append(f"systemd.mount-extra=LABEL={STATE_LABEL}:/var/lib/nodeos:ext4:defaults")
     if accel == "tcg":
         # An emulated CPU on a busy host can be 10x slower than usual: looser soft-lockup
         # watchdog, and systemd/udev timeouts long enough that a slow boot is not a failed one.
@@ -134,6 +136,24 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
             "rd.udev.event_timeout=900",
         ]
     return " ".join(parts)
+
+
+STATE_DISK = "state.img"
+STATE_LABEL = "nodeos-state"
+STATE_DISK_MIB = 256
+
+
+def make_state_disk(path: Path) -> None:
+    """An empty ext4 image for /var/lib/nodeos of a storage VM (made without loop devices)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(STATE_DISK_MIB * 1024 * 1024)
+    subprocess.run(
+        ["mke2fs", "-q", "-F", "-t", "ext4", "-L", STATE_LABEL, "-m", "0", str(path)],
+        check=True,
+        capture_output=True,
+    )
 
 
 def command_line(
@@ -169,6 +189,8 @@ def command_line(
         "-qmp", f"unix:{vm_dir / 'qmp.sock'},server=on,wait=off",
         "-device", "virtio-rng-pci",
     ]  # fmt: skip
+    if vm.role == "storage":
+        argv += ["-drive", f"file={vm_dir / STATE_DISK},if=virtio,format=raw,cache=writeback"]
     for i, d in enumerate(vm.drives):
         argv += [
             "-drive", f"file={d['path']},if=none,id=nvm{i},format=raw,cache=writeback,aio=threads",
