@@ -26,7 +26,7 @@ except NodeosError as e:
 """
 
 
-def dp(lab: Lab, vm: str, body: str, timeout: float = 300) -> Any:
+def dp(lab: Lab, vm: str, body: str, timeout: float = 900) -> Any:
     """Run `body` (Python, with `d` a KernelDataPlane and `out(x)` to answer) inside vm."""
     code = PRELUDE.format(body="\n".join("    " + line for line in body.strip().splitlines()))
     r = lab.exec(vm, ["python3", "-"], input=code, timeout=timeout)

@@ -39,7 +39,8 @@ MIB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def s1(lab: Lab) -> Iterator[str]:
-    lab.sh("s1", "systemctl stop nodeosd.service 2>/dev/null || true")
+    # A generous bound: under TCG on a busy host the stop may wait for a slow start to finish.
+    lab.sh("s1", "systemctl stop nodeosd.service 2>/dev/null || true", timeout=900)
     yield "s1"
 
 
