@@ -42,9 +42,11 @@ FAILED = "_nodeos_lab_failed"
 
 
 def lab_name_for(module_name: str) -> str:
-    """A short lab name per test module, so modules never share (or collide on) a lab."""
+    """A short lab name per test module and checkout, so modules never share (or collide on) a lab,
+    even when two checkouts run the same module on one machine."""
     short = module_name.rsplit(".", 1)[-1].removeprefix("test_")[:8].replace("_", "-").strip("-") or "t"
-    return f"t-{short}-{hashlib.sha1(module_name.encode()).hexdigest()[:4]}"
+    key = f"{Path(__file__).resolve().parent}:{module_name}"
+    return f"t-{short}-{hashlib.sha1(key.encode()).hexdigest()[:4]}"
 
 
 @pytest.hookimpl(hookwrapper=True)
