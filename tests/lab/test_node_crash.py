@@ -88,4 +88,6 @@ def test_crash_during_grant_rolls_forward(lab: Lab, s1: str, step: str) -> None:
     assert v["hosts"] == [host]
     allowed = lab.sh(s1, f"ls /sys/kernel/config/nvmet/subsystems/{v['nqn']}/allowed_hosts").stdout.split()
     assert allowed == [host]
+    # A granted volume counts as possibly connected on the kernel target: revoke, then delete.
+    ok(lab, s1, "volume", "revoke", "gv", "--host", host)
     ok(lab, s1, "volume", "delete", "gv")
