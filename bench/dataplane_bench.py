@@ -23,6 +23,8 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+
 from nodeos.lab import Lab  # noqa: E402
 from tests.lab.dataplane_helpers import connect, device_of, dp, spec_code  # noqa: E402
 
@@ -297,18 +299,6 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace (or append) this benchmark's section only; other sections stay as they are."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if SECTION in old:
-        start = old.index(SECTION)
-        nxt = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + (old[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime", type=int, default=15)
@@ -319,7 +309,7 @@ def main() -> None:
     r["spdk"] = run_spdk(a.runtime, a.size_mib)
     print(json.dumps(r, indent=2))
     if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", render(r))
+        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, render(r))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+
 from nodeos.cluster.localcluster import LocalCluster, LocalNode  # noqa: E402
 from nodeos.rpc import framing  # noqa: E402
 
@@ -185,18 +187,6 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace (or append) this benchmark's section only; other sections stay as they are."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if SECTION in old:
-        start = old.index(SECTION)
-        nxt = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + (old[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -223,7 +213,7 @@ def main() -> None:
     text = render(r)
     print(text)
     if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", text)
+        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
 
 
 if __name__ == "__main__":
