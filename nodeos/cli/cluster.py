@@ -6,7 +6,8 @@ checked here first (same validators as the daemon) so a typo exits 2 without a r
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -16,10 +17,32 @@ from nodeos.cluster.token import decode_token
 from nodeos.errors import BadInput
 from nodeos.rpc.client import Client
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 def _client(ctx: click.Context, timeout_s: float = 60.0) -> Client:
     obj = ctx.find_root().obj or {}
     return Client(obj.get("socket", "/run/nodeos/api.sock"), timeout_s=timeout_s)
+
+
+def _member_options(fn: F) -> F:
+    """`--node-id` and `--failure-domain`: how this node enters a cluster (init and join)."""
+    fn = click.option("--failure-domain", default=None, help="Failure domain of this node (e.g. a rack).")(fn)
+    return click.option(
+        "--node-id",
+        type=click.IntRange(min=1, max=2**63 - 1),
+        default=None,
+        help="Raft id of this node (default: derived from the node's identity).",
+    )(fn)
+
+
+def _member_params(node_id: int | None, failure_domain: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if node_id is not None:
+        params["node_id"] = node_id
+    if failure_domain is not None:
+        params["failure_domain"] = failure_domain
+    return params
 
 
 @click.group()
@@ -28,13 +51,7 @@ def cluster() -> None:
 
 
 @cluster.command()
-@click.option(
-    "--node-id",
-    type=click.IntRange(min=1, max=2**63 - 1),
-    default=None,
-    help="Raft id of this node (default: derived from the node's identity).",
-)
-@click.option("--failure-domain", default=None, help="Failure domain of this node (e.g. a rack).")
+@_member_options
 @json_option
 @click.pass_context
 @command_runner
@@ -42,12 +59,7 @@ def init(
     ctx: click.Context, node_id: int | None, failure_domain: str | None, as_json: bool
 ) -> tuple[Any, Any]:
     """Create a new cluster with this node as its only member; prints the join token."""
-    params: dict[str, Any] = {}
-    if node_id is not None:
-        params["node_id"] = node_id
-    if failure_domain is not None:
-        params["failure_domain"] = failure_domain
-    out = _client(ctx).call("cluster.init", params)
+    out = _client(ctx).call("cluster.init", _member_params(node_id, failure_domain))
     return (
         out,
         lambda d: (
@@ -60,13 +72,7 @@ def init(
 @cluster.command()
 @click.argument("address")
 @click.option("--token", required=True, help="The join token printed by `nodeos cluster init`.")
-@click.option(
-    "--node-id",
-    type=click.IntRange(min=1, max=2**63 - 1),
-    default=None,
-    help="Raft id of this node (default: derived from the node's identity).",
-)
-@click.option("--failure-domain", default=None, help="Failure domain of this node (e.g. a rack).")
+@_member_options
 @json_option
 @click.pass_context
 @command_runner
@@ -81,11 +87,7 @@ def join(
     """Join the cluster that the member at ADDRESS (HOST:PORT) belongs to."""
     validate.host_port(address, "address")
     decode_token(token)
-    params: dict[str, Any] = {"address": address, "token": token}
-    if node_id is not None:
-        params["node_id"] = node_id
-    if failure_domain is not None:
-        params["failure_domain"] = failure_domain
+    params = {"address": address, "token": token, **_member_params(node_id, failure_domain)}
     out = _client(ctx).call("cluster.join", params, progress="joining")
     return out, lambda d: f"joined cluster {d['cluster_id']} as node {d['node_id']}"
 
