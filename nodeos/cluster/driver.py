@@ -1,10 +1,15 @@
 """The imperative shell around the pure Raft core: time, disk, network and the cluster map.
 
 One asyncio task handles every Ready in the order Raft requires:
-  1. persist snapshot + entries + hard state in ONE synced LMDB transaction,
-  2. only then send the messages (they may promise what was just persisted),
-  3. restore a received snapshot, apply committed entries to the map, answer waiters,
-  4. advance.
+  1. send what promises nothing about this node's disk (a leader's appends and heartbeats,
+     rawnode.split_messages): followers write the entries while the leader does;
+  2. persist snapshot + entries + hard state in ONE synced LMDB transaction, on the disk
+     thread so the event loop keeps taking messages and proposals meanwhile (those form the
+     next Ready: group commit). Skipped when the Ready changes only the commit index
+     (Ready.must_sync); that hard state rides along with the next write;
+  3. only then send the rest (acks and votes promise what was just persisted),
+  4. restore a received snapshot, apply committed entries to the map, answer waiters,
+  5. advance (the leader's own entries count toward commit only from here).
 Ticks come from a timer; messages from the transport; proposals and reads from the service.
 
 Proposals are wrapped as `[request id, command]` so the proposer can find the result of its
@@ -19,6 +24,7 @@ serves the read once the map has applied up to the read index.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -26,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import lmdb
 import msgpack
 
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
@@ -43,11 +50,13 @@ from nodeos.cluster.raft import (
     RawNode,
     Ready,
     StateRole,
-    Storage,
     decode_conf_change,
     from_wire,
+    split_messages,
     to_wire,
 )
+from nodeos.cluster.raft.types import HardState
+from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
 
 log = logging.getLogger("nodeosd.cluster")
@@ -55,6 +64,11 @@ log = logging.getLogger("nodeosd.cluster")
 SNAPSHOT_EVERY = 2000  # applied entries between map snapshots
 KEEP_AFTER_SNAPSHOT = 500  # entries kept behind a snapshot so slow followers catch up from the log
 PROMOTE_WINDOW = 64  # a learner this close to the commit index is promoted to voter
+
+# Crash injection for the kill -9 tests: when this env var names a file, the driver reads it at
+# every step of a Ready that writes entries and dies (as SIGKILL would) at the step it names.
+CRASH_FILE_ENV = "NODEOS_RAFT_CRASH_FILE"
+READY_STEPS = ("taken", "early-sent", "written", "sent", "applied")
 
 
 def _command_name(cmd: bytes) -> str:
@@ -69,7 +83,7 @@ class RaftDriver:
     def __init__(
         self,
         raft_id: int,
-        storage: Storage,
+        storage: LmdbRaftStorage,
         transport: PeerTransport,
         *,
         tick_s: float = 0.1,
@@ -115,6 +129,11 @@ class RaftDriver:
         self.bad_messages = 0
         self._snapshot_due = False
         self.removed = False
+        # One thread does every Raft disk write, in Ready order, off the event loop.
+        self._disk = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-disk-{raft_id}")
+        self._lazy_hard_state: HardState | None = None  # a commit-index-only change not yet written
+        self._crash_file = os.environ.get(CRASH_FILE_ENV)
+        self._disk_failed: Exception | None = None  # a read of the Raft log failed while stepping
         self._sync_peers()
 
     # --- lifecycle ---
@@ -131,6 +150,8 @@ class RaftDriver:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        # A write already on the disk thread finishes (LMDB commits it whole or not at all).
+        await asyncio.get_running_loop().run_in_executor(None, self._disk.shutdown)
         self._fail_pending(NotLeader("the cluster service is stopping"))
 
     @property
@@ -146,11 +167,18 @@ class RaftDriver:
     def on_raft(self, frm: int, wire: dict[str, Any]) -> None:
         if self._tasks and not self.running:
             return
+        if self._disk_failed is not None:
+            return
         try:
             msg = from_wire(wire)
             if msg.frm != frm:
                 raise ValueError(f"message claims to be from {msg.frm} on node {frm}'s connection")
             self.node.step(msg)
+        except (lmdb.Error, CorruptRecord) as exc:
+            # Our disk, not the peer's message: stop taking part, as a failed write does.
+            self._disk_failed = exc
+            self._wake.set()
+            return
         except Exception as exc:  # a peer's bad message must never stop this node
             self.bad_messages += 1
             log.warning("dropped a bad raft message from node %d: %s", frm, exc)
@@ -238,7 +266,10 @@ class RaftDriver:
             await self._wake.wait()
             self._wake.clear()
             try:
-                self._handle_readies()
+                if self._disk_failed is not None:
+                    raise self._disk_failed
+                while self.node.has_ready():
+                    await self._handle_ready()
             except Exception:
                 # Persisting failed (disk?) or a bug: continuing could break Raft's promises.
                 log.critical("raft loop failed; stopping this node's cluster participation", exc_info=True)
@@ -246,31 +277,66 @@ class RaftDriver:
                 self._tasks[0].cancel()  # no more ticks: this node stays silent rather than half-alive
                 raise
 
-    def _handle_readies(self) -> None:
-        while self.node.has_ready():
-            rd = self.node.ready()
-            self.storage.persist(rd.hard_state, rd.entries, rd.snapshot)
-            if rd.hard_state is not None:
-                self.term = rd.hard_state.term
-            for m in rd.messages:
-                self.transport.send_raft(m.to, to_wire(m))
-            if rd.snapshot is not None and not rd.snapshot.is_empty():
-                self.map.restore(rd.snapshot.data)
-                self.map.state["applied_index"] = rd.snapshot.index
-                self.conf_state = rd.snapshot.meta.conf_state
-                self.last_snapshot = rd.snapshot.index
-                self._sync_peers()
-            for e in rd.committed_entries:
-                self._apply(e)
-            for rs in rd.read_states:
-                fut = self._reads.get(rs.request_ctx)
-                if fut is not None:
-                    self._read_ready.append((rs.index, fut))
-            if rd.soft_state is not None:
-                self._on_soft_state(rd)
-            self.node.advance(rd)
-            self._serve_reads()
-            self._maybe_snapshot()
+    async def _handle_ready(self) -> None:
+        rd = self.node.ready()
+        crash = self._crash_file is not None and bool(rd.entries)
+        if crash:
+            self._crash_point("taken")
+        now, after_sync = split_messages(rd)
+        for m in now:
+            self.transport.send_raft(m.to, to_wire(m))
+        if crash:
+            self._crash_point("early-sent")
+        if rd.must_sync:
+            hs = rd.hard_state if rd.hard_state is not None else self._lazy_hard_state
+            self._lazy_hard_state = None
+            loop = asyncio.get_running_loop()
+            view = await loop.run_in_executor(self._disk, self.storage.write, hs, rd.entries, rd.snapshot)
+            self.storage.install(view)
+        elif rd.hard_state is not None:
+            # Only the commit index moved: losing it in a crash costs nothing (the leader
+            # tells it again), so it is not worth a device flush of its own.
+            self._lazy_hard_state = rd.hard_state
+        if crash:
+            self._crash_point("written")
+        if rd.hard_state is not None:
+            self.term = rd.hard_state.term
+        for m in after_sync:
+            self.transport.send_raft(m.to, to_wire(m))
+        if crash:
+            self._crash_point("sent")
+        if rd.snapshot is not None and not rd.snapshot.is_empty():
+            self.map.restore(rd.snapshot.data)
+            self.map.state["applied_index"] = rd.snapshot.index
+            self.conf_state = rd.snapshot.meta.conf_state
+            self.last_snapshot = rd.snapshot.index
+            self._sync_peers()
+        for e in rd.committed_entries:
+            self._apply(e)
+        for rs in rd.read_states:
+            fut = self._reads.get(rs.request_ctx)
+            if fut is not None:
+                self._read_ready.append((rs.index, fut))
+        if rd.soft_state is not None:
+            self._on_soft_state(rd)
+        if crash:
+            self._crash_point("applied")
+        self.node.advance(rd)
+        self._serve_reads()
+        self._maybe_snapshot()
+
+    def _crash_point(self, step: str) -> None:
+        assert self._crash_file is not None and step in READY_STEPS
+        try:
+            with open(self._crash_file) as f:
+                wanted = f.read().strip()
+        except OSError:
+            return
+        if wanted == step:
+            log.critical("crash injected at raft ready step %s (%s)", step, CRASH_FILE_ENV)
+            for h in logging.getLogger().handlers:
+                h.flush()
+            os._exit(137)
 
     def _apply(self, e: Entry) -> None:
         if e.index <= self.map.applied_index:

@@ -6,14 +6,18 @@ Layout, in the node's LMDB environment (nodeos.store.lmdb_store.Store):
   compacted position, whose term is still needed); "snap" -> snapshot metadata + data;
   "conf" -> [index, voters, learners], the membership the application last applied.
 
-Every Ready is written with `persist()` in ONE synced LMDB transaction (snapshot, then
+Every Ready that must be synced is written in ONE synced LMDB transaction (snapshot, then
 entries, then hard state), so a crash keeps all of it or none, and the caller sends the
-Ready's messages only after it returns. Records carry a checksum (lmdb_store); a torn or
-corrupt record raises CorruptRecord, it is never silently used.
+Ready's promises (acks, votes) only after it returns. `persist()` does it in one call; the
+driver runs `write()` on its disk thread and `install()` on the event loop. A change of the
+commit index alone is not synced (it rides along with the next write; a snapshot raises it).
+Records carry a checksum (lmdb_store); a torn or corrupt record raises CorruptRecord, it is
+never silently used.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,17 @@ def _is_uint(v: Any) -> bool:
 
 def _ids(v: Any) -> bool:
     return isinstance(v, list) and all(type(x) is int and x > 0 for x in v)
+
+
+@dataclass(frozen=True)
+class View:
+    """What a finished write() changed: the log bounds, snapshot and hard state."""
+
+    dummy: tuple[int, int]
+    last: int
+    meta: SnapshotMeta
+    data: bytes
+    hard_state: HardState | None
 
 
 class LmdbRaftStorage:
@@ -187,6 +202,11 @@ class LmdbRaftStorage:
     # --- write side ---
     def persist(self, hard_state: HardState | None, entries: list[Entry], snapshot: Snapshot | None) -> None:
         """Snapshot + entries + hard state in one synced transaction."""
+        self.install(self.write(hard_state, entries, snapshot))
+
+    def write(self, hard_state: HardState | None, entries: list[Entry], snapshot: Snapshot | None) -> View:
+        """The durable half of persist(): safe to run on a worker thread while the owner keeps
+        reading (LMDB readers see the previous commit). Returns the view install() takes on."""
         if snapshot is not None and not snapshot.is_empty() and snapshot.index <= self._snap_meta.index:
             raise SnapshotOutOfDate(f"snapshot at {snapshot.index} is not newer than {self._snap_meta.index}")
         dummy, last, meta, data = self._dummy, self._last, self._snap_meta, self._snap_data
@@ -211,10 +231,14 @@ class LmdbRaftStorage:
                     last = entries[-1].index
             if hard_state is not None:
                 txn.put(STATE_DB, "hard", [hard_state.term, hard_state.vote, hard_state.commit])
-        # Committed (synced): only now update the in-memory view.
-        self._dummy, self._last, self._snap_meta, self._snap_data = dummy, last, meta, data
-        if hard_state is not None:
-            self._hs = hard_state
+        return View(dummy, last, meta, data, hard_state)
+
+    def install(self, view: View) -> None:
+        """Committed (synced): only now the in-memory view moves, on the owner's thread."""
+        self._dummy, self._last = view.dummy, view.last
+        self._snap_meta, self._snap_data = view.meta, view.data
+        if view.hard_state is not None:
+            self._hs = view.hard_state
 
     @staticmethod
     def _put_snap(txn: Txn, meta: SnapshotMeta, data: bytes) -> None:
@@ -252,9 +276,16 @@ class LmdbRaftStorage:
         if index > self._last:
             raise UnavailableError(f"snapshot index {index} is past the last index {self._last}")
         meta = SnapshotMeta(index, self.term(index), conf_state)
+        # A snapshot covers committed entries only; the commit index is written lazily
+        # (Ready.must_sync), so the stored one is raised to the snapshot here, or a restart
+        # would find a commit index behind its own snapshot.
+        hs = self._hs
+        if hs.commit < index:
+            hs = HardState(hs.term, hs.vote, index)
         with self.store.write() as txn:
             self._put_snap(txn, meta, data)
-        self._snap_meta, self._snap_data = meta, data
+            txn.put(STATE_DB, "hard", [hs.term, hs.vote, hs.commit])
+        self._snap_meta, self._snap_data, self._hs = meta, data, hs
         return Snapshot(meta, data)
 
     def compact(self, index: int) -> None:

@@ -40,7 +40,7 @@ leader steps down. Linearizable reads: node.read_index(unique_ctx), then serve t
 when a ReadState with that ctx arrived and the applied index reached ReadState.index.
 """
 
-from .rawnode import RawNode, bootstrap_storage
+from .rawnode import RawNode, bootstrap_storage, split_messages
 from .storage import MemoryStorage, Storage
 from .types import (
     NONE,
@@ -104,5 +104,6 @@ __all__ = [
     "decode_conf_change",
     "encode_conf_change",
     "from_wire",
+    "split_messages",
     "to_wire",
 ]

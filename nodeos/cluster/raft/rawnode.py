@@ -44,6 +44,24 @@ def bootstrap_storage(storage: Storage, voters: list[int]) -> None:
     storage.persist(HardState(term=1, vote=NONE, commit=1), [], snap)
 
 
+# What a leader pushes to followers: its log and its commit index. Neither promises anything
+# about this node's own disk (its own copy counts toward commit only once synced: see
+# Raft._maybe_commit), so these may leave while the Ready that produced them is being written.
+_SENDABLE_BEFORE_SYNC = frozenset({MessageType.APP, MessageType.HEARTBEAT, MessageType.SNAP})
+
+
+def split_messages(rd: Ready) -> tuple[list[Message], list[Message]]:
+    """(send now, send only once the Ready is durable). Everything that answers a peer (vote,
+    append ack, read-index reply) or carries a term/vote not yet on disk waits for the sync."""
+    if rd.term_or_vote_changed:
+        return [], list(rd.messages)
+    now: list[Message] = []
+    later: list[Message] = []
+    for m in rd.messages:
+        (now if m.type in _SENDABLE_BEFORE_SYNC else later).append(m)
+    return now, later
+
+
 class RawNode:
     def __init__(self, config: Config, storage: Storage) -> None:
         self.raft = Raft(config, storage)
@@ -126,14 +144,10 @@ class RawNode:
             r.log.accept_applying(rd.committed_entries[-1].index)
         rd.messages, r.msgs = r.msgs, []
         rd.read_states, r.read_states = r.read_states, []
-        rd.must_sync = bool(
-            rd.entries
-            or (
-                rd.hard_state is not None
-                and (hs.term != self._prev_hard.term or hs.vote != self._prev_hard.vote)
-            )
-            or rd.snapshot is not None
+        rd.term_or_vote_changed = rd.hard_state is not None and (
+            hs.term != self._prev_hard.term or hs.vote != self._prev_hard.vote
         )
+        rd.must_sync = bool(rd.entries or rd.term_or_vote_changed or rd.snapshot is not None)
         return rd
 
     def advance(self, rd: Ready) -> None:

@@ -152,6 +152,11 @@ class MemoryStorage:
         if index > self.last_index():
             raise UnavailableError(f"snapshot index {index} is past the last index {self.last_index()}")
         self._snapshot = Snapshot(SnapshotMeta(index, self.term(index), conf_state), data)
+        # A snapshot only ever covers committed entries; the commit index itself is written
+        # lazily (Ready.must_sync), so record here that it reaches at least the snapshot.
+        hs = self._hard_state
+        if hs.commit < index:
+            self._hard_state = HardState(hs.term, hs.vote, index)
         return self._snapshot
 
     def compact(self, index: int) -> None:

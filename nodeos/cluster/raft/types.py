@@ -167,8 +167,11 @@ class Ready:
     """Work handed to the application by RawNode.ready().
 
     Order of handling: persist `snapshot`, `entries` and `hard_state` in ONE synced
-    transaction; then send `messages`; then apply `snapshot` and `committed_entries`
-    to the state machine; then call RawNode.advance(ready).
+    transaction (only when `must_sync`: a change of the commit index alone may be written
+    lazily, a crash only makes the node re-learn it); then send `messages`; then apply
+    `snapshot` and `committed_entries` to the state machine; then call RawNode.advance(ready).
+    The messages rawnode.split_messages() names may leave before the write (a leader's
+    appends and heartbeats): they promise nothing about this node's disk.
     """
 
     soft_state: SoftState | None = None
@@ -179,6 +182,7 @@ class Ready:
     committed_entries: list[Entry] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     must_sync: bool = False
+    term_or_vote_changed: bool = False  # this Ready's hard state changes what a vote promises
 
     def contains_updates(self) -> bool:
         return bool(

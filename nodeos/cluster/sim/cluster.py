@@ -25,6 +25,7 @@ from ..raft import (
     StateRole,
     bootstrap_storage,
     from_wire,
+    split_messages,
     to_wire,
 )
 from ..raft.storage import MemoryStorage
@@ -241,18 +242,28 @@ class Simulation(FaultsMixin):
         if n.syncing is None and rn.has_ready():
             rd = rn.ready()
             n.syncing = rd
-            if self.cfg.broken == "send_before_sync":
-                self._send_all(n, rd.messages)
-                rd.messages = []
-            delay = self.rng.randint(0, self.disk_max_ms)
+            # As the daemon's driver does: a leader's appends and heartbeats leave before the
+            # write, everything that promises something waits for it (rawnode.split_messages).
+            now, after_sync = split_messages(rd)
+            if self.cfg.broken == "send_before_sync":  # acks and votes too: must be caught
+                now, after_sync = rd.messages, []
+            self._send_all(n, now)
+            rd.messages = after_sync
+            delay = self.rng.randint(0, self.disk_max_ms) if rd.must_sync else 0
             self._at(self.now + delay, SYNC, (n.id, n.incarnation))
 
     def _sync(self, n: SimNode) -> None:
         rd = n.syncing
         rn = n.rn
         assert rd is not None and rn is not None
-        # 1. one atomic, synced write: snapshot + entries + hard state
-        n.disk.persist(rd.hard_state, rd.entries, rd.snapshot)
+        # 1. one atomic, synced write: snapshot + entries + hard state. A commit-index-only
+        # change is not written (the driver defers it to the next write; a crash loses it).
+        if rd.must_sync:
+            hs = rd.hard_state if rd.hard_state is not None else n.lazy_hard_state
+            n.lazy_hard_state = None
+            n.disk.persist(hs, rd.entries, rd.snapshot)
+        elif rd.hard_state is not None:
+            n.lazy_hard_state = rd.hard_state
         if rd.entries:
             prev = {e.index: e.term for e in rd.entries}
             first = rd.entries[0].index

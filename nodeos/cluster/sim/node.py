@@ -16,6 +16,7 @@ from ..raft import (
     Config,
     ConfState,
     EntryType,
+    HardState,
     MemoryStorage,
     RawNode,
     Ready,
@@ -43,6 +44,7 @@ class SimNode:
     incarnation: int = 0
     rn: RawNode | None = None
     syncing: Ready | None = None  # a Ready whose writes are not yet on disk
+    lazy_hard_state: HardState | None = None  # commit-index-only change, lost in a crash
     state: list[tuple[int, bytes]] = field(default_factory=list)  # applied (index, command)
     state_set: set[bytes] = field(default_factory=set)
     applied: int = 0
@@ -58,6 +60,7 @@ class SimNode:
         self.incarnation += 1
         self.up = True
         self.syncing = None
+        self.lazy_hard_state = None
         self.reads = {}
         snap = self.disk.snapshot()
         self.restore_state(snap.data, snap.index)
@@ -80,6 +83,7 @@ class SimNode:
         self.up = False
         self.rn = None
         self.syncing = None  # unsynced writes are lost
+        self.lazy_hard_state = None
         self.reads = {}
         self.incarnation += 1
 
