@@ -33,6 +33,7 @@ class LocalNode:
         self.raft_id = index  # tests choose small, readable ids
         self.port = free_port()
         self.tick_ms = tick_ms
+        self.env: dict[str, str] = {}  # extra environment for the daemon (e.g. crash injection)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -45,7 +46,7 @@ class LocalNode:
 
     def start(self, timeout: float = 30.0) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, NODEOS_TEST_FAULTS="1", NODEOS_RAFT_TICK_MS=str(self.tick_ms))
+        env = dict(os.environ, NODEOS_TEST_FAULTS="1", NODEOS_RAFT_TICK_MS=str(self.tick_ms), **self.env)
         cmd = [
             sys.executable, "-m", "nodeos.daemon.main",
             "--state-dir", str(self.root / "state"),
