@@ -9,9 +9,11 @@ import sys
 
 import pytest
 
-from nodeos.cluster.sim import SimConfig, run_seed
+from nodeos.cluster.sim import SimConfig, Simulation, run_seed
+from nodeos.cluster.sim.events import HEAL
 
-pytestmark = pytest.mark.sim
+# A livelocked run is stopped by the event budget; a hang anywhere else by this timeout.
+pytestmark = [pytest.mark.sim, pytest.mark.timeout(1200)]
 
 SEEDS = int(os.environ.get("NODEOS_SIM_SEEDS", "1000"))
 
@@ -30,7 +32,8 @@ def test_thousand_seeds_three_and_five_nodes_no_violation() -> None:
             break
     assert not failures, failures[0]
     # The runs really exercised the faults and features the invariants are about.
-    for key in ("elections", "acked", "reads", "crashes", "snapshots_sent", "conf_changes", "transfers"):
+    keys = ("elections", "acked", "reads", "crashes", "snapshots_sent", "conf_changes", "transfers", "disruptions")
+    for key in keys:
         assert totals[key] > SEEDS // 10, (key, totals)
 
 
@@ -42,18 +45,52 @@ def test_one_and_two_node_clusters_no_violation(nodes: int) -> None:
         assert res.ok, f"seed {seed}: {res.violation}\n" + "\n".join(res.trace[-60:])
 
 
-@pytest.mark.parametrize("variant", ["vote_ignores_log", "send_before_sync"])
-def test_broken_variant_is_caught(variant: str) -> None:
+@pytest.mark.parametrize(
+    ("variant", "nodes", "invariant"),
+    [
+        ("vote_ignores_log", 3, None),
+        ("send_before_sync", 3, None),
+        # Figure 8: caught by the commit rule itself, not only if a lost entry follows.
+        ("commit_stale_term", 3, "commit rule"),
+        ("commit_stale_term", 5, "commit rule"),
+        ("pre_vote_bumps_term", 3, "disruption"),
+        # A voter adopting a pre-vote's term needs two isolated voters to show: 5 nodes.
+        ("pre_vote_adopts_term", 5, "disruption"),
+    ],
+)
+def test_broken_variant_is_caught(variant: str, nodes: int, invariant: str | None) -> None:
     for seed in range(1, 301):
-        res = run_seed(seed, SimConfig(nodes=3, broken=variant))
+        res = run_seed(seed, SimConfig(nodes=nodes, broken=variant))
         if not res.ok:
             assert res.violation
+            if invariant is not None:
+                assert res.violation.startswith(invariant + ":"), res.violation
             assert res.trace, "a failing seed comes with its trace"
             # The failure reproduces exactly.
-            again = run_seed(seed, SimConfig(nodes=3, broken=variant))
+            again = run_seed(seed, SimConfig(nodes=nodes, broken=variant))
             assert again.violation == res.violation and again.time_ms == res.time_ms
             return
     pytest.fail(f"broken variant {variant!r} survived 300 seeds: the invariants are too weak")
+
+
+class LivelockSimulation(Simulation):
+    """A run whose heal event re-queues itself at the same instant: virtual time stops."""
+
+    def _dispatch(self, kind: int, payload: object) -> None:
+        if kind == HEAL:
+            self._at(self.now, HEAL, None)
+        super()._dispatch(kind, payload)
+
+
+def test_livelock_is_stopped_by_the_event_budget() -> None:
+    sim = LivelockSimulation(1, SimConfig(nodes=3, max_events=20_000))
+    sim._at(5, HEAL, None)
+    res = sim.run()
+    assert not res.ok
+    assert res.violation is not None and res.violation.startswith("event budget:"), res.violation
+    assert res.stats["events"] == 20_001
+    # The default budget leaves a healthy run ~100x headroom.
+    assert SimConfig(nodes=3).event_budget() > 100 * run_seed(1, SimConfig(nodes=3)).stats["events"]
 
 
 def test_cli_reports_failing_seed_with_trace_and_exit_1() -> None:
@@ -70,6 +107,8 @@ def test_cli_reports_failing_seed_with_trace_and_exit_1() -> None:
             "vote_ignores_log",
             "--trace-lines",
             "20",
+            "--jobs",
+            "2",
             "--quiet",
         ],
         capture_output=True,
@@ -78,6 +117,7 @@ def test_cli_reports_failing_seed_with_trace_and_exit_1() -> None:
     )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "INVARIANT VIOLATED" in out.stdout
+    assert "seed 1: INVARIANT VIOLATED" in out.stdout  # with --jobs too, the first failing seed
     assert "reproduce: nodeos-sim --nodes 3 --seeds" in out.stdout
     assert "deliver " in out.stdout  # the trace lines
 
@@ -91,6 +131,22 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "5 seeds (1..5), 3 nodes: no invariant violated" in ok.stdout
+    jobs = subprocess.run(
+        [sys.executable, "-m", "nodeos.cluster.sim.cli", "--seeds", "1..40", "--jobs", "0", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert jobs.returncode == 0, jobs.stdout + jobs.stderr
+    # The same seeds give the same totals whether they run in one process or in several.
+    one = subprocess.run(
+        [sys.executable, "-m", "nodeos.cluster.sim.cli", "--seeds", "1..40", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert jobs.stdout.split("[")[1] == one.stdout.split("[")[1]
+    assert f"with {os.cpu_count()} job" in jobs.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "nodeos.cluster.sim.cli", "--seeds", "9..3"],
         capture_output=True,

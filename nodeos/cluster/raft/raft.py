@@ -71,6 +71,8 @@ class Raft(LeaderMixin):
         # prove the invariant checks can fail. Never set in production code.
         self.test_commit_any_term = False
         self.test_vote_ignores_log = False
+        self.test_pre_vote_bumps_term = False
+        self.test_pre_vote_adopts_term = False
         if not hs.is_empty():
             self._load_hard_state(hs)
         if cfg.applied:
@@ -145,6 +147,8 @@ class Raft(LeaderMixin):
         if self.state is StateRole.LEADER:
             raise AssertionError("leader cannot become pre-candidate")
         # Pre-vote changes neither term nor vote (thesis 9.6).
+        if self.test_pre_vote_bumps_term:
+            self._reset(self.term + 1)
         self.trk.reset_votes()
         self.state = StateRole.PRE_CANDIDATE
         self.lead = NONE
@@ -272,7 +276,7 @@ class Raft(LeaderMixin):
                     # We heard from a leader within the minimum election timeout: a
                     # disruptive candidate (e.g. a removed or partitioned node) is ignored.
                     return
-            if m.type is MT.PRE_VOTE:
+            if m.type is MT.PRE_VOTE and not self.test_pre_vote_adopts_term:
                 pass  # never change term on a pre-vote
             elif m.type is MT.PRE_VOTE_RESP and not m.reject:
                 pass  # the term is bumped when the pre-vote wins

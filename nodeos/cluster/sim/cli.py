@@ -6,12 +6,15 @@ trace of the first failure otherwise (re-run that one seed to reproduce it exact
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import sys
 import time
+from collections.abc import Iterator
 
 import click
 
-from .cluster import SimConfig, run_seed
+from .cluster import SeedResult, SimConfig, run_seed
 from .hooks import BROKEN_VARIANTS
 
 
@@ -29,6 +32,21 @@ def parse_seeds(text: str) -> range:
     if first < 0 or last < first:
         raise click.BadParameter("expected 0 <= FIRST <= LAST", param_hint="--seeds")
     return range(first, last + 1)
+
+
+def _run_one(job: tuple[int, SimConfig]) -> SeedResult:
+    return run_seed(*job)
+
+
+def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
+    """Results in seed order; with jobs > 1 the seeds run in that many processes."""
+    if jobs <= 1:
+        for seed in seeds:
+            yield run_seed(seed, cfg)
+        return
+    # Small chunks keep the order close to seed order, so the first failure is found early.
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap(_run_one, ((s, cfg) for s in seeds), chunksize=8)
 
 
 @click.command()
@@ -62,6 +80,20 @@ def parse_seeds(text: str) -> range:
     hidden=True,
     help="self-test: run a deliberately broken Raft variant",
 )
+@click.option(
+    "--max-events",
+    type=click.IntRange(0, 10**9),
+    default=0,
+    show_default=True,
+    help="events per seed before it counts as a livelock (0 = 100 per node per tick of virtual time)",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(0, 256),
+    default=1,
+    show_default=True,
+    help="processes running seeds in parallel (0 = one per core)",
+)
 @click.option("--quiet", is_flag=True, help="no progress line")
 def main(
     nodes: int,
@@ -70,14 +102,19 @@ def main(
     settle_ms: int,
     trace_lines: int,
     broken: str | None,
+    max_events: int,
+    jobs: int,
     quiet: bool,
 ) -> None:
     seeds = parse_seeds(seeds_text)
-    cfg = SimConfig(nodes=nodes, duration_ms=duration_ms, settle_ms=settle_ms, broken=broken)
+    cfg = SimConfig(
+        nodes=nodes, duration_ms=duration_ms, settle_ms=settle_ms, broken=broken, max_events=max_events
+    )
+    jobs = jobs or os.cpu_count() or 1
     t0 = time.monotonic()
     totals: dict[str, int] = {}
-    for i, seed in enumerate(seeds):
-        res = run_seed(seed, cfg)
+    for i, res in enumerate(run_seeds(seeds, cfg, jobs)):
+        seed = res.seed
         for k, v in res.stats.items():
             totals[k] = totals.get(k, 0) + v
         if not res.ok:
@@ -96,7 +133,7 @@ def main(
     summary = ", ".join(f"{k}={v}" for k, v in sorted(totals.items()))
     click.echo(
         f"{len(seeds)} seeds ({seeds.start}..{seeds.stop - 1}), {nodes} nodes: no invariant violated "
-        f"in {elapsed:.1f}s [{summary}]"
+        f"in {elapsed:.1f}s with {jobs} job{'s' if jobs > 1 else ''} [{summary}]"
     )
 
 

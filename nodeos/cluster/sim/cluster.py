@@ -29,7 +29,8 @@ from ..raft import (
     to_wire,
 )
 from ..raft.storage import MemoryStorage
-from .events import CLIENT, CRASH, DELIVER, FAULT, FINAL, HEAL, RESTART, SETTLE, SYNC, TICK
+from .disruption import Disruption, DisruptionMixin
+from .events import CLIENT, CRASH, DELIVER, DONE, FAULT, FINAL, HEAL, REJOIN, RESTART, SETTLE, SYNC, TICK
 from .faults import FaultsMixin
 from .invariants import Checker, Violation
 from .network import NetworkFaults, SimNetwork
@@ -46,6 +47,15 @@ class SimConfig:
     heartbeat_tick: int = 2
     broken: str | None = None  # a variant from hooks.BROKEN_VARIANTS (self-test only)
     trace: bool = False
+    disrupt: bool = True  # run the disruption phase (disruption.py) after the final commit
+    # Events one seed may use before it counts as a livelock (0: 100 per node per tick of
+    # virtual time, ~100x what a healthy run needs).
+    max_events: int = 0
+
+    def event_budget(self) -> int:
+        if self.max_events:
+            return self.max_events
+        return 100 * self.nodes * (self.duration_ms + self.settle_ms) // self.tick_ms
 
 
 @dataclass
@@ -75,7 +85,7 @@ def msg_summary(m: Message) -> str:
     return s
 
 
-class Simulation(FaultsMixin):
+class Simulation(FaultsMixin, DisruptionMixin):
     def __init__(self, seed: int, cfg: SimConfig) -> None:
         self.seed = seed
         self.cfg = cfg
@@ -113,6 +123,11 @@ class Simulation(FaultsMixin):
         # Crashing leaders right after their election leaves entries of their term on a
         # minority: the Figure 8 situations that the commit rule (5.4.2) exists for.
         self.crash_new_leader = r.choice([0.0, 0.0, 0.3, 0.6])
+        # Crashing a leader right after its commit index moved leaves followers that saw the
+        # entry and others that did not: the next leader must finish the job by its own term.
+        self.crash_after_commit = r.choice([0.0, 0.0, 0.1, 0.3])
+        self.disruption: Disruption | None = None
+        self.done = False
         self.compact_keep = r.choice([0, 2, 10])
         self.disk_max_ms = r.choice([0, 2, 10, 30])  # slow disks widen the unsynced window
         self.next_cmd = 0
@@ -162,14 +177,23 @@ class Simulation(FaultsMixin):
     # --- the run ---
     def run(self) -> SeedResult:
         end = self.cfg.duration_ms + self.cfg.settle_ms
+        budget = self.cfg.event_budget()
         try:
-            while self._events:
+            while self._events and not self.done:
                 t, _, kind, payload = heapq.heappop(self._events)
-                if t > end or self.final_index:
-                    break  # deadline passed, or the final command is in: nothing left to prove
+                if self.disruption is None:
+                    if t > end:
+                        break  # deadline passed: the final check reports the lost liveness
+                    if self.final_index and not (self.cfg.disrupt and self._start_disruption()):
+                        break  # the final command is in and no disruption phase to run
                 self.now = t
                 self.stats["events"] += 1
+                if self.stats["events"] > budget:
+                    raise Violation(
+                        "event budget", f"{budget} events used by {self.now} ms of virtual time (livelock?)"
+                    )
                 self._dispatch(kind, payload)
+                self._check_disruption()
             self._final_check()
         except Violation as v:
             return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
@@ -220,6 +244,11 @@ class Simulation(FaultsMixin):
             nid, inc = payload
             if self.nodes[nid].up and self.nodes[nid].incarnation == inc:
                 self._crash(self.nodes[nid])
+        elif kind == REJOIN:
+            self._rejoin()
+        elif kind == DONE:
+            self._check_disruption(final=True)
+            self.done = True
 
     # --- node I/O ---
     def _after_input(self, n: SimNode) -> None:
@@ -234,10 +263,14 @@ class Simulation(FaultsMixin):
                 self._at(self.now + self.rng.randint(0, 8), CRASH, (n.id, n.incarnation))
         elif r.state is not n.last_role and self.cfg.trace:
             self.log(f"n{n.id} {n.last_role.value} -> {r.state.value} term {r.term}")
+        if r.log.committed > n.last_commit:
+            if r.state is StateRole.LEADER and n.last_role is StateRole.LEADER and n.last_term == r.term:
+                self.check.leader_counted(n.id, r, r.log.committed)
+                if self.now < self.cfg.duration_ms and self.rng.random() < self.crash_after_commit:
+                    self._at(self.now + self.rng.randint(0, 4), CRASH, (n.id, n.incarnation))
+            self.check.commit_advanced(n.id, r, n.last_commit, r.log.committed)
         n.last_role = r.state
         n.last_term = r.term
-        if r.log.committed > n.last_commit:
-            self.check.commit_advanced(n.id, r, n.last_commit, r.log.committed)
         n.last_commit = r.log.committed
         if n.syncing is None and rn.has_ready():
             rd = rn.ready()

@@ -15,6 +15,10 @@ BROKEN_VARIANTS = {
     "vote_ignores_log": "voters ignore whether the candidate's log is up to date",
     # Send a Ready's messages before its entries and hard state are synced to disk.
     "send_before_sync": "messages leave before the Ready is persisted (crash loses promises)",
+    # Pre-vote bugs (thesis 9.6): a pre-candidate bumps its real term; a voter adopts the
+    # term of a pre-vote it receives. Both let a partitioned node disrupt the cluster.
+    "pre_vote_bumps_term": "a pre-candidate increments its real term",
+    "pre_vote_adopts_term": "a voter adopts the term of a pre-vote request",
 }
 
 
@@ -23,3 +27,7 @@ def apply_raft_hooks(raft: Raft, broken: str | None) -> None:
         raft.test_commit_any_term = True
     elif broken == "vote_ignores_log":
         raft.test_vote_ignores_log = True
+    elif broken == "pre_vote_bumps_term":
+        raft.test_pre_vote_bumps_term = True
+    elif broken == "pre_vote_adopts_term":
+        raft.test_pre_vote_adopts_term = True

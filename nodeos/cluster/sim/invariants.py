@@ -4,6 +4,8 @@
 - log matching: an (index, term) pair names one entry, with one predecessor term
   (by induction, two logs sharing an entry share the whole prefix);
 - leader completeness: a new leader's log holds every entry committed so far;
+- commit rule (5.4.2, Figure 8): a leader only moves its commit index by counting
+  replicas of an entry of its own term;
 - state-machine safety: every node applies the same entry at a given index;
 - no acknowledged command lost, and no read misses a write acknowledged before it began.
 """
@@ -66,6 +68,14 @@ class Checker:
                     f"node {node_id} stored entry {e.index} of term {e.term} as {rec!r}, "
                     f"another node stored {old!r}",
                 )
+
+    def leader_counted(self, node_id: int, raft: Raft, new: int) -> None:
+        term = raft.log.zero_term_on_err(new)
+        if term != raft.term:
+            raise Violation(
+                "commit rule",
+                f"leader n{node_id} of term {raft.term} committed index {new} of term {term} by counting",
+            )
 
     def commit_advanced(self, node_id: int, raft: Raft, old: int, new: int) -> None:
         for i in range(max(old + 1, raft.log.first_index() - 1), new + 1):
