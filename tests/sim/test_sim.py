@@ -32,7 +32,16 @@ def test_thousand_seeds_three_and_five_nodes_no_violation() -> None:
             break
     assert not failures, failures[0]
     # The runs really exercised the faults and features the invariants are about.
-    keys = ("elections", "acked", "reads", "crashes", "snapshots_sent", "conf_changes", "transfers", "disruptions")
+    keys = (
+        "elections",
+        "acked",
+        "reads",
+        "crashes",
+        "snapshots_sent",
+        "conf_changes",
+        "transfers",
+        "disruptions",
+    )
     for key in keys:
         assert totals[key] > SEEDS // 10, (key, totals)
 

@@ -51,7 +51,9 @@ class DisruptionMixin:
         rest = [i for i in self.nodes if i not in cut]
         self.net.partition(cut, rest)
         self.disruption = Disruption(
-            lead.id, r.term, {i: self.nodes[i].rn.raft.term for i in cut}  # type: ignore[union-attr]
+            lead.id,
+            r.term,
+            {i: self.nodes[i].rn.raft.term for i in cut},  # type: ignore[union-attr]
         )
         self.stats["disruptions"] = self.stats.get("disruptions", 0) + 1
         self.log(f"disruption: {cut} cut off from leader n{lead.id} (term {r.term})")
@@ -78,10 +80,10 @@ class DisruptionMixin:
                 continue
             term = n.rn.raft.term
             if term > d.term:
-                raise Violation("disruption", f"n{nid} reached term {term} under leader n{d.leader} (term {d.term})")
-            if not d.rejoined and nid in d.isolated and term != d.isolated[nid]:
                 raise Violation(
-                    "disruption", f"isolated n{nid} moved from term {d.isolated[nid]} to {term}"
+                    "disruption", f"n{nid} reached term {term} under leader n{d.leader} (term {d.term})"
                 )
+            if not d.rejoined and nid in d.isolated and term != d.isolated[nid]:
+                raise Violation("disruption", f"isolated n{nid} moved from term {d.isolated[nid]} to {term}")
             if final and nid in d.isolated and term != d.term:
                 raise Violation("liveness", f"n{nid} did not rejoin term {d.term} after the partition healed")
