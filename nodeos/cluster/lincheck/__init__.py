@@ -1,6 +1,13 @@
 """Linearizability checker: histories, models and a Wing & Gong / porcupine-style search."""
 
-from nodeos.cluster.lincheck.checker import LINEARIZABLE, NOT_LINEARIZABLE, UNKNOWN_VERDICT, Result, check
+from nodeos.cluster.lincheck.checker import (
+    DEFAULT_MAX_STATES,
+    LINEARIZABLE,
+    NOT_LINEARIZABLE,
+    UNKNOWN_VERDICT,
+    Result,
+    check,
+)
 from nodeos.cluster.lincheck.history import UNKNOWN, Op, parse_history
 from nodeos.cluster.lincheck.model import KV, MODELS, REGISTER, Model
 
@@ -21,6 +28,8 @@ __all__ = [
 ]
 
 
-def check_text(model_name: str, text: str, timeout: float | None = None) -> Result:
+def check_text(
+    model_name: str, text: str, timeout: float | None = None, max_states: int = DEFAULT_MAX_STATES
+) -> Result:
     model = MODELS[model_name]
-    return check(model, parse_history(text, model.functions), timeout=timeout)
+    return check(model, parse_history(text, model.functions), timeout=timeout, max_states=max_states)

@@ -1,7 +1,8 @@
 """`nodeos-lincheck --model register|kv FILE`: prints the verdict.
 
 Exit codes: 0 linearizable, 1 not-linearizable, 2 malformed input (the line is named),
-3 the search hit --timeout before deciding (printed as `unknown`).
+3 a key's search used its budget (--timeout, --max-states) and no key was found
+not linearizable (printed as `unknown`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import click
 
 from nodeos.cluster.lincheck import MODELS, NOT_LINEARIZABLE, UNKNOWN_VERDICT, check_text
+from nodeos.cluster.lincheck.checker import DEFAULT_MAX_STATES
 from nodeos.errors import EXIT_BAD_INPUT, BadInput
 
 EXIT_UNKNOWN = 3
@@ -23,11 +25,18 @@ EXIT_UNKNOWN = 3
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Stop the search after this many seconds and answer 'unknown' (exit 3).",
+    help="Each key's search budget in seconds; a key over it is 'unknown' (exit 3 if no key fails).",
+)
+@click.option(
+    "--max-states",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_STATES,
+    show_default=True,
+    help="Each key's budget of cached search states (bounds memory, ~60 bytes each).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.argument("path", type=click.Path(dir_okay=False, allow_dash=True))
-def cli(model: str, timeout: float | None, as_json: bool, path: str) -> None:
+def cli(model: str, timeout: float | None, max_states: int, as_json: bool, path: str) -> None:
     """Check that the history in PATH is linearizable under MODEL."""
     try:
         if path == "-":
@@ -39,7 +48,7 @@ def cli(model: str, timeout: float | None, as_json: bool, path: str) -> None:
         click.echo(f"error: cannot read {path}: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     try:
-        result = check_text(model, text, timeout=timeout)
+        result = check_text(model, text, timeout=timeout, max_states=max_states)
     except BadInput as err:
         if as_json:
             click.echo(json.dumps({"error": err.to_dict()}))

@@ -2,7 +2,8 @@
 
 Three file formats are read, each one event per line, in real-time order:
 
-- the Jepsen register log (`INFO  jepsen.util - <process>\\t:<type>\\t:<f>\\t<value>`),
+- the Jepsen register log (`INFO  jepsen.util - <process>\\t:<type>\\t:<f>\\t<value>`; the
+  fields may be separated by any run of tabs or spaces, as Jepsen's own logs are),
 - the Jepsen key-value EDN maps (`{:process 0, :type :invoke, :f :append, :key "0", :value "x"}`),
 - our own JSON lines (`{"process": 0, "type": "invoke", "f": "write", "key": "k", "value": 3}`),
   written by the cluster's test clients; `f` is one of the model's functions, `type` one of
@@ -14,7 +15,11 @@ Outcome rules (as in ../shared/linearizability/README.md): `ok` completes an ope
 take effect and it is dropped; `info`, and an invocation still open at the end (or when the
 same process invokes again), leave the outcome unknown: the operation may take effect at any
 time after its invocation, or never. A read with an unknown result constrains nothing and is
-dropped.
+dropped. A completion whose value is `:timed-out` is an `info`: the outcome is unknown.
+
+Every value is checked against the model before the search (an `ok` read must say what it
+read: a missing value is an error, not a read of null), so malformed input is a BadInput
+naming its line, never a traceback.
 """
 
 from __future__ import annotations
@@ -74,6 +79,41 @@ class Event:
     key: Any
     value: Any
     aborted: bool = False  # a `fail` that says the op never ran (even a cas)
+    has_value: bool = True  # False: the line had no value field at all
+
+
+_SCALARS = (int, str, type(None))
+STRING_VALUED = frozenset({"get", "put", "append"})  # the key-value model's values are strings
+
+
+def _check_value(ev: Event) -> None:
+    """Raise a BadInput naming the line when the event's value cannot mean what its f says."""
+    if isinstance(ev.process, bool) or not isinstance(ev.process, int | str):
+        raise history_error(ev.line, f"process must be an integer or a string, got {ev.process!r}")
+    if isinstance(ev.key, bool) or not isinstance(ev.key, _SCALARS):
+        raise history_error(ev.line, f"key must be a string, an integer or null, got {ev.key!r}")
+    v = ev.value
+    if v is UNKNOWN:
+        if ev.type == "invoke":
+            raise history_error(ev.line, "an invocation cannot have a timed-out value")
+        return
+    if ev.type == "ok" and ev.f in READS and not ev.has_value:
+        raise history_error(ev.line, f"an ok {ev.f} must carry the value it read (null: an empty register)")
+    reads_value = ev.type == "ok" and ev.f in READS
+    if ev.f in READS and not reads_value:
+        return  # an invocation's or failure's value is not used
+    if ev.f == "cas":
+        compared = ev.type in ("invoke", "ok") or (ev.type == "fail" and not ev.aborted)
+        pair = isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, _SCALARS) for x in v)
+        if compared and not pair:
+            raise history_error(ev.line, f"a cas value must be [from, to] of integers or strings, got {v!r}")
+        return
+    if ev.f in STRING_VALUED:
+        if not isinstance(v, str) and (ev.type == "invoke" or reads_value):
+            raise history_error(ev.line, f"a {ev.f} value must be a string, got {v!r}")
+        return
+    if not isinstance(v, _SCALARS) or isinstance(v, bool):
+        raise history_error(ev.line, f"a {ev.f} value must be an integer, a string or null, got {v!r}")
 
 
 def build_ops(events: Iterable[Event], functions: frozenset[str]) -> list[Op]:
@@ -85,6 +125,7 @@ def build_ops(events: Iterable[Event], functions: frozenset[str]) -> list[Op]:
         pos += 1
         if ev.f not in functions:
             raise history_error(ev.line, f"unknown function {ev.f!r}; allowed: {sorted(functions)}")
+        _check_value(ev)
         if ev.type == "invoke":
             # A process that invokes again gave up on its previous operation: outcome unknown.
             open_ops.pop(ev.process, None)
@@ -99,6 +140,8 @@ def build_ops(events: Iterable[Event], functions: frozenset[str]) -> list[Op]:
             raise history_error(
                 ev.line, f"completion {ev.f} {ev.key!r} does not match the invocation {op.f} {op.key!r}"
             )
+        if ev.value is UNKNOWN:
+            continue  # timed out: the outcome stays unknown, as for info
         if ev.type == "ok":
             op.ret = pos
             op.output = ev.value if ev.f in VALUE_OUTPUT else (True if ev.f == "cas" else None)
@@ -115,7 +158,8 @@ def build_ops(events: Iterable[Event], functions: frozenset[str]) -> list[Op]:
 
 # --- Jepsen register log ---------------------------------------------------------------
 
-_JEPSEN = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\t:(\w+)\t:(\w+)\t(.*)$")
+# Fields separated by tabs (knossos' logs) or spaces (Jepsen's console): both are Jepsen output.
+_JEPSEN = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\s+:([\w-]+)\s+:([\w-]+)\s+(.*)$")
 
 
 def _jepsen_value(text: str, line: int) -> Any:
@@ -143,7 +187,7 @@ def parse_jepsen(lines: list[str]) -> list[Event]:
         m = _JEPSEN.match(raw.rstrip("\n"))
         if m is None:
             raise history_error(
-                n, "not a Jepsen register line 'INFO  jepsen.util - <p>\\t:<type>\\t:<f>\\t<value>'"
+                n, "not a Jepsen register line 'INFO  jepsen.util - <p> :<type> :<f> <value>'"
             )
         proc, typ, f, value = int(m.group(1)), m.group(2), m.group(3), _jepsen_value(m.group(4), n)
         if typ not in TYPES:
@@ -175,7 +219,10 @@ def parse_edn(text: str, line: int) -> Any:
         if m.group(1):
             tokens.append(("p", m.group(1)))
         elif m.group(2) is not None:
-            tokens.append(("s", json.loads('"' + m.group(2) + '"')))
+            try:
+                tokens.append(("s", json.loads('"' + m.group(2) + '"')))
+            except json.JSONDecodeError:
+                raise history_error(line, f"bad escape in the string at column {pos + 1}") from None
         else:
             tokens.append(("a", m.group(3)))
     value, rest = _edn_value(tokens, 0, line)
@@ -184,7 +231,12 @@ def parse_edn(text: str, line: int) -> Any:
     return value
 
 
-def _edn_value(tokens: list[tuple[str, str]], i: int, line: int) -> tuple[Any, int]:
+_MAX_DEPTH = 8  # Jepsen lines nest two deep; deeper input is refused, not recursed into
+
+
+def _edn_value(tokens: list[tuple[str, str]], i: int, line: int, depth: int = 0) -> tuple[Any, int]:
+    if depth > _MAX_DEPTH:
+        raise history_error(line, f"EDN nested deeper than {_MAX_DEPTH} levels")
     if i >= len(tokens):
         raise history_error(line, "EDN value ends early")
     kind, tok = tokens[i]
@@ -196,7 +248,7 @@ def _edn_value(tokens: list[tuple[str, str]], i: int, line: int) -> tuple[Any, i
             items = []
             i += 1
             while i < len(tokens) and tokens[i] != ("p", close):
-                item, i = _edn_value(tokens, i, line)
+                item, i = _edn_value(tokens, i, line, depth + 1)
                 items.append(item)
             if i >= len(tokens):
                 raise history_error(line, f"missing {close!r}")
@@ -204,6 +256,8 @@ def _edn_value(tokens: list[tuple[str, str]], i: int, line: int) -> tuple[Any, i
                 return tuple(items), i + 1
             if len(items) % 2:
                 raise history_error(line, "an EDN map needs an even number of forms")
+            if any(isinstance(k, dict | tuple) for k in items[::2]):
+                raise history_error(line, "an EDN map key must be a keyword, string or number")
             return dict(zip(items[::2], items[1::2], strict=True)), i + 1
         raise history_error(line, f"unexpected {tok!r}")
     if tok == "nil":
@@ -242,12 +296,10 @@ def parse_jsonl(lines: list[str]) -> list[Event]:
             m = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise history_error(n, f"not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise history_error(n, "JSON nested too deeply") from None
         if not isinstance(m, dict):
             raise history_error(n, "each line must be a JSON object")
-        value = m.get("value")
-        if isinstance(value, list):
-            value = tuple(value)
-        m["value"] = value
         events.append(_event_from_map(m, n))
     return events
 
@@ -260,12 +312,12 @@ def _event_from_map(m: dict[str, Any], n: int) -> Event:
     if typ not in TYPES:
         raise history_error(n, f"type {typ!r} is not one of {list(TYPES)}")
     value = m.get("value")
+    if isinstance(value, list):
+        value = tuple(value)
     if f == "cas" and typ in ("invoke", "ok") and not (isinstance(value, tuple) and len(value) == 2):
         raise history_error(n, "a cas value must be [from, to]")
-    key = m.get("key")
-    if isinstance(key, list):
-        key = tuple(key)
-    return Event(n, m["process"], typ, f, key, value, aborted=m.get("error") is not None)
+    aborted = m.get("error") is not None
+    return Event(n, m["process"], typ, f, m.get("key"), value, aborted=aborted, has_value="value" in m)
 
 
 def detect_format(lines: list[str]) -> str:

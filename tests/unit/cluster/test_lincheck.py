@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -320,3 +322,175 @@ def test_aborted_cas_is_not_a_failed_comparison() -> None:
         {"process": 0, "type": "ok", "f": "read", "key": "a", "value": 1},
     ]
     assert check_text("register", to_text(events)).verdict == LINEARIZABLE
+
+
+# --- Jepsen's space-separated logs, budgets per key, bounded memory --------------------------
+
+
+def test_jepsen_fields_separated_by_spaces_are_read() -> None:
+    tabs = (
+        "INFO  jepsen.util - 0\t:invoke\t:write\t3\n"
+        "INFO  jepsen.util - 0\t:ok\t:write\t3\n"
+        "INFO  jepsen.util - 1\t:invoke\t:cas\t[3 4]\n"
+        "INFO  jepsen.util - 1\t:ok\t:cas\t[3 4]\n"
+        "INFO  jepsen.util - 2\t:invoke\t:read\tnil\n"
+        "INFO  jepsen.util - 2\t:ok\t:read\t{}\n"
+    )
+    spaces = tabs.replace("\t", "  ")
+    assert check_text("register", spaces.format(4)).verdict == LINEARIZABLE
+    assert check_text("register", spaces.format(3)).verdict == NOT_LINEARIZABLE
+    assert check_text("register", tabs.format(3)).verdict == NOT_LINEARIZABLE
+
+
+def test_jepsen_etcd_logs_with_spaces_get_the_same_verdicts(shared_dir: Path) -> None:
+    verdicts = _verdicts(shared_dir)
+    for name in sorted(verdicts)[:4]:
+        text = (shared_dir / "linearizability" / "jepsen-etcd" / name).read_text().replace("\t", " ")
+        assert check_text("register", text).verdict == verdicts[name], name
+
+
+def _hard_key_events(key: str, writers: int) -> list[dict[str, Any]]:
+    """Many concurrent appends of unknown outcome and a read none of their orders explains:
+    the search has to try (nearly) every subset and order before it can say no."""
+    events = [
+        {"process": p, "type": "invoke", "f": "append", "key": key, "value": f"<{p}>"} for p in range(writers)
+    ]
+    events.append({"process": 999, "type": "invoke", "f": "get", "key": key, "value": None})
+    events.append({"process": 999, "type": "ok", "f": "get", "key": key, "value": "<impossible>"})
+    return events
+
+
+def test_small_violation_is_found_behind_a_huge_key_in_bounded_memory() -> None:
+    # The shape of Jepsen's 50-client key-value history: the first key in the file needs an
+    # exponential search, a later small one is plainly not linearizable.
+    events = _hard_key_events("big", 50)
+    events += [
+        {"process": 1000, "type": "invoke", "f": "put", "key": "small", "value": "a"},
+        {"process": 1000, "type": "ok", "f": "put", "key": "small", "value": "a"},
+        {"process": 1000, "type": "invoke", "f": "get", "key": "small", "value": None},
+        {"process": 1000, "type": "ok", "f": "get", "key": "small", "value": "b"},
+    ]
+    result = check_text("kv", to_text(events), max_states=200_000)
+    assert result.verdict == NOT_LINEARIZABLE
+    assert result.failed_key == "small"
+    assert "big" not in result.per_key  # stopped at the first violation
+
+
+def test_each_key_has_its_own_budget_and_a_spent_one_is_unknown() -> None:
+    events = _hard_key_events("big", 40)
+    events += [
+        {"process": 1000, "type": "invoke", "f": "put", "key": "zsmall", "value": "a"},
+        {"process": 1000, "type": "ok", "f": "put", "key": "zsmall", "value": "a"},
+    ]
+    result = check_text("kv", to_text(events), max_states=20_000)
+    assert result.verdict == UNKNOWN_VERDICT
+    assert result.per_key == {"zsmall": LINEARIZABLE, "big": UNKNOWN_VERDICT}
+    assert "key 'big' (41 operations) used its budget of 20000 states" in result.detail
+    # A time budget is per key too: the hard key spending its own leaves the others theirs.
+    timed = check_text("kv", to_text(events), timeout=0.2)
+    assert timed.per_key == {"zsmall": LINEARIZABLE, "big": UNKNOWN_VERDICT}
+
+
+def test_ok_read_without_a_value_is_an_error_not_a_read_of_null() -> None:
+    events = [
+        {"process": 0, "type": "invoke", "f": "read", "key": "a", "value": None},
+        {"process": 0, "type": "ok", "f": "read", "key": "a"},
+    ]
+    with pytest.raises(BadInput) as exc:
+        check_text("register", to_text(events))
+    assert exc.value.field == "line 2" and "must carry the value it read" in exc.value.message
+    events[1]["value"] = None  # an explicit null is a read of the empty register
+    assert check_text("register", to_text(events)).verdict == LINEARIZABLE
+
+
+MALFORMED = [
+    # (model, text, line): each used to end in a traceback and exit 1 ("not linearizable")
+    ("register", "INFO  jepsen.util - 0\t:invoke\t:cas\t:timed-out\n", 1),
+    ("register", '{"process": [0], "type": "invoke", "f": "write", "key": "a", "value": 1}\n', 1),
+    ("register", '{"process": 0, "type": "invoke", "f": "write", "key": {"k": 1}, "value": 1}\n', 1),
+    ("register", '{"process": 0, "type": "invoke", "f": "write", "key": "a", "value": {"v": 1}}\n', 1),
+    ("kv", '{"process": 0, "type": "invoke", "f": "append", "key": "a"}\n', 1),
+    ("kv", '{:process 0, :type :invoke, :f :put, :key "a", :value 7}\n', 1),
+    ("kv", '{:process 0, :type :invoke, :f :get, :key "\\q", :value nil}\n', 1),
+    ("kv", "{:process 0, :type :invoke, :f :get, :key {{:a 1} 2}, :value nil}\n", 1),
+    ("kv", "{:process 0, :type :invoke, :f :get, :key " + "[" * 5000 + "\n", 1),
+    (
+        "register",
+        '{"process": 0, "type": "invoke", "f": "write", "key": "a", "value": ' + "[" * 100000 + "\n",
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize(("model", "text", "line"), MALFORMED)
+def test_malformed_input_is_a_clear_error_with_exit_2(
+    tmp_path: Path, model: str, text: str, line: int
+) -> None:
+    path = tmp_path / "h.txt"
+    path.write_text(text)
+    r = _cli("--model", model, str(path))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and f"line {line}" in r.stderr, r.stderr
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "process": st.one_of(
+                    st.integers(0, 3), st.text(max_size=2), st.none(), st.lists(st.integers())
+                ),
+                "type": st.sampled_from(["invoke", "ok", "fail", "info", "bogus"]),
+                "f": st.sampled_from(["read", "write", "cas", "get", "put", "append"]),
+                "key": st.one_of(
+                    st.sampled_from(["a", "b"]), st.integers(0, 2), st.none(), st.lists(st.none())
+                ),
+            },
+            optional={
+                "value": st.recursive(
+                    st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.text(max_size=3)),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner),
+                    max_leaves=4,
+                ),
+                "error": st.sampled_from([None, "x"]),
+            },
+        ),
+        max_size=8,
+    ),
+    st.sampled_from(["register", "kv"]),
+)
+def test_any_json_history_gives_a_verdict_or_bad_input(events: list[dict[str, Any]], model: str) -> None:
+    try:
+        result = check_text(model, to_text(events), max_states=10_000)
+    except BadInput as err:
+        assert err.field.startswith("line ")
+    else:
+        assert result.verdict in (LINEARIZABLE, NOT_LINEARIZABLE, UNKNOWN_VERDICT)
+
+
+# --- the reference checker's own test suite ---------------------------------------------------
+
+
+def _porcupine_dir() -> Path:
+    """A checkout of github.com/anishathalye/porcupine named by NODEOS_PORCUPINE_DIR, read in place."""
+    d = os.environ.get("NODEOS_PORCUPINE_DIR")
+    if not d or not (Path(d) / "porcupine_test.go").is_file():
+        pytest.skip(
+            "NODEOS_PORCUPINE_DIR does not name a porcupine checkout (its test data is not ours to copy)"
+        )
+    return Path(d)
+
+
+def test_decides_every_history_porcupine_decides_in_its_own_tests() -> None:
+    root = _porcupine_dir()
+    go = (root / "porcupine_test.go").read_text()
+    etcd = {int(n): v == "true" for n, v in re.findall(r"checkJepsen\(t, (\d+), (true|false)\)", go)}
+    kv = {n: v == "true" for n, v in re.findall(r'checkKv\(t, "([\w-]+)", (true|false), true\)', go)}
+    assert len(etcd) > 100 and {"c50-ok", "c50-bad"} <= set(kv)
+    for n, ok in sorted(etcd.items()):
+        text = (root / "test_data" / "jepsen" / f"etcd_{n:03d}.log").read_text()
+        assert check_text("register", text).verdict == (LINEARIZABLE if ok else NOT_LINEARIZABLE), n
+    for name, ok in sorted(kv.items()):
+        text = (root / "test_data" / "kv" / f"{name}.txt").read_text()
+        assert check_text("kv", text).verdict == (LINEARIZABLE if ok else NOT_LINEARIZABLE), name
