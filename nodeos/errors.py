@@ -70,6 +70,18 @@ class NotSupported(OperationFailed):
     code = "not_supported"
 
 
+class CorruptState(OperationFailed):
+    """A stored record failed its checksum or does not decode: never used, reported."""
+
+    code = "corrupt_record"
+
+
+class NoSpace(OperationFailed):
+    """The node's state could not be written: its file system (or LMDB map) is full."""
+
+    code = "no_space"
+
+
 _BY_CODE: dict[str, type[NodeosError]] = {
     cls.code: cls
     for cls in (
@@ -80,11 +92,21 @@ _BY_CODE: dict[str, type[NodeosError]] = {
         OperationFailed,
         EnvironmentProblem,
         NotSupported,
+        CorruptState,
+        NoSpace,
     )
 }
 
 
 def error_from_dict(d: dict[str, Any]) -> NodeosError:
-    """Rebuild an error sent over RPC as `{code, message, field?, allowed?}`."""
-    cls = _BY_CODE.get(str(d.get("code", "failed")), OperationFailed)
-    return cls(str(d.get("message", "unknown error")), field=d.get("field"), allowed=d.get("allowed"))
+    """Rebuild an error sent over RPC as `{code, message, field?, allowed?}`.
+
+    A code this module has no class for (e.g. the cluster's `not_leader`, `unknown_outcome`)
+    is kept as it came: a script must be able to tell "nothing done" from "may be applied".
+    """
+    code = str(d.get("code", "failed"))
+    cls = _BY_CODE.get(code, OperationFailed)
+    err = cls(str(d.get("message", "unknown error")), field=d.get("field"), allowed=d.get("allowed"))
+    if code != cls.code:
+        err.code = code
+    return err

@@ -32,7 +32,9 @@ def _size(n: Any) -> str:
 def _status_human(d: dict[str, Any]) -> str:
     dp = d.get("dataplane", {})
     node = d.get("node", {})
-    lines = [
+    health = d.get("health") or {}
+    lines = [f"FAILED    {k}: {v}" for k, v in sorted((health.get("failures") or {}).items())]
+    lines += [
         f"node      {d.get('node_name')} ({d.get('node_id')})",
         f"version   {d.get('version')}   pid {d.get('pid')}   up {d.get('uptime_s')}s",
         f"dataplane {dp.get('name')} ({dp.get('reason')})",

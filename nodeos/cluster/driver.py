@@ -58,6 +58,7 @@ from nodeos.cluster.raft import (
 from nodeos.cluster.raft.types import HardState
 from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
+from nodeos.store.lmdb_store import storage_error
 
 log = logging.getLogger("nodeosd.cluster")
 
@@ -134,6 +135,7 @@ class RaftDriver:
         self._lazy_hard_state: HardState | None = None  # a commit-index-only change not yet written
         self._crash_file = os.environ.get(CRASH_FILE_ENV)
         self._disk_failed: Exception | None = None  # a read of the Raft log failed while stepping
+        self.failure: str | None = None  # why the Ready loop stopped, for status and the supervisor
         self._sync_peers()
 
     # --- lifecycle ---
@@ -270,8 +272,11 @@ class RaftDriver:
                     raise self._disk_failed
                 while self.node.has_ready():
                     await self._handle_ready()
-            except Exception:
+            except Exception as exc:
                 # Persisting failed (disk?) or a bug: continuing could break Raft's promises.
+                err = storage_error(exc)
+                self.failure = f"{err.code}: {err.message}" if err else f"{type(exc).__name__}: {exc}"
+                self.role, self.leader = StateRole.FOLLOWER, NONE  # never route as leader again
                 log.critical("raft loop failed; stopping this node's cluster participation", exc_info=True)
                 self._fail_pending(OutcomeUnknown("the cluster service failed on this node"))
                 self._tasks[0].cancel()  # no more ticks: this node stays silent rather than half-alive

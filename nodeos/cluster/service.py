@@ -9,6 +9,11 @@ when this node leads, else forwarded to the leader over the authenticated peer t
 `NotLeader` errors (nothing done) are retried until the request's deadline; a write whose
 fate is unknown (timeout, lost link, leader change) fails with `unknown_outcome`.
 
+A member whose Raft loop stops (disk full, corrupt record) reports `role: failed` and the
+reason, refuses requests with `not_leader` (nothing done), drops out of the cluster (its
+peer listener closes) and is restarted from its on-disk state with a growing delay, so it
+comes back by itself once the cause is gone.
+
 Test-only: with NODEOS_TEST_FAULTS=1 in the environment the API gains `cluster.test.fault`
 (cut this node's links to given peers). NODEOS_RAFT_TICK_MS sets the tick (default 100 ms).
 """
@@ -35,8 +40,10 @@ from nodeos.cluster.raft import NONE, StateRole, bootstrap_storage
 from nodeos.cluster.token import SECRET_BYTES, JoinToken, decode_token
 from nodeos.cluster.transport import PeerTransport
 from nodeos.errors import AlreadyExists, BadInput, NodeosError
+from nodeos.store.lmdb_store import storage_error
 
 log = logging.getLogger("nodeosd.cluster")
+RETRY_MIN_S, RETRY_MAX_S = 1.0, 30.0  # restart delays of a failed Raft member
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 META_KEY = "identity"
@@ -69,6 +76,10 @@ class ClusterService:
         self.transport: PeerTransport | None = None
         self.driver: RaftDriver | None = None
         self._lock = asyncio.Lock()  # one init/join/leave at a time
+        self.failure: str | None = None  # set while this node's Raft member is down after a fault
+        self._supervisor: asyncio.Task[None] | None = None
+        self._retry_delay = 0.0
+        self._retry_at = 0.0
 
     # --- Service protocol ---
     def methods(self) -> dict[str, Handler]:
@@ -95,17 +106,94 @@ class ClusterService:
         if self.identity is not None:
             # A node killed right after joining has no map yet: the join reply's peers let it
             # reach the cluster and catch up.
-            peers = {int(k): str(v) for k, v in (self.identity.get("peers") or {}).items()}
-            await self._start_member(extra_peers=peers)
-            log.info("cluster member %d of cluster %s", self.identity["raft_id"], self.identity["cluster_id"])
+            try:
+                await self._start_member(extra_peers=self._saved_peers())
+            except Exception as exc:
+                await self._member_failed(exc)
+            else:
+                log.info(
+                    "cluster member %d of cluster %s", self.identity["raft_id"], self.identity["cluster_id"]
+                )
+        self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+
+    def failed(self) -> str | None:
+        """Why this node cannot take part in its cluster right now (None: it can)."""
+        return self.failure
+
+    def _saved_peers(self) -> dict[int, str]:
+        assert self.identity is not None
+        return {int(k): str(v) for k, v in (self.identity.get("peers") or {}).items()}
+
+    async def _member_failed(self, exc: BaseException | str) -> None:
+        if isinstance(exc, str):
+            why = exc
+        else:
+            err = storage_error(exc)
+            why = f"{err.code}: {err.message}" if err else f"{type(exc).__name__}: {exc}"
+        # Failing again while recovering doubles the delay before the next attempt.
+        self._retry_delay = (
+            min(self._retry_delay * 2, RETRY_MAX_S) if self.failure is not None else RETRY_MIN_S
+        )
+        self._retry_at = time.monotonic() + self._retry_delay
+        self.failure = why
+        log.error("cluster member failed, retrying in %.0f s: %s", self._retry_delay, why)
+        await self._stop_member()
+
+    async def _supervise(self) -> None:
+        """Notice a dead Raft loop, take the member down, restart it from disk with backoff.
+
+        A restarted member counts as back only once it knows a leader: a lone node must win an
+        election first, which writes to the disk that failed.
+        """
+        while True:
+            await asyncio.sleep(0.2)  # polling flags: cheap, and unaffected by init/join/leave
+            d = self.driver
+            if d is not None and d._tasks and not d.running:
+                async with self._lock:
+                    if self.driver is d:
+                        await self._member_failed(d.failure or "the raft loop stopped")
+                continue
+            if self.failure is None or self.identity is None:
+                continue
+            if d is not None:
+                if d.leader != NONE:
+                    log.info("cluster member is back (leader %d) after: %s", d.leader, self.failure)
+                    self.failure = None
+                    self._retry_delay = 0.0
+                continue
+            if time.monotonic() < self._retry_at:
+                continue
+            async with self._lock:
+                if self.failure is None or self.identity is None or self.driver is not None:
+                    continue
+                try:
+                    await self._start_member(extra_peers=self._saved_peers())
+                except Exception as exc:
+                    await self._member_failed(exc)
+                else:
+                    log.info("cluster member restarted from disk; waiting to hear from a leader")
 
     async def stop(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+            self._supervisor = None
         await self._stop_member()
         if self.meta is not None:
             self.meta.close()
             self.meta = None
 
     def status(self) -> dict[str, Any]:
+        if self.identity is not None and (self.failure is not None or self.driver is None):
+            return {
+                "member": True,
+                "cluster_id": self.identity["cluster_id"],
+                "node_id": self.identity["raft_id"],
+                "role": "failed",
+                "failure": self.failure or "the cluster service is not running",
+                "peer_listen": self.advertise,
+            }
         if self.identity is None or self.driver is None:
             return {"member": False, "peer_listen": self.advertise or None}
         d = self.driver
@@ -156,6 +244,8 @@ class ClusterService:
             assert self.peer_listen is not None, "a member needs --peer-listen"
             await transport.listen(*self.peer_listen)
         self.transport = transport
+        # Storage that fails to open (corrupt record) leaves transport/storage set: the caller's
+        # _member_failed() takes them down.
         self.storage = await asyncio.to_thread(_open_raft_storage, self.dir / "raft")
         self.driver = RaftDriver(
             ident["raft_id"],
@@ -311,6 +401,8 @@ class ClusterService:
             raise OutcomeUnknown("leadership transfer did not finish; try `cluster leave` again")
 
     async def api_status(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.identity is not None and (self.failure is not None or self.driver is None):
+            return {**self.status(), "leader": None, "members": [], "raft_loop_running": False}
         if self.identity is None or self.driver is None:
             return {"member": False, "cluster_id": None, "leader": None, "members": []}
         d = self.driver
@@ -415,8 +507,10 @@ class ClusterService:
 
     def _drv(self) -> RaftDriver:
         self._member()
-        if self.driver is None:
-            raise NotLeader("the cluster service is not running on this node")
+        if self.failure is not None:
+            raise NotLeader(f"this node's cluster member has failed ({self.failure}); nothing was done")
+        if self.driver is None or (self.driver._tasks and not self.driver.running):
+            raise NotLeader("the cluster service is not running on this node; nothing was done")
         return self.driver
 
     async def _at_leader(

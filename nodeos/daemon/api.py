@@ -20,6 +20,7 @@ from typing import Any
 
 from nodeos.errors import EnvironmentProblem, NodeosError
 from nodeos.rpc import framing
+from nodeos.store.lmdb_store import storage_error
 
 from .logsetup import fields
 
@@ -189,7 +190,12 @@ class ApiServer:
         except NodeosError as err:
             LOG.info("%s: %s", method, err.message, extra=fields(method=method, code=err.code))
             return framing.reply_error(req_id, err.to_dict())
-        except Exception as exc:  # a bug: report it, keep serving
+        except Exception as exc:
+            known = storage_error(exc)  # a full disk or a failing LMDB: its own code, not "internal"
+            if known is not None:
+                LOG.error("%s: %s", method, known.message, extra=fields(method=method, code=known.code))
+                return framing.reply_error(req_id, known.to_dict())
+            # A bug: report it, keep serving.
             LOG.exception("%s failed unexpectedly", method, extra=fields(method=method))
             return framing.reply_error(
                 req_id, {"code": "failed", "message": f"internal error: {type(exc).__name__}: {exc}"}

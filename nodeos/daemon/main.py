@@ -4,7 +4,7 @@ Start-up order: config -> logging -> state dir lock -> LMDB store and node ident
 data plane choice -> services (the node service finishes interrupted operations here) ->
 API socket -> READY=1. SIGTERM/SIGINT: STOPPING=1, API closed, services stopped in reverse,
 store closed, exit 0. Exit codes: 0 stopped cleanly, 1 could not start (environment),
-2 bad configuration.
+2 bad configuration, 4 corrupt record in the node's state (e.g. its identity).
 """
 
 from __future__ import annotations
@@ -26,15 +26,24 @@ from pathlib import Path
 from typing import Any
 
 from nodeos import __version__, validate
-from nodeos.errors import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, EnvironmentProblem, NodeosError
+from nodeos.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    BadInput,
+    CorruptState,
+    EnvironmentProblem,
+    NodeosError,
+)
+from nodeos.store.lmdb_store import secure_dir
 
 from . import config as configmod
 from . import logsetup
 from .api import ApiServer
 from .notify import Notifier
-from .service import SERVICE_FACTORIES, DaemonContext, Service
+from .service import SERVICE_FACTORIES, DaemonContext, Service, service_failure
 
 LOG = logging.getLogger("nodeosd")
+EXIT_CORRUPT_STATE = 4  # a corrupt record in the node's own state: needs an operator, not a restart
 
 # Sub-databases of the node's LMDB environment (state_dir/node).
 NODE_DBS = ["meta", "pools", "volumes", "snapshots", "hosts", "intents"]
@@ -64,8 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def lock_state_dir(state_dir: Path) -> int:
-    """One daemon per state dir: an flock held for the process's life."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """One daemon per state dir: an flock held for the process's life. The dir is made 0700."""
+    secure_dir(state_dir)
     fd = os.open(state_dir / "nodeosd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -125,7 +134,7 @@ def choose_dataplane(cfg: configmod.Config) -> tuple[Any, str]:
     if cfg.dataplane == "none":
         return choose("none"), "witness (--dataplane none)"
     try:
-        dp = choose(cfg.dataplane, cfg.spdk_socket)
+        dp = choose(cfg.dataplane, cfg.spdk_socket, state_dir=Path(cfg.state_dir))
     except NodeosError as err:
         if cfg.dataplane != "auto":
             raise
@@ -226,6 +235,9 @@ class Daemon:
         await self.api.start()
 
     def status_line(self) -> str:
+        failures = self.failures()
+        if failures:
+            return "FAILED: " + "; ".join(f"{k}: {v}" for k, v in sorted(failures.items()))
         dp = self.ctx.dataplane if self.ctx else None
         return f"ready: node {self.cfg.node_name}, data plane {dp.name if dp is not None else 'none'}"
 
@@ -260,6 +272,8 @@ class Daemon:
             "api": {"requests": self.api.requests, "bad_frames": self.api.bad_frames},
             "services": [s.name for s in self.services],
         }
+        failures = self.failures()
+        out["health"] = {"ok": not failures, "failures": failures}
         for svc in self.services:
             try:
                 out[svc.name] = svc.status()
@@ -274,11 +288,38 @@ class Daemon:
             out["node_id"] = cluster["node_id"]
         return out
 
+    def failures(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for svc in self.services:
+            try:
+                why = service_failure(svc)
+            except Exception as exc:  # a failing health check is a failure too
+                why = f"health check failed: {exc}"
+            if why:
+                out[svc.name] = why
+        return out
+
     async def watchdog(self) -> None:
-        # Pings come from the event loop itself, so a wedged loop stops them and systemd restarts us.
-        interval = self.notifier.watchdog_usec / 2e6
+        """Ping systemd's watchdog while healthy; a failed service withdraws the pings.
+
+        Pings come from the event loop itself, so a wedged loop stops them too. A service that
+        recovers by itself (the cluster member restarts from disk) resumes them before systemd
+        gives up on us; one that does not gets the daemon restarted.
+        """
+        interval = (self.notifier.watchdog_usec / 2e6) if self.notifier.watchdog_usec else 1.0
+        failed: dict[str, str] = {}
         while True:
-            self.notifier.watchdog()
+            now = self.failures()
+            if now != failed:
+                if now:
+                    LOG.error("%s (watchdog withdrawn)", self.status_line())
+                    self.notifier.status(self.status_line())
+                else:
+                    LOG.info("recovered: %s", self.status_line())
+                    self.notifier.status(self.status_line())
+                failed = now
+            if not failed and self.notifier.watchdog_usec:
+                self.notifier.watchdog()
             await asyncio.sleep(interval)
 
     async def stop(self) -> None:
@@ -300,10 +341,9 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop_event.set)
-        wd: asyncio.Task[None] | None = None
-        if self.notifier.watchdog_usec:
-            # Pinging during start-up too: recovery and re-exporting may take a while.
-            wd = asyncio.create_task(self.watchdog())
+        # Pinging during start-up too: recovery and re-exporting may take a while. Without a
+        # systemd watchdog the task still watches the services' health for STATUS and the log.
+        wd: asyncio.Task[None] | None = asyncio.create_task(self.watchdog())
         try:
             await self.start()
         except BaseException:
@@ -333,11 +373,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nodeosd: {err.message}" + (f" (field: {err.field})" if err.field else ""), file=sys.stderr)
         return EXIT_BAD_INPUT
     logsetup.setup(cfg.log_level)
+    # Everything the daemon creates is its own (the state holds secrets), as under the unit's UMask.
+    os.umask(0o077)
     daemon = Daemon(cfg, source)
     try:
         return asyncio.run(daemon.run())
     except NodeosError as err:
-        LOG.error("cannot start: %s", err.message, extra=logsetup.fields(field=err.field or ""))
+        LOG.error(
+            "cannot start: %s", err.message, extra=logsetup.fields(field=err.field or "", code=err.code)
+        )
+        if isinstance(err, CorruptState):
+            # Restarting cannot repair the record: exit with a code the unit does not restart on.
+            return EXIT_CORRUPT_STATE
         return err.exit_code if err.exit_code != 0 else EXIT_FAILED
     except KeyboardInterrupt:
         return 0

@@ -47,6 +47,16 @@ class Service(Protocol):
         ...
 
 
+def service_failure(svc: Service) -> str | None:
+    """Why a service cannot do its job now (optional method `failed()`); None when it can.
+
+    While any service reports a failure the daemon says so in `nodeos status` and its
+    systemd STATUS, and stops pinging the watchdog (systemd restarts it if it stays failed).
+    """
+    fn = getattr(svc, "failed", None)
+    return fn() if callable(fn) else None
+
+
 @dataclass
 class DaemonContext:
     """What the daemon hands to every service factory.

@@ -46,6 +46,7 @@ def choose(
     backend: str = "auto",
     spdk_socket: str = DEFAULT_SPDK_SOCKET,
     configfs_root: Path = NVMET_ROOT,
+    state_dir: Path | None = None,
 ) -> DataPlane:
     if backend not in BACKENDS:
         raise BadInput(f"data plane {backend!r} is unknown", field="dataplane", allowed=list(BACKENDS))
@@ -54,7 +55,10 @@ def choose(
     if backend == "spdk" or (backend == "auto" and spdk_answers(spdk_socket)):
         from nodeos.dataplane.spdk.backend import SpdkDataPlane
 
-        return SpdkDataPlane(spdk_socket)
+        if state_dir is None:
+            return SpdkDataPlane(spdk_socket)
+        # DH-HMAC-CHAP key files are secrets: they live under the daemon's own (0700) state dir.
+        return SpdkDataPlane(spdk_socket, keys_dir=Path(state_dir) / "spdk-keys")
     fs = ConfigFs(configfs_root)
     if backend == "kernel" or fs.usable():
         from nodeos.dataplane.kernel.backend import KernelDataPlane

@@ -8,10 +8,17 @@ environment is opened with sync on: a committed write transaction is on disk whe
 
 Named sub-databases keep unrelated state apart (e.g. "meta", "intents", "volumes",
 "raft_log", "raft_state").
+
+The state holds secrets (the cluster secret, DH-HMAC-CHAP keys): the environment's directory
+is made 0700 and its files 0600 whatever the umask or a pre-existing directory said.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
+import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -21,17 +28,47 @@ from typing import Any
 import lmdb
 import msgpack
 
+from nodeos.errors import CorruptState, NodeosError, NoSpace, OperationFailed
+
+LOG = logging.getLogger("nodeos.store")
 SCHEMA_VERSION = 1
 DEFAULT_MAP_SIZE = 1 << 30  # 1 GiB of address space; LMDB files are sparse
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 
-class CorruptRecord(Exception):
+class CorruptRecord(CorruptState):
     """A stored record failed its checksum or could not be decoded."""
 
     def __init__(self, db: str, key: bytes, why: str) -> None:
-        super().__init__(f"corrupt record in {db!r} at key {key!r}: {why}")
+        super().__init__(f"corrupt record in {db!r} at key {key!r}: {why}", field="state_dir")
         self.db = db
         self.key = key
+
+
+def storage_error(exc: BaseException) -> NodeosError | None:
+    """The operator-facing error for a failed LMDB/file operation; None if it is not one."""
+    if isinstance(exc, NodeosError):
+        return exc
+    if isinstance(exc, lmdb.MapFullError):
+        return NoSpace(f"the node's state database is full: {exc}", field="state_dir")
+    text = str(exc)
+    if (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+        isinstance(exc, lmdb.Error) and "No space left" in text
+    ):
+        return NoSpace(f"no space left for the node's state: {text}", field="state_dir")
+    if isinstance(exc, (lmdb.Error, OSError)):
+        return OperationFailed(f"the node's state could not be read or written: {text}", field="state_dir")
+    return None
+
+
+def secure_dir(path: Path) -> None:
+    """Create `path` 0700, or take group/other access away from an existing one (with a warning)."""
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    st = os.stat(path)
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        LOG.warning("state directory %s was mode %04o; made it 0700", path, stat.S_IMODE(st.st_mode))
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
 
 
 class UnknownSchema(Exception):
@@ -124,7 +161,7 @@ class Store:
         max_dbs: int = 32,
     ) -> None:
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        secure_dir(self.path)
         # sync=True, metasync=True: commit returns only once data is on stable storage.
         self.env = lmdb.open(
             str(self.path),
@@ -134,7 +171,12 @@ class Store:
             metasync=True,
             subdir=True,
             lock=True,
+            mode=FILE_MODE,
         )
+        # `mode` only applies to files LMDB creates: files an older nodeos left 0644 are fixed here.
+        for f in self.path.iterdir():
+            if f.is_file() and stat.S_IMODE(f.stat().st_mode) & 0o077:
+                os.chmod(f, FILE_MODE)
         # Sub-databases are opened up front: opening one later, inside a write
         # transaction of the same thread, would deadlock on LMDB's writer lock.
         self._dbs: dict[str, Any] = {name: self.env.open_db(name.encode(), create=True) for name in dbs}

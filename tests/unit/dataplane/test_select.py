@@ -57,3 +57,10 @@ def test_witness_refuses_changes_and_lists_nothing() -> None:
     with pytest.raises(NotSupported) as e:
         dp.create_pool("p1", ["/dev/nvme0n1"])
     assert "witness" in e.value.message
+
+
+def test_spdk_key_files_go_under_the_daemons_state_dir(replay: ReplayedSpdkTarget, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    dp = choose("spdk", spdk_socket=str(replay.sock_path), state_dir=state)
+    assert isinstance(dp, SpdkDataPlane)
+    assert dp.keys_dir == state / "spdk-keys"

@@ -1,0 +1,192 @@
+"""A node whose Raft member or state has failed says so, refuses work with its own error
+codes, withdraws the systemd watchdog, and comes back by itself once the cause is gone.
+
+Real faults: a full file system (a small tmpfs under the state dir) and records corrupted in
+the real LMDB files between runs."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+
+from nodeos.cluster.localcluster import free_port
+from tests.process.conftest import Daemon
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
+
+
+def run_json(d: Daemon, *args: str) -> tuple[int, Any]:
+    r = d.cli(*args, "--json")
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None
+
+
+def wait_until(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not reached within {timeout}s; last {last}")
+
+
+def wait_notify_status(d: Daemon, prefix: str, timeout: float = 10.0) -> None:
+    """Wait for a systemd STATUS= line starting with `prefix`."""
+    assert d.notify is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(m.get("STATUS", "").startswith(prefix) for m in d.notify.messages):
+            return
+        with contextlib.suppress(AssertionError):  # receives whatever arrives meanwhile
+            d.notify.wait_for("NO-SUCH-KEY", timeout=0.3)
+    raise AssertionError(f"no STATUS={prefix}... within {timeout}s: {d.notify.messages}")
+
+
+def cluster_status(d: Daemon) -> dict[str, Any]:
+    rc, st = run_json(d, "status")
+    assert rc == 0, st
+    return st
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """The daemon's state dir on an 8 MiB tmpfs of its own: a disk that really fills up."""
+    state = tmp_path / "state"
+    state.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(state)])
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield state
+    finally:
+        subprocess.run(["umount", "-l", str(state)])
+
+
+def fill(fs: Path) -> Path:
+    """Fill the file system completely; return the filler file."""
+    filler = fs / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1 << 16, 512):  # big chunks, then the last bytes
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    probe = fs / "probe"
+    with pytest.raises(OSError) as e:
+        probe.write_bytes(b"\0" * 4096)
+    assert e.value.errno == errno.ENOSPC
+    return filler
+
+
+def test_full_disk_stops_the_member_it_says_so_and_comes_back(daemon: Daemon, small_fs: Path) -> None:
+    daemon.extra = ["--peer-listen", f"127.0.0.1:{free_port()}"]
+    daemon.env = {"WATCHDOG_USEC": "1000000"}  # pings every 0.5 s while healthy
+    daemon.start()
+    assert daemon.notify is not None
+    daemon.cli("cluster", "init", "--json", check=True)
+    daemon.cli("cluster", "kv", "put", "k", "v1", "--json", check=True)
+    daemon.notify.wait_for("WATCHDOG", "1", timeout=5)
+
+    filler = fill(small_fs)
+    # LMDB reuses its free pages first: write until a commit needs a page the disk cannot give.
+    for i in range(200):
+        rc, out = run_json(daemon, "cluster", "kv", "put", f"k{i}", "x" * 4000)
+        if rc != 0:
+            break
+    assert rc == 1, "the disk never filled"
+    # The write reached the failing commit: it may or may not be on disk, and the code says so.
+    assert out["error"]["code"] in ("unknown_outcome", "not_leader"), out
+
+    st = wait_until(
+        "status shows the failure", lambda: (s := cluster_status(daemon))["cluster"]["role"] == "failed" and s
+    )
+    assert st["health"]["ok"] is False
+    assert "no_space" in st["health"]["failures"]["cluster"]
+    assert "no_space" in st["cluster"]["failure"]
+    human = daemon.cli("status", check=True).stdout
+    assert "FAILED" in human and "no_space" in human
+    wait_notify_status(daemon, "FAILED")
+    # Watchdog withdrawn: no ping over four of its intervals.
+    daemon.notify.messages.clear()
+    with pytest.raises(AssertionError):
+        daemon.notify.wait_for("WATCHDOG", "1", timeout=2)
+
+    # A failed node refuses at once, with "nothing was done".
+    rc, out = run_json(daemon, "cluster", "kv", "put", "k", "v3", "--timeout", "2")
+    assert rc == 1 and out["error"]["code"] == "not_leader", out
+
+    filler.unlink()
+    wait_until("member back as leader", lambda: cluster_status(daemon)["cluster"]["role"] == "leader", 90)
+    daemon.notify.wait_for("WATCHDOG", "1", timeout=10)
+    daemon.cli("cluster", "kv", "put", "k", "v4", "--json", check=True)
+    rc, out = run_json(daemon, "cluster", "kv", "get", "k")
+    assert rc == 0 and out["value"] == "v4"
+    assert cluster_status(daemon)["health"] == {"ok": True, "failures": {}}
+
+
+def corrupt(env_dir: Path, db: bytes, key: bytes) -> None:
+    env = lmdb.open(str(env_dir), max_dbs=32, subdir=True)
+    try:
+        handle = env.open_db(db, create=False)
+        with env.begin(write=True) as txn:
+            assert txn.get(key, db=handle) is not None, f"no {key!r} in {db!r}"
+            txn.put(key, b"\x93\x01\x00\xc4\x03bad", db=handle)  # right envelope, wrong checksum
+    finally:
+        env.close()
+
+
+def test_corrupt_raft_record_at_start_is_reported_not_served(daemon: Daemon) -> None:
+    daemon.extra = ["--peer-listen", f"127.0.0.1:{free_port()}"]
+    daemon.start()
+    daemon.cli("cluster", "init", "--json", check=True)
+    assert daemon.terminate() == 0
+    corrupt(daemon.state_dir / "cluster" / "raft", b"raft_state", b"hard")
+
+    daemon.start()  # the daemon itself stays up: status must be able to say what is wrong
+    st = wait_until("failure reported", lambda: (s := cluster_status(daemon))["health"]["failures"] and s)
+    assert st["cluster"]["role"] == "failed"
+    assert "corrupt_record" in st["cluster"]["failure"]
+    rc, out = run_json(daemon, "cluster", "kv", "put", "k", "v", "--timeout", "2")
+    assert rc == 1 and out["error"]["code"] == "not_leader", out
+    rc, out = run_json(daemon, "cluster", "status")
+    assert rc == 0 and out["role"] == "failed" and out["leader"] is None
+
+
+def test_corrupt_node_identity_is_a_clear_error_not_a_restart_loop(daemon: Daemon) -> None:
+    daemon.start()
+    assert daemon.terminate() == 0
+    corrupt(daemon.state_dir / "node", b"meta", b"identity")
+    daemon.start(wait_ready=False)
+    assert daemon.proc is not None
+    rc = daemon.proc.wait(timeout=60)
+    log = daemon.log.read_text()
+    assert rc == 4, log  # RestartPreventExitStatus: systemd does not loop on it
+    assert "corrupt record in 'meta'" in log and "Traceback" not in log
+
+
+def test_unsafe_state_dir_modes_are_fixed(daemon: Daemon) -> None:
+    daemon.state_dir.mkdir(mode=0o755)
+    os.chmod(daemon.state_dir, 0o755)
+    old = os.umask(0o022)
+    try:
+        daemon.start()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(daemon.state_dir.stat().st_mode) == 0o700
+    for p in daemon.state_dir.rglob("*"):
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert not mode & 0o077, f"{p} is {mode:04o}"
