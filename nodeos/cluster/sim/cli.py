@@ -94,6 +94,13 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
     show_default=True,
     help="processes running seeds in parallel (0 = one per core)",
 )
+@click.option(
+    "--storage",
+    type=click.Choice(["memory", "lmdb"]),
+    default="memory",
+    show_default=True,
+    help="the nodes' disks: MemoryStorage, or the daemon's LMDB storage reopened after every crash",
+)
 @click.option("--quiet", is_flag=True, help="no progress line")
 def main(
     nodes: int,
@@ -104,11 +111,17 @@ def main(
     broken: str | None,
     max_events: int,
     jobs: int,
+    storage: str,
     quiet: bool,
 ) -> None:
     seeds = parse_seeds(seeds_text)
     cfg = SimConfig(
-        nodes=nodes, duration_ms=duration_ms, settle_ms=settle_ms, broken=broken, max_events=max_events
+        nodes=nodes,
+        duration_ms=duration_ms,
+        settle_ms=settle_ms,
+        broken=broken,
+        max_events=max_events,
+        storage=storage,
     )
     jobs = jobs or os.cpu_count() or 1
     t0 = time.monotonic()
@@ -125,6 +138,7 @@ def main(
                 f"reproduce: nodeos-sim --nodes {nodes} --seeds {seed}..{seed}"
                 + (f" --duration-ms {duration_ms}" if duration_ms != 1500 else "")
                 + (f" --settle-ms {settle_ms}" if settle_ms != 5000 else "")
+                + (f" --storage {storage}" if storage != "memory" else "")
             )
             sys.exit(1)
         if not quiet and (i + 1) % 100 == 0:

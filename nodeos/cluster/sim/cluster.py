@@ -13,9 +13,13 @@ acknowledged command.
 from __future__ import annotations
 
 import heapq
+import os
 import random
+import shutil
+import tempfile
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..raft import (
@@ -29,6 +33,7 @@ from ..raft import (
     to_wire,
 )
 from ..raft.storage import MemoryStorage
+from ..raft_storage import LmdbRaftStorage
 from .disruption import Disruption, DisruptionMixin
 from .events import CLIENT, CRASH, DELIVER, DONE, FAULT, FINAL, HEAL, REJOIN, RESTART, SETTLE, SYNC, TICK
 from .faults import FaultsMixin
@@ -47,6 +52,9 @@ class SimConfig:
     heartbeat_tick: int = 2
     broken: str | None = None  # a variant from hooks.BROKEN_VARIANTS (self-test only)
     trace: bool = False
+    # "lmdb": every node's disk is the daemon's LmdbRaftStorage (on /dev/shm), closed and
+    # reopened from its files at every crash; "memory": a MemoryStorage (fast).
+    storage: str = "memory"
     disrupt: bool = True  # run the disruption phase (disruption.py) after the final commit
     # Events one seed may use before it counts as a livelock (0: 100 per node per tick of
     # virtual time, ~100x what a healthy run needs).
@@ -137,11 +145,23 @@ class Simulation(FaultsMixin, DisruptionMixin):
         self.final_index = 0
         ids = list(range(1, cfg.nodes + 1))
         self.nodes: dict[int, SimNode] = {}
+        self.disk_dir: Path | None = None
+        if cfg.storage == "lmdb":
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # fsync is free on tmpfs
+            self.disk_dir = Path(tempfile.mkdtemp(prefix=f"nodeos-sim-{seed}-", dir=shm))
         for nid in ids:
-            disk = MemoryStorage()
+            disk: MemoryStorage = MemoryStorage()
+            reopen = None
+            if self.disk_dir is not None:
+                path = self.disk_dir / f"n{nid}"
+
+                def reopen(path: Path = path) -> MemoryStorage:
+                    return LmdbRaftStorage.open(path)  # type: ignore[return-value]
+
+                disk = reopen()
             bootstrap_storage(disk, ids)
             self.nodes[nid] = SimNode(
-                nid, disk, cfg.election_tick, cfg.heartbeat_tick, seed, self.max_msg_size
+                nid, disk, cfg.election_tick, cfg.heartbeat_tick, seed, self.max_msg_size, reopen=reopen
             )
         for nid in ids:
             self._start(nid)
@@ -206,7 +226,16 @@ class Simulation(FaultsMixin, DisruptionMixin):
             where = traceback.extract_tb(exc.__traceback__)[-1]
             v = Violation("unexpected exception", f"{exc!r} at {where.filename}:{where.lineno}")
             return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
+        finally:
+            self._close_disks()
         return SeedResult(self.seed, True, None, self.now, self.trace, self.stats)
+
+    def _close_disks(self) -> None:
+        if self.disk_dir is None:
+            return
+        for n in self.nodes.values():
+            n.disk.close()  # type: ignore[attr-defined]
+        shutil.rmtree(self.disk_dir, ignore_errors=True)
 
     def _dispatch(self, kind: int, payload: Any) -> None:
         if kind == TICK:

@@ -8,6 +8,7 @@ state-machine safety and lost acknowledgements easy to check.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgpack
@@ -35,7 +36,7 @@ class PendingRead:
 @dataclass
 class SimNode:
     id: int
-    disk: MemoryStorage
+    disk: MemoryStorage  # or an LmdbRaftStorage (SimConfig.storage="lmdb"), same interface
     election_tick: int
     heartbeat_tick: int
     seed: int
@@ -53,6 +54,7 @@ class SimNode:
     last_role: StateRole = StateRole.FOLLOWER
     last_term: int = 0
     last_commit: int = 0
+    reopen: Callable[[], MemoryStorage] | None = None  # on-disk storage: read back after a crash
 
     def start(self, broken: str | None) -> None:
         from .hooks import apply_raft_hooks
@@ -86,6 +88,10 @@ class SimNode:
         self.lazy_hard_state = None
         self.reads = {}
         self.incarnation += 1
+        if self.reopen is not None:
+            # The restarted node sees only what the files hold, not the storage object's memory.
+            self.disk.close()  # type: ignore[attr-defined]
+            self.disk = self.reopen()
 
     # --- state machine ---
     def restore_state(self, data: bytes, index: int) -> None:
