@@ -7,7 +7,9 @@ and, where it makes sense, the values that are allowed.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the console's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 EXIT_OK = 0
 EXIT_FAILED = 1

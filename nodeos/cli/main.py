@@ -1,15 +1,17 @@
 """Entry point of `nodeos`. Sub-groups live in their own modules and load lazily,
-so a command that needs no daemon (e.g. `nodeos net`) never imports daemon code."""
+so a command that needs no daemon (e.g. `nodeos net`) never imports daemon code.
+
+Start-up cost is most of what a short command costs, so: `nodeos status` is answered without
+click at all (nodeos.cli.fast); click and the group are built on first use; `nodeos --help`
+lists commands from SHORT_HELP without importing their modules."""
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import Any
 
-import click
-
-from nodeos.errors import EXIT_BAD_INPUT
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the console's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 # name -> "module:attribute" of a click command or group.
 SUBCOMMANDS: dict[str, str] = {
@@ -22,38 +24,95 @@ SUBCOMMANDS: dict[str, str] = {
     "net": "nodeos.cli.net:net",
 }
 
+# name -> the one-line help `nodeos --help` shows (a command missing here is imported for it).
+SHORT_HELP: dict[str, str] = {
+    "status": "Show this node: identity, data plane, objects, pending operations.",
+    "drive": "NVMe drives of this node.",
+    "pool": "Storage pools (thin pools over drives).",
+    "volume": "Thin volumes, snapshots, clones and their grants.",
+    "host": "Hosts (GPU nodes) by host NQN.",
+    "cluster": "Form, join, leave and inspect the cluster.",
+    "net": "Lossless network: PFC/ETS/DSCP/ECN, addresses, routes, MTU (no daemon needed).",
+}
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(SUBCOMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = SUBCOMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module, attr = target.split(":")
-        return getattr(importlib.import_module(module), attr)
+def _load(name: str) -> Any:
+    target = SUBCOMMANDS.get(name)
+    if target is None:
+        return None
+    import importlib
+
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
-@click.group(cls=LazyGroup)
-@click.option(
-    "--socket",
-    "socket_path",
-    envvar="NODEOS_SOCKET",
-    default="/run/nodeos/api.sock",
-    show_default=True,
-    help="The daemon's API socket (also NODEOS_SOCKET).",
-)
-@click.pass_context
-def cli(ctx: click.Context, socket_path: str) -> None:
-    """Operate a nodeos storage node and its cluster."""
-    ctx.ensure_object(dict)
-    ctx.obj["socket"] = socket_path
+def _build_cli() -> Any:
+    import click
+
+    class LazyGroup(click.Group):
+        def list_commands(self, ctx: click.Context) -> list[str]:
+            return sorted(SUBCOMMANDS)
+
+        def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+            return _load(cmd_name)  # type: ignore[no-any-return]
+
+        def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+            rows = []
+            for name in self.list_commands(ctx):
+                text = SHORT_HELP.get(name)
+                if text is None:
+                    cmd = _load(name)
+                    text = cmd.get_short_help_str(formatter.width) if cmd is not None else ""
+                rows.append((name, text))
+            if rows:
+                with formatter.section("Commands"):
+                    formatter.write_dl(rows)
+
+    @click.group(cls=LazyGroup)
+    @click.option(
+        "--socket",
+        "socket_path",
+        envvar="NODEOS_SOCKET",
+        default="/run/nodeos/api.sock",
+        show_default=True,
+        help="The daemon's API socket (also NODEOS_SOCKET).",
+    )
+    @click.pass_context
+    def cli(ctx: click.Context, socket_path: str) -> None:
+        """Operate a nodeos storage node and its cluster."""
+        ctx.ensure_object(dict)
+        ctx.obj["socket"] = socket_path
+
+    return cli
+
+
+_cli: Any = None
+
+
+def __getattr__(name: str) -> Any:
+    """`nodeos.cli.main.cli`: the click group, built (and click imported) on first use."""
+    global _cli
+    if name == "cli":
+        if _cli is None:
+            _cli = _build_cli()
+        return _cli
+    raise AttributeError(name)
 
 
 def main(argv: list[str] | None = None) -> Any:
+    args = sys.argv[1:] if argv is None else list(argv)
+    from nodeos.cli import fast
+
+    code = fast.run(args)
+    if code is not None:
+        sys.exit(code)
+    import click
+
+    from nodeos.errors import EXIT_BAD_INPUT
+
+    cli = __getattr__("cli")
     try:
-        return cli.main(args=argv, prog_name="nodeos", standalone_mode=True)
+        return cli.main(args=args, prog_name="nodeos", standalone_mode=True)
     except click.exceptions.UsageError as exc:  # pragma: no cover - click exits itself
         exc.show()
         sys.exit(EXIT_BAD_INPUT)

@@ -13,6 +13,7 @@ import click
 
 from nodeos import validate
 from nodeos.cli.output import command_runner, json_option, table
+from nodeos.cli.render import status_human
 from nodeos.errors import BadInput
 from nodeos.rpc.client import Client
 
@@ -29,42 +30,13 @@ def _size(n: Any) -> str:
 # --- status -------------------------------------------------------------------------------
 
 
-def _status_human(d: dict[str, Any]) -> str:
-    dp = d.get("dataplane", {})
-    node = d.get("node", {})
-    health = d.get("health") or {}
-    lines = [f"FAILED    {k}: {v}" for k, v in sorted((health.get("failures") or {}).items())]
-    lines += [
-        f"node      {d.get('node_name')} ({d.get('node_id')})",
-        f"version   {d.get('version')}   pid {d.get('pid')}   up {d.get('uptime_s')}s",
-        f"dataplane {dp.get('name')} ({dp.get('reason')})",
-        f"addresses {', '.join(d.get('storage_addresses') or []) or '(none)'}",
-    ]
-    if node:
-        lines.append(
-            f"objects   pools {node.get('pools')}  volumes {node.get('volumes')}  "
-            f"snapshots {node.get('snapshots')}  hosts {node.get('hosts')}"
-        )
-        for p in node.get("pending_intents", []):
-            lines.append(f"PENDING   {p['op']} {p.get('name')} (intent {p['seq']})")
-        for m in (node.get("reconcile") or {}).get("missing", []):
-            lines.append(f"MISSING   volume {m} is not in the data plane")
-    for svc in d.get("services", []):
-        if svc != "node" and isinstance(d.get(svc), dict):
-            lines.append(
-                f"{svc:<9} "
-                + ", ".join(f"{k}={v}" for k, v in d[svc].items() if not isinstance(v, (dict, list)))
-            )
-    return "\n".join(lines)
-
-
 @click.command()
 @json_option
 @click.pass_context
 @command_runner
 def status(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
     """Show this node: identity, data plane, objects, pending operations."""
-    return _client(ctx).call("status"), _status_human
+    return _client(ctx).call("status"), status_human
 
 
 # --- drives -------------------------------------------------------------------------------

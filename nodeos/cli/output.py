@@ -8,13 +8,13 @@ and exits with the error's code: 2 for bad input, 1 for a failed operation.
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from nodeos.cli.render import error_text, json_text
 from nodeos.errors import EXIT_BAD_INPUT, BadInput, NodeosError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -26,7 +26,7 @@ def json_option(fn: F) -> F:
 
 
 def print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    click.echo(json_text(data))
 
 
 def fail(err: NodeosError, as_json: bool) -> None:
@@ -34,9 +34,7 @@ def fail(err: NodeosError, as_json: bool) -> None:
     if as_json:
         print_json({"error": err.to_dict()})
     else:
-        where = f" (field: {err.field})" if err.field else ""
-        allowed = f"; allowed: {err.allowed}" if err.allowed is not None else ""
-        click.echo(f"error: {err.message}{where}{allowed}", err=True)
+        click.echo(error_text(err), err=True)
     sys.exit(err.exit_code)
 
 

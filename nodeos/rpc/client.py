@@ -6,12 +6,14 @@ import itertools
 import socket
 import struct
 import sys
-import threading
 import time
-from typing import Any
 
 from nodeos.errors import EnvironmentProblem, OperationFailed, error_from_dict
 from nodeos.rpc import framing
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the console's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 _LEN = struct.Struct(">I")
 
@@ -68,6 +70,8 @@ class _Spinner:
     """Progress on a terminal while a long operation runs: what, and for how long."""
 
     def __init__(self, what: str) -> None:
+        import threading  # only on a terminal, for long operations
+
         self.what = what
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)

@@ -9,11 +9,14 @@ caller answers with an error (when it can) and never crashes.
 
 from __future__ import annotations
 
-import asyncio
 import struct
-from typing import Any
 
 import msgpack
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the blocking CLI client pays for every import
+if TYPE_CHECKING:
+    import asyncio
+    from typing import Any
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
@@ -48,6 +51,8 @@ async def read_frame(
     reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME
 ) -> dict[str, Any] | None:
     """Read one frame; None on a clean end of stream before a header."""
+    import asyncio  # only the daemon reads frames asynchronously; imported once, then a lookup
+
     try:
         header = await reader.readexactly(_LEN.size)
     except asyncio.IncompleteReadError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -165,3 +166,29 @@ def test_cli_without_a_daemon_says_where_it_looked(tmp_path) -> None:
     r = d.cli("status")
     assert r.returncode == 1
     assert str(d.socket) in r.stderr and "is it running" in r.stderr
+
+
+def test_status_reads_the_same_through_the_fast_path_and_through_click(daemon: Daemon) -> None:
+    """`nodeos status` skips click at start-up (nodeos/cli/fast.py); an operator sees the same."""
+    from click.testing import CliRunner
+
+    from nodeos.cli.main import cli
+
+    daemon.start()
+    fast_json = daemon.cli_json("status")
+    fast_text = daemon.cli("status", check=True).stdout
+    runner = CliRunner()
+    via_click = runner.invoke(cli, ["--socket", str(daemon.socket), "status", "--json"])
+    assert via_click.exit_code == 0, via_click.output
+    click_json = json.loads(via_click.output)
+    moving = {"uptime_s", "api"}  # uptime and the daemon's request counters move between calls
+    assert {k: v for k, v in fast_json.items() if k not in moving} == {
+        k: v for k, v in click_json.items() if k not in moving
+    }
+    text_click = runner.invoke(cli, ["--socket", str(daemon.socket), "status"])
+    assert text_click.exit_code == 0
+    assert _without_moving_lines(fast_text) == _without_moving_lines(text_click.output)
+
+
+def _without_moving_lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if not ln.startswith(("version", "api"))]

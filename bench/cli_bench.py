@@ -1,0 +1,96 @@
+"""Console start-up: `nodeos status` round trips against `python -c pass`, same interpreter.
+
+    .venv/bin/python bench/cli_bench.py [--runs 40] [--no-write]
+
+One real `nodeosd --dataplane none` runs on a temporary state dir; the runs alternate
+(pass, status, status --json, --help) so machine load hits all of them alike. Figures go to
+docs/benchmarks.md, section "Console start-up". Not a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+
+from nodeos.cluster.localcluster import LocalNode  # noqa: E402
+
+SECTION = "## Console start-up"
+
+
+def wall(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    took = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.decode(errors='replace')}")
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    a = ap.parse_args()
+    console = Path(sys.executable).parent / "nodeos"  # the installed console script
+    root = Path(tempfile.mkdtemp(prefix="cli-bench-"))
+    node = LocalNode(root, 1)
+    node.start()
+    env = dict(os.environ, PYTHONPATH=str(PROJECT))
+    cases = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "nodeos status": [str(console), "--socket", node.socket, "status"],
+        "nodeos status --json": [str(console), "--socket", node.socket, "status", "--json"],
+        "nodeos --help": [str(console), "--help"],
+    }
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    try:
+        for _ in range(a.runs):
+            for name, cmd in cases.items():
+                times[name].append(wall(cmd, env))
+    finally:
+        node.kill()
+    base = statistics.median(times["python -c pass"])
+    lines = [
+        SECTION,
+        "",
+        f"Measured {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} by `bench/cli_bench.py` on "
+        f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs (shared host, other work "
+        f"running): {a.runs} runs of each, alternated, wall time of the whole process, the console "
+        f"script `{console.name}` of the same interpreter against one local `nodeosd --dataplane none`.",
+        "",
+        "| command | median | p90 | median / `python -c pass` |",
+        "|---|---|---|---|",
+    ]
+    for name, xs in times.items():
+        xs = sorted(xs)
+        p90 = xs[min(len(xs) - 1, int(0.9 * len(xs)))]
+        med = statistics.median(xs)
+        lines.append(f"| `{name}` | {med * 1e3:.0f} ms | {p90 * 1e3:.0f} ms | {med / base:.2f} |")
+    lines += [
+        "",
+        "`nodeos status` never imports click or asyncio (`nodeos/cli/fast.py`); `--help` lists the "
+        "commands from `SHORT_HELP` in `nodeos/cli/main.py` without importing their modules. "
+        "Goal: `nodeos status` within 1.5 x `python -c pass`.",
+        "",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not a.no_write:
+        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Text the console prints, without click: the click commands and the start-up fast path
+(nodeos.cli.fast) both use it, so `nodeos status` reads the same whichever path ran it."""
+
+from __future__ import annotations
+
+from nodeos.errors import NodeosError
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the console's start-up
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def json_text(data: Any) -> str:
+    import json  # only --json needs it
+
+    return json.dumps(data, indent=2, sort_keys=True, default=str)
+
+
+def error_text(err: NodeosError) -> str:
+    where = f" (field: {err.field})" if err.field else ""
+    allowed = f"; allowed: {err.allowed}" if err.allowed is not None else ""
+    return f"error: {err.message}{where}{allowed}"
+
+
+def status_human(d: dict[str, Any]) -> str:
+    dp = d.get("dataplane", {})
+    node = d.get("node", {})
+    health = d.get("health") or {}
+    lines = [f"FAILED    {k}: {v}" for k, v in sorted((health.get("failures") or {}).items())]
+    lines += [
+        f"node      {d.get('node_name')} ({d.get('node_id')})",
+        f"version   {d.get('version')}   pid {d.get('pid')}   up {d.get('uptime_s')}s",
+        f"dataplane {dp.get('name')} ({dp.get('reason')})",
+        f"addresses {', '.join(d.get('storage_addresses') or []) or '(none)'}",
+    ]
+    if node:
+        lines.append(
+            f"objects   pools {node.get('pools')}  volumes {node.get('volumes')}  "
+            f"snapshots {node.get('snapshots')}  hosts {node.get('hosts')}"
+        )
+        for p in node.get("pending_intents", []):
+            lines.append(f"PENDING   {p['op']} {p.get('name')} (intent {p['seq']})")
+        for m in (node.get("reconcile") or {}).get("missing", []):
+            lines.append(f"MISSING   volume {m} is not in the data plane")
+    for svc in d.get("services", []):
+        if svc != "node" and isinstance(d.get(svc), dict):
+            lines.append(
+                f"{svc:<9} "
+                + ", ".join(f"{k}={v}" for k, v in d[svc].items() if not isinstance(v, (dict, list)))
+            )
+    return "\n".join(lines)
