@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "host": "nodeos.cli.node:host",
     "cluster": "nodeos.cli.cluster:cluster",
     "net": "nodeos.cli.net:net",
+    "events": "nodeos.cli.events:events",
 }
 
 # name -> the one-line help `nodeos --help` shows (a command missing here is imported for it).

@@ -60,6 +60,13 @@ class ApiServer:
         self._conns: set[asyncio.Task[None]] = set()
         self.requests = 0
         self.bad_frames = 0
+        self.errors: dict[str, int] = {}  # answered errors by code (for metrics)
+
+    def counters(self) -> dict[str, Any]:
+        return {"requests": self.requests, "bad_frames": self.bad_frames, "errors": dict(self.errors)}
+
+    def _count_error(self, code: str) -> None:
+        self.errors[code] = self.errors.get(code, 0) + 1
 
     def add_routes(self, owner: str, routes: dict[str, Handler]) -> None:
         for method, handler in routes.items():
@@ -175,6 +182,7 @@ class ApiServer:
             return framing.reply_error(req_id, {"code": exc.code, "message": str(exc)})
         handler = self.routes.get(method)
         if handler is None:
+            self._count_error("bad_input")
             return framing.reply_error(
                 req_id,
                 {
@@ -189,6 +197,7 @@ class ApiServer:
             result = await handler(params)
         except NodeosError as err:
             LOG.info("%s: %s", method, err.message, extra=fields(method=method, code=err.code))
+            self._count_error(err.code)
             return framing.reply_error(req_id, err.to_dict())
         except Exception as exc:
             known = storage_error(exc)  # a full disk or a failing LMDB: its own code, not "internal"
@@ -197,6 +206,7 @@ class ApiServer:
                 return framing.reply_error(req_id, known.to_dict())
             # A bug: report it, keep serving.
             LOG.exception("%s failed unexpectedly", method, extra=fields(method=method))
+            self._count_error("internal")
             return framing.reply_error(
                 req_id, {"code": "failed", "message": f"internal error: {type(exc).__name__}: {exc}"}
             )

@@ -9,6 +9,10 @@ Keys (file) / flags:
   storage_address  --storage-address  list; default: the node's non-loopback addresses
   node_name        --node-name        the host name
   log_level        --log-level        info
+  metrics_listen   --metrics-listen   HOST:PORT or "off"; default: the peer address's host
+                                      (else 127.0.0.1) on port 9810, never a storage address
+  metrics_volume_labels_max           1000: above it volume series are summed (one label value)
+  net_config       --net-config       the network profile to sample for metrics (unset: none)
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ class Config:
     storage_address: list[str] = field(default_factory=list)
     node_name: str = ""
     log_level: str = "info"
+    metrics_listen: str | None = None
+    metrics_volume_labels_max: int = 1000
+    net_config: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,5 +99,12 @@ def check(cfg: Config) -> None:
             ipaddress.ip_address(a)
         except ValueError:
             raise BadInput(f"storage_address {a!r} is not an IP address", field="storage_address") from None
+    if cfg.metrics_listen is not None and cfg.metrics_listen != "off":
+        validate.host_port(cfg.metrics_listen, "metrics_listen")
+    n = cfg.metrics_volume_labels_max
+    if type(n) is not int or not 0 <= n <= 100_000:
+        raise BadInput("metrics_volume_labels_max must be an integer in [0, 100000]", field="metrics_volume_labels_max")
+    if cfg.net_config is not None and (not isinstance(cfg.net_config, str) or not cfg.net_config):
+        raise BadInput("net_config must be a path to a network profile", field="net_config")
     if cfg.node_name:
         validate.name(cfg.node_name, "node_name")

@@ -68,6 +68,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--node-name", dest="node_name")
     p.add_argument("--log-level", dest="log_level", choices=configmod.LOG_LEVELS)
+    p.add_argument(
+        "--metrics-listen",
+        dest="metrics_listen",
+        metavar="HOST:PORT|off",
+        help="where /metrics listens (default: the peer address's host, port 9810)",
+    )
+    p.add_argument("--net-config", dest="net_config", metavar="FILE", help="network profile sampled for metrics")
     p.add_argument("--version", action="version", version=f"nodeosd {__version__}")
     return p.parse_args(argv)
 
@@ -226,7 +233,9 @@ class Daemon:
         )
         self.api = ApiServer(Path(cfg.api_socket))
         self.api.add_routes("daemon", {"status": self.api_status, "daemon.ping": self.api_ping})
+        self.ctx.api_counters = self.api.counters
         self.services = load_services(self.ctx)
+        self.ctx.services.update({svc.name: svc for svc in self.services})
         for svc in self.services:
             self.api.add_routes(svc.name, svc.methods())
         for svc in self.services:

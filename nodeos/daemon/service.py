@@ -28,6 +28,7 @@ Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 SERVICE_FACTORIES: list[str] = [
     "nodeos.node.service:create_service",
     "nodeos.cluster.service:create_service",
+    "nodeos.observe:create_service",
 ]
 
 
@@ -78,3 +79,7 @@ class DaemonContext:
     config: dict[str, Any] = field(default_factory=dict)  # the merged config (flags over file)
     # Runs a blocking call in the daemon's single data plane worker thread.
     run_blocking: Callable[..., Awaitable[Any]] | None = None
+    # Read-only views for observers (nodeos.observe): the services by name, filled once all are
+    # created, and the API's request/error counters.
+    services: dict[str, Any] = field(default_factory=dict)
+    api_counters: Callable[[], dict[str, Any]] | None = None

@@ -1,0 +1,301 @@
+"""ObserveService: `/metrics` for Prometheus, the node's event watcher and `events.list`.
+
+The HTTP side is prometheus_client's WSGI app in a thread of its own. At each scrape the
+collector (in that thread) asks the event loop for a snapshot, so the daemon's state is read
+where it lives, consistently, and a wedged loop shows as a failed scrape. Whatever is slow
+(the data plane's describe(), its volume list, the network sample) is refreshed by the
+watcher in the background; a scrape only reads the kernel's block counters (or one SPDK
+`bdev_get_iostat`) and the in-memory state.
+
+Where it listens (`metrics_listen`): HOST:PORT, or `off`. Default: the peer (management)
+address's host on DEFAULT_PORT, else loopback; never an address in `storage_address`. A port
+that cannot be bound is logged and shown in `nodeos status`; the daemon keeps serving storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, make_wsgi_app
+from prometheus_client.core import Metric
+
+from nodeos import __version__
+from nodeos.cluster import events as map_events
+from nodeos.daemon.logsetup import fields
+from nodeos.errors import BadInput
+from nodeos.observe import events as ev
+from nodeos.observe import iostat, metrics, sources
+
+log = logging.getLogger("nodeosd.observe")
+
+DEFAULT_PORT = 9810
+WATCH_S = 1.0  # cluster and data plane readings for events and the leader-change counter
+SLOW_EVERY = 5  # watcher rounds between slow refreshes (describe, volume list, network)
+SNAPSHOT_TIMEOUT_S = 10.0
+FOLLOW_MAX_S = 300.0
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _V6Server(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass  # one line per scrape would flood the journal
+
+
+def listen_address(cfg: dict[str, Any], peer: tuple[str, int] | None) -> tuple[str, int] | None:
+    """Where /metrics listens (None: off), from the merged daemon config."""
+    from nodeos import validate
+
+    raw = cfg.get("metrics_listen")
+    if raw == "off":
+        return None
+    if raw:
+        host, port = validate.host_port(raw, "metrics_listen")
+    else:
+        host, port = (peer[0] if peer else "127.0.0.1"), DEFAULT_PORT
+    if host in (cfg.get("storage_address") or []):
+        raise BadInput(
+            f"metrics_listen {host} is a storage address: serve metrics on the management network",
+            field="metrics_listen",
+        )
+    return host, port
+
+
+class _Collector:
+    def __init__(self, svc: ObserveService) -> None:
+        self.svc = svc
+
+    def collect(self) -> Iterator[Metric]:
+        loop = self.svc.loop
+        assert loop is not None
+        fut = asyncio.run_coroutine_threadsafe(self.svc.snapshot(), loop)
+        yield from metrics.families(fut.result(timeout=SNAPSHOT_TIMEOUT_S))
+
+
+class ObserveService:
+    name = "observe"
+
+    def __init__(self, ctx: Any, address: tuple[str, int] | None) -> None:
+        self.ctx = ctx
+        self.address = address
+        self.started_at = time.time()
+        self.volume_labels_max = int(ctx.config.get("metrics_volume_labels_max") or metrics.DEFAULT_VOLUME_LABELS_MAX)
+        self.ring = ev.EventRing()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+        ProcessCollector(namespace="nodeosd", registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.server: WSGIServer | None = None
+        self.listen_error: str | None = None
+        self.scrapes = 0
+        self.leader_changes = 0
+        self._prev: dict[str, Any] = {}
+        self._describe: dict[str, Any] | None = None
+        self._dp_error: str | None = None
+        self._devices: dict[str, str] = {}  # vol_id -> block device (kernel) or bdev name (spdk)
+        self._net: dict[str, Any] | None = None
+        self._new_event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # --- Service protocol ---
+    def methods(self) -> dict[str, Any]:
+        return {"events.list": self.api_events}
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self._refresh_slow()
+        self._prev = self._reading()
+        if self.address is not None:
+            host, port = self.address
+            cls = _V6Server if ":" in host else _Server
+            try:
+                self.server = make_server(host, port, make_wsgi_app(self.registry), cls, _QuietHandler)
+            except OSError as exc:
+                self.listen_error = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+                log.error("metrics: %s; /metrics is off", self.listen_error, extra=fields(metrics_port=port))
+            else:
+                threading.Thread(target=self.server.serve_forever, name="metrics-http", daemon=True).start()
+                log.info("metrics on http://%s:%d/metrics", host, self.server.server_port)
+        self._task = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.server is not None:
+            await asyncio.to_thread(self.server.shutdown)
+            self.server.server_close()
+            self.server = None
+
+    def status(self) -> dict[str, Any]:
+        url = None
+        if self.server is not None and self.address is not None:
+            url = f"http://{self.address[0]}:{self.server.server_port}/metrics"
+        return {"metrics_url": url, "error": self.listen_error, "scrapes": self.scrapes, "events": self.ring.last_seq}
+
+    # --- readings ---
+    def _cluster(self) -> dict[str, Any]:
+        svc = (getattr(self.ctx, "services", None) or {}).get("cluster")
+        try:
+            return sources.cluster_view(svc)
+        except Exception as exc:  # a half-started cluster service must not break the scrape
+            log.debug("cluster view unavailable: %s", exc)
+            return {"member": False}
+
+    def _reading(self) -> dict[str, Any]:
+        r: dict[str, Any] = {
+            "cluster": sources.digest(self._cluster()),
+            "dataplane_up": sources.dataplane_up(self._describe, self._dp_error),
+            "dataplane_error": self._dp_error,
+        }
+        if self._net is not None:
+            r["drift_items"] = self._net.get("drift_items")
+        return r
+
+    async def snapshot(self) -> dict[str, Any]:
+        """Everything one scrape exports (runs in the event loop)."""
+        self.scrapes += 1
+        cluster = self._cluster()
+        cluster["leader_changes"] = self.leader_changes
+        api = getattr(self.ctx, "api_counters", None)
+        counters = api() if callable(api) else {}
+        dp = self.ctx.dataplane
+        return {
+            "daemon": {
+                "version": __version__,
+                "start_time": self.started_at,
+                "dataplane": {
+                    "name": getattr(dp, "name", "none") if dp is not None else "none",
+                    "up": sources.dataplane_up(self._describe, self._dp_error),
+                },
+                "api_requests": counters.get("requests", 0),
+                "api_errors": counters.get("errors", {}),
+            },
+            "cluster": cluster,
+            "volume_io": await self._volume_io(),
+            "net": self._net,
+            "limits": {"volume_labels_max": self.volume_labels_max},
+        }
+
+    async def _volume_io(self) -> dict[str, dict[str, float]]:
+        dp = self.ctx.dataplane
+        if dp is None or not self._devices:
+            return {}
+        try:
+            if getattr(dp, "name", "") == "spdk":
+                result = await self.ctx.run_blocking(dp.rpc.call, "bdev_get_iostat", {})
+                return iostat.parse_spdk_iostat(result or {}, {b: v for v, b in self._devices.items()})
+            return await asyncio.to_thread(iostat.read_block_stats, dict(self._devices))
+        except Exception as exc:  # counters missing for one scrape beat a failed scrape
+            log.debug("volume counters unavailable: %s", exc)
+            return {}
+
+    async def _refresh_slow(self) -> None:
+        dp = self.ctx.dataplane
+        if dp is not None and getattr(dp, "name", "none") != "none" and self.ctx.run_blocking is not None:
+            try:
+                self._describe, self._dp_error = dict(await self.ctx.run_blocking(dp.describe)), None
+                vols = await self.ctx.run_blocking(dp.list_volumes)
+                self._devices = {v.vol_id: v.device for v in vols if v.device}
+            except Exception as exc:
+                self._dp_error = str(exc) or type(exc).__name__
+        else:
+            self._describe, self._dp_error = {}, None
+        net_cfg = self.ctx.config.get("net_config")
+        if net_cfg:
+            self._net = await asyncio.to_thread(_sample_net, str(net_cfg))
+
+    async def _watch(self) -> None:
+        rounds = 0
+        while True:
+            await asyncio.sleep(WATCH_S)
+            rounds += 1
+            try:
+                if rounds % SLOW_EVERY == 0:
+                    await self._refresh_slow()
+                cur = self._reading()
+                if self._prev.get("cluster", {}).get("leader") != cur["cluster"].get("leader"):
+                    self.leader_changes += cur["cluster"].get("leader") is not None
+                for e in sources.changes(self._prev, cur, time.time()):
+                    self.record(e)
+                self._prev = cur
+            except Exception:
+                log.exception("observe watcher round failed")
+
+    # --- events ---
+    def record(self, event: dict[str, Any]) -> dict[str, Any]:
+        rec = self.ring.add(event)
+        level = {"critical": logging.ERROR, "warning": logging.WARNING}.get(rec["severity"], logging.INFO)
+        log.log(level, "event %s: %s", rec["kind"], rec["message"], extra=fields(**ev.journal_fields(rec)))
+        self._new_event.set()
+        self._new_event = asyncio.Event()
+        return rec
+
+    def _events(self, scope: str, since: int, limit: int) -> tuple[str, list[dict[str, Any]], int]:
+        state = self._cluster().get("map") or {}
+        if scope == "cluster" or (scope == "auto" and map_events.has_section(state)):
+            log_ = map_events.list_events(state, since)
+            last = int((state.get(map_events.SECTION) or {}).get("next_seq", 1)) - 1
+            return "cluster", log_[:limit], last
+        return "node", self.ring.since(since, limit), self.ring.last_seq
+
+    async def api_events(self, params: dict[str, Any]) -> dict[str, Any]:
+        since = ev.check_since(params.get("since"))
+        scope = params.get("scope", "auto")
+        if scope not in ("auto", "cluster", "node"):
+            raise BadInput(f"scope {scope!r} is not known", field="scope", allowed=["auto", "cluster", "node"])
+        limit = params.get("limit", 1000)
+        if type(limit) is not int or not 1 <= limit <= 10000:
+            raise BadInput("limit must be an integer in [1, 10000]", field="limit")
+        follow = params.get("follow", False)
+        if not isinstance(follow, bool):
+            raise BadInput("follow must be true or false", field="follow")
+        wait = params.get("timeout", 30.0)
+        if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 < wait <= FOLLOW_MAX_S:
+            raise BadInput(f"timeout must be a number of seconds in (0, {FOLLOW_MAX_S:.0f}]", field="timeout")
+        source, out, last = self._events(scope, since, limit)
+        deadline = time.monotonic() + float(wait)
+        # follow: hold the request until something newer than `since` exists (long poll).
+        while follow and not out and (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new_event.wait(), min(left, 0.5))
+            source, out, last = self._events(scope, since, limit)
+        return {"source": source, "events": out, "last_seq": max([last, *(e["seq"] for e in out)])}
+
+
+def _sample_net(path: str) -> dict[str, Any] | None:
+    """Counters and drift of the configured network (the same sample `nodeos net watch` takes)."""
+    from nodeos.net.model import load_config
+    from nodeos.net.observe import observe
+    from nodeos.net.verify import verify
+    from nodeos.net.watch import sample
+
+    try:
+        cfg = load_config(path)
+        s = sample(cfg)
+        drift, _plan = verify(cfg, observe(cfg))
+    except Exception as exc:
+        log.warning("network sample failed: %s", exc)
+        return None
+    return {"nic": s.nic, "rdma": s.rdma, "drift_items": len(drift)}
+
+
+def create_service(ctx: Any) -> ObserveService:
+    return ObserveService(ctx, listen_address(ctx.config, ctx.peer_listen))
