@@ -103,7 +103,9 @@ def check(cfg: Config) -> None:
         validate.host_port(cfg.metrics_listen, "metrics_listen")
     n = cfg.metrics_volume_labels_max
     if type(n) is not int or not 0 <= n <= 100_000:
-        raise BadInput("metrics_volume_labels_max must be an integer in [0, 100000]", field="metrics_volume_labels_max")
+        raise BadInput(
+            "metrics_volume_labels_max must be an integer in [0, 100000]", field="metrics_volume_labels_max"
+        )
     if cfg.net_config is not None and (not isinstance(cfg.net_config, str) or not cfg.net_config):
         raise BadInput("net_config must be a path to a network profile", field="net_config")
     if cfg.node_name:

@@ -74,7 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="HOST:PORT|off",
         help="where /metrics listens (default: the peer address's host, port 9810)",
     )
-    p.add_argument("--net-config", dest="net_config", metavar="FILE", help="network profile sampled for metrics")
+    p.add_argument(
+        "--net-config", dest="net_config", metavar="FILE", help="network profile sampled for metrics"
+    )
     p.add_argument("--version", action="version", version=f"nodeosd {__version__}")
     return p.parse_args(argv)
 

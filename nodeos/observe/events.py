@@ -67,7 +67,9 @@ def check_event(ev: Any) -> dict[str, Any]:
         raise BadInput(f"event severity {sev!r} is not known", field="severity", allowed=list(SEVERITIES))
     msg = ev.get("message")
     if not isinstance(msg, str) or not msg or len(msg) > MAX_MESSAGE:
-        raise BadInput(f"message must be a non-empty string of at most {MAX_MESSAGE} characters", field="message")
+        raise BadInput(
+            f"message must be a non-empty string of at most {MAX_MESSAGE} characters", field="message"
+        )
     at = ev.get("at")
     if not isinstance(at, (int, float)) or isinstance(at, bool) or at < 0:
         raise BadInput("at must be a non-negative number of seconds since the epoch", field="at")
@@ -134,7 +136,9 @@ def format_line(ev: dict[str, Any]) -> str:
     """One human line: time, severity, kind, message, then the context as key=value."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(ev.get("at", 0))))
     ctx = " ".join(f"{k}={ev[k]}" for k in CONTEXT_KEYS if ev.get(k) is not None)
-    line = f"{stamp} #{ev.get('seq', '-')} {ev.get('severity', 'info'):<8} {ev.get('kind')}: {ev.get('message')}"
+    line = (
+        f"{stamp} #{ev.get('seq', '-')} {ev.get('severity', 'info'):<8} {ev.get('kind')}: {ev.get('message')}"
+    )
     return f"{line} [{ctx}]" if ctx else line
 
 

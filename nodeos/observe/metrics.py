@@ -76,7 +76,9 @@ def _daemon(d: dict[str, Any]) -> Iterator[Metric]:
     yield info
     yield gauge("nodeos_start_time_seconds", "When nodeosd started (Unix time)", d.get("start_time"))
     dp = d.get("dataplane") or {}
-    dpi = gauge("nodeos_dataplane_info", "Always 1; the data plane in use (kernel, spdk, none)", labels=["dataplane"])
+    dpi = gauge(
+        "nodeos_dataplane_info", "Always 1; the data plane in use (kernel, spdk, none)", labels=["dataplane"]
+    )
     dpi.add_metric([str(dp.get("name", "none"))], 1)
     yield dpi
     yield gauge(
@@ -111,7 +113,9 @@ def _cluster(c: dict[str, Any] | None) -> Iterator[Metric]:
     yield gauge("nodeos_cluster_last_index", "Last index in this node's Raft log", c.get("last_index"))
     lag = max(0, int(c.get("commit") or 0) - int(c.get("applied") or 0))
     yield gauge("nodeos_cluster_apply_lag_entries", "Committed entries not yet applied here", lag)
-    changes = counter("nodeos_cluster_leader_changes", "Leader changes this node has seen since it started", [])
+    changes = counter(
+        "nodeos_cluster_leader_changes", "Leader changes this node has seen since it started", []
+    )
     changes.add_metric([], float(c.get("leader_changes") or 0))
     yield changes
     voters = c.get("voters") or []
@@ -120,7 +124,9 @@ def _cluster(c: dict[str, Any] | None) -> Iterator[Metric]:
     progress = c.get("progress")
     if leader != me or not isinstance(progress, dict):
         return  # members' liveness is the leader's knowledge: exported by the leader only
-    up = gauge("nodeos_cluster_member_up", "1 when the leader heard from the member recently", labels=["member"])
+    up = gauge(
+        "nodeos_cluster_member_up", "1 when the leader heard from the member recently", labels=["member"]
+    )
     mlag = gauge("nodeos_cluster_member_lag_entries", "Log entries the member is behind", labels=["member"])
     n_up = 0
     for nid, pr in sorted(progress.items(), key=lambda kv: str(kv[0])):
@@ -141,8 +147,16 @@ _IO_FIELDS = (
     ("writes", "nodeos_volume_writes", "Write operations completed"),
     ("read_bytes", "nodeos_volume_read_bytes", "Bytes read"),
     ("write_bytes", "nodeos_volume_written_bytes", "Bytes written"),
-    ("read_seconds", "nodeos_volume_read_time_seconds", "Time spent on reads (divide by reads: mean latency)"),
-    ("write_seconds", "nodeos_volume_write_time_seconds", "Time spent on writes (divide by writes: mean latency)"),
+    (
+        "read_seconds",
+        "nodeos_volume_read_time_seconds",
+        "Time spent on reads (divide by reads: mean latency)",
+    ),
+    (
+        "write_seconds",
+        "nodeos_volume_write_time_seconds",
+        "Time spent on writes (divide by writes: mean latency)",
+    ),
 )
 
 
@@ -177,7 +191,9 @@ def _net(net: dict[str, Any] | None) -> Iterator[Metric]:
     pause = counter(
         "nodeos_net_pause_frames", "PFC pause frames per priority", ["interface", "priority", "direction"]
     )
-    discards = counter("nodeos_net_discards", "Packets dropped by the NIC, by counter", ["interface", "counter"])
+    discards = counter(
+        "nodeos_net_discards", "Packets dropped by the NIC, by counter", ["interface", "counter"]
+    )
     for dev, stats in sorted((net.get("nic") or {}).items()):
         for name, value in sorted(stats.items()):
             if m := _PRIO_PAUSE.match(name):
@@ -193,4 +209,6 @@ def _net(net: dict[str, Any] | None) -> Iterator[Metric]:
                 fam.add_metric([port], float(stats[k]))
     yield from fams.values()
     if net.get("drift_items") is not None:
-        yield gauge("nodeos_net_drift_items", "Network settings that differ from the plan", net["drift_items"])
+        yield gauge(
+            "nodeos_net_drift_items", "Network settings that differ from the plan", net["drift_items"]
+        )

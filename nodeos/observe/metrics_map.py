@@ -75,18 +75,28 @@ def rebuild_ratio(rep: dict[str, Any]) -> float | None:
 
 
 def _volumes(volumes: dict[Any, Any], rstates: dict[Any, Any], limit: int) -> Iterator[Metric]:
-    by_state = GaugeMetricFamily("nodeos_cluster_volumes", "Volumes in the cluster map by state", labels=["state"])
+    by_state = GaugeMetricFamily(
+        "nodeos_cluster_volumes", "Volumes in the cluster map by state", labels=["state"]
+    )
     degraded_n = 0
     counts: dict[str, int] = {}
     per_volume = len(volumes) <= limit
-    info = GaugeMetricFamily("nodeos_volume_info", "Always 1; the volume's name and state", labels=["volume", "name", "state"])
+    info = GaugeMetricFamily(
+        "nodeos_volume_info", "Always 1; the volume's name and state", labels=["volume", "name", "state"]
+    )
     size = GaugeMetricFamily("nodeos_volume_size_bytes", "Provisioned size of the volume", labels=["volume"])
     want = GaugeMetricFamily("nodeos_volume_replicas", "Replicas the volume should have", labels=["volume"])
     sync = GaugeMetricFamily("nodeos_volume_replicas_in_sync", "Replicas reported in sync", labels=["volume"])
-    degr = GaugeMetricFamily("nodeos_volume_degraded", "1 when fewer replicas are in sync than wanted", labels=["volume"])
-    epoch = GaugeMetricFamily("nodeos_volume_epoch", "Ownership epoch (bumped at each failover)", labels=["volume"])
+    degr = GaugeMetricFamily(
+        "nodeos_volume_degraded", "1 when fewer replicas are in sync than wanted", labels=["volume"]
+    )
+    epoch = GaugeMetricFamily(
+        "nodeos_volume_epoch", "Ownership epoch (bumped at each failover)", labels=["volume"]
+    )
     rebuild = GaugeMetricFamily(
-        "nodeos_volume_rebuild_progress_ratio", "How far a rebuilding replica is (0..1)", labels=["volume", "node"]
+        "nodeos_volume_rebuild_progress_ratio",
+        "How far a rebuilding replica is (0..1)",
+        labels=["volume", "node"],
     )
     rebuilding_n = 0
     for uuid, vol in sorted(volumes.items(), key=lambda kv: str(kv[0])):
@@ -119,7 +129,9 @@ def _volumes(volumes: dict[Any, Any], rstates: dict[Any, Any], limit: int) -> It
     yield GaugeMetricFamily(
         "nodeos_cluster_volumes_degraded", "Volumes with fewer in-sync replicas than wanted", value=degraded_n
     )
-    yield GaugeMetricFamily("nodeos_cluster_replicas_rebuilding", "Replicas being rebuilt", value=rebuilding_n)
+    yield GaugeMetricFamily(
+        "nodeos_cluster_replicas_rebuilding", "Replicas being rebuilt", value=rebuilding_n
+    )
     yield from (info, size, want, sync, degr, epoch, rebuild)
 
 
@@ -133,14 +145,22 @@ def _own_report(report: dict[str, Any]) -> Iterator[Metric]:
 
 
 def _drives(drives: list[dict[str, Any]]) -> Iterator[Metric]:
-    warn = GaugeMetricFamily("nodeos_drive_critical_warning", "SMART critical warning bits (0: none)", labels=["drive"])
-    used = GaugeMetricFamily(
-        "nodeos_drive_percent_used", "SMART percentage used: vendor estimate of life used (may exceed 100)", labels=["drive"]
+    warn = GaugeMetricFamily(
+        "nodeos_drive_critical_warning", "SMART critical warning bits (0: none)", labels=["drive"]
     )
-    media = CounterMetricFamily("nodeos_drive_media_errors", "SMART media and data integrity errors", labels=["drive"])
+    used = GaugeMetricFamily(
+        "nodeos_drive_percent_used",
+        "SMART percentage used: vendor estimate of life used (may exceed 100)",
+        labels=["drive"],
+    )
+    media = CounterMetricFamily(
+        "nodeos_drive_media_errors", "SMART media and data integrity errors", labels=["drive"]
+    )
     temp = GaugeMetricFamily("nodeos_drive_temperature_celsius", "Composite temperature", labels=["drive"])
     size = GaugeMetricFamily("nodeos_drive_size_bytes", "Drive capacity", labels=["drive"])
-    failing = GaugeMetricFamily("nodeos_drive_failing", "1 when nodeos judges the drive failing", labels=["drive"])
+    failing = GaugeMetricFamily(
+        "nodeos_drive_failing", "1 when nodeos judges the drive failing", labels=["drive"]
+    )
     for d in drives:
         name = str(d.get("id") or d.get("serial") or d.get("device") or "unknown")
         smart = _dict(d.get("smart"))
@@ -159,9 +179,13 @@ def _drives(drives: list[dict[str, Any]]) -> Iterator[Metric]:
 def _pools(pools: list[dict[str, Any]]) -> Iterator[Metric]:
     size = GaugeMetricFamily("nodeos_pool_size_bytes", "Pool capacity", labels=["pool"])
     used = GaugeMetricFamily("nodeos_pool_used_bytes", "Pool space in use", labels=["pool"])
-    prov = GaugeMetricFamily("nodeos_pool_provisioned_bytes", "Sum of the thin volumes' sizes", labels=["pool"])
+    prov = GaugeMetricFamily(
+        "nodeos_pool_provisioned_bytes", "Sum of the thin volumes' sizes", labels=["pool"]
+    )
     over = GaugeMetricFamily(
-        "nodeos_pool_overcommit_ratio", "Provisioned over capacity (above 1: thin overcommit)", labels=["pool"]
+        "nodeos_pool_overcommit_ratio",
+        "Provisioned over capacity (above 1: thin overcommit)",
+        labels=["pool"],
     )
     for p in pools:
         name = str(p.get("id") or p.get("pool_id") or p.get("name") or "unknown")

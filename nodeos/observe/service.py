@@ -53,7 +53,7 @@ class _V6Server(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # one line per scrape would flood the journal
 
 
@@ -94,7 +94,9 @@ class ObserveService:
         self.ctx = ctx
         self.address = address
         self.started_at = time.time()
-        self.volume_labels_max = int(ctx.config.get("metrics_volume_labels_max") or metrics.DEFAULT_VOLUME_LABELS_MAX)
+        self.volume_labels_max = int(
+            ctx.config.get("metrics_volume_labels_max") or metrics.DEFAULT_VOLUME_LABELS_MAX
+        )
         self.ring = ev.EventRing()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.registry = CollectorRegistry(auto_describe=False)
@@ -148,7 +150,12 @@ class ObserveService:
         url = None
         if self.server is not None and self.address is not None:
             url = f"http://{self.address[0]}:{self.server.server_port}/metrics"
-        return {"metrics_url": url, "error": self.listen_error, "scrapes": self.scrapes, "events": self.ring.last_seq}
+        return {
+            "metrics_url": url,
+            "error": self.listen_error,
+            "scrapes": self.scrapes,
+            "events": self.ring.last_seq,
+        }
 
     # --- readings ---
     def _cluster(self) -> dict[str, Any]:
@@ -260,7 +267,9 @@ class ObserveService:
         since = ev.check_since(params.get("since"))
         scope = params.get("scope", "auto")
         if scope not in ("auto", "cluster", "node"):
-            raise BadInput(f"scope {scope!r} is not known", field="scope", allowed=["auto", "cluster", "node"])
+            raise BadInput(
+                f"scope {scope!r} is not known", field="scope", allowed=["auto", "cluster", "node"]
+            )
         limit = params.get("limit", 1000)
         if type(limit) is not int or not 1 <= limit <= 10000:
             raise BadInput("limit must be an integer in [1, 10000]", field="limit")

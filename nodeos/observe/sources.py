@@ -79,7 +79,9 @@ def changes(prev: dict[str, Any], cur: dict[str, Any], at: float) -> list[dict[s
         out.append(
             ev.make_event(
                 "dataplane_up" if up else "dataplane_down",
-                "data plane answers again" if up else f"data plane is down: {cur.get('dataplane_error') or '?'}",
+                "data plane answers again"
+                if up
+                else f"data plane is down: {cur.get('dataplane_error') or '?'}",
                 severity="info" if up else "critical",
                 at=at,
             )
@@ -89,7 +91,9 @@ def changes(prev: dict[str, Any], cur: dict[str, Any], at: float) -> list[dict[s
         out.append(
             ev.make_event(
                 "drift_found" if cd else "drift_cleared",
-                f"network differs from the plan in {cd} setting(s)" if cd else "network matches the plan again",
+                f"network differs from the plan in {cd} setting(s)"
+                if cd
+                else "network matches the plan again",
                 severity="warning" if cd else "info",
                 at=at,
             )
@@ -112,10 +116,19 @@ def _member_changes(pc: dict[str, Any], cc: dict[str, Any], at: float) -> list[d
     out = []
     for nid in sorted(set(before) & set(now)):
         if before[nid] and not now[nid]:
-            out.append(ev.make_event("node_failed", f"node {nid} stopped answering the leader",
-                                     severity="critical", at=at, node=_int(nid)))  # fmt: skip
+            out.append(
+                ev.make_event(
+                    "node_failed",
+                    f"node {nid} stopped answering the leader",
+                    severity="critical",
+                    at=at,
+                    node=_int(nid),
+                )
+            )
         elif not before[nid] and now[nid]:
-            out.append(ev.make_event("node_recovered", f"node {nid} answers the leader again", at=at, node=_int(nid)))
+            out.append(
+                ev.make_event("node_recovered", f"node {nid} answers the leader again", at=at, node=_int(nid))
+            )
     for nid in sorted(set(now) - set(before)):
         out.append(ev.make_event("node_joined", f"node {nid} joined the cluster", at=at, node=_int(nid)))
     for nid in sorted(set(before) - set(now)):
@@ -137,11 +150,16 @@ def _volume_changes(pc: dict[str, Any], cc: dict[str, Any], at: float) -> list[d
     for uuid in sorted(set(pv) & set(cv), key=str):
         old, new = pv[uuid] or {}, cv[uuid] or {}
         name = new.get("name") or uuid
-        if isinstance(new.get("epoch"), int) and isinstance(old.get("epoch"), int) and new["epoch"] > old["epoch"]:
+        if (
+            isinstance(new.get("epoch"), int)
+            and isinstance(old.get("epoch"), int)
+            and new["epoch"] > old["epoch"]
+        ):
             out.append(
                 ev.make_event(
                     "failover",
-                    f"volume {name}: primary {old.get('primary')} -> {new.get('primary')} (epoch {new['epoch']})",
+                    f"volume {name}: primary {old.get('primary')} -> {new.get('primary')} "
+                    f"(epoch {new['epoch']})",
                     severity="warning",
                     at=at,
                     volume=str(uuid),
@@ -154,11 +172,25 @@ def _volume_changes(pc: dict[str, Any], cc: dict[str, Any], at: float) -> list[d
             a = str((was.get(node) or {}).get("state", "")).lower()
             b = str((now.get(node) or {}).get("state", "")).lower()
             if b in ("rebuilding", "resyncing") and a != b:
-                out.append(ev.make_event("rebuild_started", f"volume {name}: rebuilding its replica on node {node}",
-                                         at=at, volume=str(uuid), node=_int(node)))  # fmt: skip
+                out.append(
+                    ev.make_event(
+                        "rebuild_started",
+                        f"volume {name}: rebuilding its replica on node {node}",
+                        at=at,
+                        volume=str(uuid),
+                        node=_int(node),
+                    )
+                )
             elif b in IN_SYNC and a in ("rebuilding", "resyncing"):
-                out.append(ev.make_event("rebuild_finished", f"volume {name}: replica on node {node} in sync",
-                                         at=at, volume=str(uuid), node=_int(node)))  # fmt: skip
+                out.append(
+                    ev.make_event(
+                        "rebuild_finished",
+                        f"volume {name}: replica on node {node} in sync",
+                        at=at,
+                        volume=str(uuid),
+                        node=_int(node),
+                    )
+                )
     return out
 
 
