@@ -10,6 +10,7 @@ APT_PACKAGES=(
   e2fsprogs iproute2 ethtool strace socat busybox-static cpio zstd kmod
   debian-archive-keyring
   nftables gcc libc6-dev
+  prometheus
 )
 
 missing=()

@@ -63,6 +63,7 @@ PACKAGES: tuple[str, ...] = (
     "python3-click",
     "python3-pyroute2",
     "python3-systemd",
+    "python3-prometheus-client",
 )
 
 # Timers and services an appliance does not want running behind its back (masked in the base).

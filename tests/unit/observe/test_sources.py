@@ -1,0 +1,77 @@
+"""Events the node derives from two successive readings of itself and the cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeos.observe import sources
+
+
+def leader_view(progress: dict[int, bool], leader: int = 1, term: int = 2, **map_: Any) -> dict[str, Any]:
+    return sources.digest(
+        {
+            "member": True,
+            "node_id": 1,
+            "leader": leader,
+            "term": term,
+            "progress": {n: {"active": a} for n, a in progress.items()},
+            "map": map_,
+        }
+    )
+
+
+def kinds(prev: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+    return [e["kind"] for e in sources.changes(prev, cur, 1000.0)]
+
+
+def test_first_reading_reports_nothing() -> None:
+    assert kinds({}, {"cluster": leader_view({1: True, 2: True}), "dataplane_up": True}) == []
+
+
+def test_leader_change_member_lost_and_back() -> None:
+    a = {"cluster": leader_view({1: True, 2: True, 3: True})}
+    b = {"cluster": leader_view({1: True, 2: True, 3: False})}
+    c = {"cluster": leader_view({1: True, 2: True, 3: True})}
+    evs = sources.changes(a, b, 1.0)
+    assert [(e["kind"], e["node"], e["severity"]) for e in evs] == [("node_failed", 3, "critical")]
+    assert kinds(b, c) == ["node_recovered"]
+    follower = {"cluster": sources.digest({"member": True, "node_id": 2, "leader": 3, "term": 5})}
+    evs = sources.changes(c, follower, 1.0)
+    assert [(e["kind"], e["node"], e["term"]) for e in evs] == [("leader_changed", 3, 5)]
+
+
+def test_members_joining_and_leaving() -> None:
+    a = {"cluster": leader_view({1: True, 2: True})}
+    b = {"cluster": leader_view({1: True, 3: True})}
+    assert kinds(a, b) == ["node_joined", "node_left"]
+
+
+def test_failover_with_its_epoch_and_rebuild_start_and_finish() -> None:
+    v0 = {"u1": {"name": "v1", "epoch": 3, "primary": 1}}
+    v1 = {"u1": {"name": "v1", "epoch": 4, "primary": 2}}
+    r0 = {"u1": {1: {"state": "in_sync"}, 2: {"state": "in_sync"}}}
+    r1 = {"u1": {1: {"state": "rebuilding"}, 2: {"state": "in_sync"}}}
+    r2 = {"u1": {1: {"state": "in_sync"}, 2: {"state": "in_sync"}}}
+    a = {"cluster": leader_view({1: True, 2: True}, volumes=v0, replica_states=r0)}
+    b = {"cluster": leader_view({1: True, 2: True}, volumes=v1, replica_states=r1)}
+    c = {"cluster": leader_view({1: True, 2: True}, volumes=v1, replica_states=r2)}
+    evs = sources.changes(a, b, 1.0)
+    assert [e["kind"] for e in evs] == ["failover", "rebuild_started"]
+    assert evs[0]["epoch"] == 4 and evs[0]["volume"] == "u1" and "primary 1 -> 2" in evs[0]["message"]
+    assert kinds(b, c) == ["rebuild_finished"]
+
+
+def test_dataplane_and_drift() -> None:
+    up = {"cluster": {}, "dataplane_up": True, "drift_items": 0}
+    down = {"cluster": {}, "dataplane_up": False, "dataplane_error": "spdk socket refused", "drift_items": 2}
+    evs = sources.changes(up, down, 1.0)
+    assert [e["kind"] for e in evs] == ["dataplane_down", "drift_found"]
+    assert "spdk socket refused" in evs[0]["message"]
+    assert kinds(down, up) == ["dataplane_up", "drift_cleared"]
+
+
+def test_dataplane_up_rule() -> None:
+    assert sources.dataplane_up({"usable": True}, None)
+    assert not sources.dataplane_up({"usable": False}, None)
+    assert not sources.dataplane_up(None, "refused")
+    assert sources.cluster_view(None) == {"member": False}
