@@ -32,6 +32,7 @@ class LocalNode:
         self.index = index
         self.raft_id = index  # tests choose small, readable ids
         self.port = free_port()
+        self.metrics_port = free_port()  # /metrics of its own: nodes share one loopback address
         self.tick_ms = tick_ms
         self.env: dict[str, str] = {}  # extra environment for the daemon (e.g. crash injection)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -44,6 +45,10 @@ class LocalNode:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def metrics_address(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
+
     def start(self, timeout: float = 30.0) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, NODEOS_TEST_FAULTS="1", NODEOS_RAFT_TICK_MS=str(self.tick_ms), **self.env)
@@ -54,7 +59,8 @@ class LocalNode:
             "--peer-listen", self.address,
             "--dataplane", "none",
             "--node-name", f"n{self.index}",
-            "--storage-address", "127.0.0.1",
+            "--storage-address", "127.0.0.2",
+            "--metrics-listen", self.metrics_address,
         ]  # fmt: skip
         log = open(self.root / "nodeosd.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -1,0 +1,168 @@
+"""A real Prometheus (Debian's `prometheus`) scrapes a cluster of real nodeosd processes with
+the shipped alert rules: the operator sees the leader, the commit index grow with writes,
+API errors by code, and NodeosNodeDown fire when a node is killed; `nodeos events --follow`
+on the leader shows the node fail."""
+
+from __future__ import annotations
+
+import json
+import select
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeos.cluster.localcluster import LocalCluster, free_port
+from nodeos.errors import BadInput
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
+
+PROMETHEUS = shutil.which("prometheus")
+RULES = Path(__file__).parents[2] / "nodeos" / "observe" / "prometheus" / "nodeos-rules.yml"
+NODEOS = str(Path(sys.executable).parent / "nodeos")
+
+
+class Prometheus:
+    def __init__(self, root: Path, targets: list[str]) -> None:
+        self.root = root
+        self.port = free_port()
+        cfg = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": "nodeos", "static_configs": [{"targets": targets}]}],
+        }
+        (root / "prometheus.yml").write_text(json.dumps(cfg))  # JSON is YAML
+        self.log = root / "prometheus.log"
+        self.proc = subprocess.Popen(
+            [
+                str(PROMETHEUS),
+                f"--config.file={root / 'prometheus.yml'}",
+                f"--storage.tsdb.path={root / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("wb"),
+        )
+
+    def get(self, path: str, **params: str) -> Any:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return json.loads(r.read())
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        return list(self.get("/api/v1/query", query=expr)["data"]["result"])
+
+    def wait(self, what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = fn()
+            except OSError as exc:  # not listening yet
+                last = exc
+            else:
+                if last:
+                    return last
+            time.sleep(0.5)
+        raise AssertionError(f"{what}: not within {timeout}s; last {last!r}\n{self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path, 3)
+    try:
+        c.form()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus (Debian package) not installed")
+def test_prometheus_scrapes_the_cluster_and_alerts_when_a_node_dies(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    by_target = {n.metrics_address: n for n in cluster.nodes}
+    prom = Prometheus(tmp_path, sorted(by_target))
+    try:
+        prom.wait("every node scraped", lambda: len(prom.query('up{job="nodeos"} == 1')) == 3)
+        leader = cluster.leader()
+        # Exactly one node reports itself leader, and it is the one the cluster names.
+        leaders = prom.wait("a leader", lambda: prom.query("nodeos_cluster_is_leader == 1"))
+        assert [r["metric"]["instance"] for r in leaders] == [leader.metrics_address]
+        assert prom.query("nodeos_cluster_members{state='up'}")[0]["value"][1] == "3"
+
+        # Writes through the cluster move the commit index every node exports.
+        before = float(
+            prom.query(f'nodeos_cluster_commit_index{{instance="{leader.metrics_address}"}}')[0]["value"][1]
+        )
+        for i in range(20):
+            leader.call("cluster.kv.put", {"key": f"k{i}", "value": i})
+        prom.wait(
+            "commit index grew by the writes",
+            lambda: (
+                min(float(r["value"][1]) for r in prom.query("nodeos_cluster_commit_index")) >= before + 20
+            ),
+        )
+        # A bad request is counted by its error code.
+        with pytest.raises(BadInput):
+            leader.call("cluster.kv.get", {"key": ""})
+        prom.wait(
+            "bad_input counted",
+            lambda: prom.query(
+                f'nodeos_api_errors_total{{code="bad_input",instance="{leader.metrics_address}"}}'
+            ),
+        )
+
+        follow = subprocess.Popen(
+            [NODEOS, "--socket", leader.socket, "events", "--follow", "--json"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            victim = next(n for n in cluster.nodes if n is not leader)
+            victim.kill()
+            firing = prom.wait(
+                "NodeosNodeDown firing",
+                lambda: [
+                    a
+                    for a in prom.get("/api/v1/alerts")["data"]["alerts"]
+                    if a["labels"]["alertname"] == "NodeosNodeDown" and a["state"] == "firing"
+                ],
+                timeout=90,
+            )
+            assert [a["labels"]["instance"] for a in firing] == [victim.metrics_address]
+            assert firing[0]["labels"]["severity"] == "critical"
+            down = prom.query(f'nodeos_cluster_member_up{{member="{victim.raft_id}"}}')
+            assert [r["value"][1] for r in down] == ["0"]
+            # The leader's event log says which node failed, live.
+            assert follow.stdout is not None
+            seen: list[dict[str, Any]] = []
+            deadline = time.monotonic() + 30
+            while not any(e["kind"] == "node_failed" for e in seen) and time.monotonic() < deadline:
+                if select.select([follow.stdout], [], [], 1.0)[0]:
+                    seen.append(json.loads(follow.stdout.readline()))
+            failed = [e for e in seen if e["kind"] == "node_failed"]
+            assert failed, f"no node_failed event; saw {seen}"
+            assert failed[0]["node"] == victim.raft_id and failed[0]["severity"] == "critical"
+        finally:
+            follow.terminate()
+            follow.wait(timeout=10)
+    finally:
+        prom.stop()
