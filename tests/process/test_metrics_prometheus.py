@@ -5,11 +5,13 @@ on the leader shows the node fail."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import select
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -154,10 +156,12 @@ def test_prometheus_scrapes_the_cluster_and_alerts_when_a_node_dies(
             # The leader's event log says which node failed, live.
             assert follow.stdout is not None
             seen: list[dict[str, Any]] = []
+            lines: queue.Queue[str] = queue.Queue()
+            threading.Thread(target=lambda: [lines.put(x) for x in follow.stdout], daemon=True).start()
             deadline = time.monotonic() + 30
             while not any(e["kind"] == "node_failed" for e in seen) and time.monotonic() < deadline:
-                if select.select([follow.stdout], [], [], 1.0)[0]:
-                    seen.append(json.loads(follow.stdout.readline()))
+                with contextlib.suppress(queue.Empty):
+                    seen.append(json.loads(lines.get(timeout=1.0)))
             failed = [e for e in seen if e["kind"] == "node_failed"]
             assert failed, f"no node_failed event; saw {seen}"
             assert failed[0]["node"] == victim.raft_id and failed[0]["severity"] == "critical"
