@@ -52,6 +52,7 @@ class Member:
         bootstrap_storage(raw, voters)
         self.storage = ObservedStorage(raw)
         self.violations: list[str] = []
+        self.votes_granted = 0
         self.transport = PeerTransport(nid, "c", SECRET, self._on_raft, self._on_request)
         self.driver: RaftDriver | None = None
 
@@ -70,6 +71,15 @@ class Member:
             st = self.storage
             # Pre-vote messages carry a term that is deliberately not adopted (nor persisted).
             prevote = m.type in (MessageType.PRE_VOTE, MessageType.PRE_VOTE_RESP)
+            if m.type is MessageType.VOTE_RESP and not m.reject:
+                # A granted vote is a promise: the (term, vote) it makes must be on disk first,
+                # or a crash lets this node vote twice in one term.
+                self.votes_granted += 1
+                if (st.durable_term, st.durable_vote) != (m.term, m.to):
+                    self.violations.append(
+                        f"granted a vote to {m.to} in term {m.term} before persisting it "
+                        f"(on disk: term {st.durable_term}, vote {st.durable_vote})"
+                    )
             if m.term > st.durable_term and not prevote:
                 self.violations.append(
                     f"sent {m.type.name} term {m.term} before persisting it ({st.durable_term})"
@@ -141,6 +151,7 @@ def test_commands_commit_everywhere_and_nothing_is_sent_before_it_is_durable(tmp
             with pytest.raises(NotLeader):
                 await follower.driver.propose(encode_command("kv_put", {"key": "x", "value": 1}))
             assert [v for m in members for v in m.violations] == []
+            assert sum(m.votes_granted for m in members) >= 1  # the vote check did run
         finally:
             await shutdown(members)
 
