@@ -150,26 +150,46 @@ class Client(threading.Thread):
                 self.acked_unique[key] = self.seq
 
 
+def set_blocked(node: LocalNode, drop: list[int]) -> None:
+    """Tell one node's transport to drop these peers; the fault must take, not be hoped for."""
+    reply = api(node, "cluster.test.fault", {"drop": drop}, timeout=5)
+    assert reply.get("result", {}).get("blocked") == sorted(drop), (
+        f"n{node.raft_id} refused the fault: {reply}"
+    )
+
+
 def cut_off(cluster: LocalCluster, victim: LocalNode) -> None:
     others = [n for n in cluster.nodes if n is not victim]
-    with contextlib.suppress(Exception):
-        api(victim, "cluster.test.fault", {"drop": [n.raft_id for n in others]}, timeout=3)
+    set_blocked(victim, [n.raft_id for n in others])
     for n in others:
-        with contextlib.suppress(Exception):
-            api(n, "cluster.test.fault", {"drop": [victim.raft_id]}, timeout=3)
+        if n.running:
+            set_blocked(n, [victim.raft_id])
 
 
 def heal(cluster: LocalCluster) -> None:
     for n in cluster.nodes:
         if n.running:
-            with contextlib.suppress(Exception):
-                api(n, "cluster.test.fault", {"drop": []}, timeout=3)
+            set_blocked(n, [])
 
 
-def nemesis(cluster: LocalCluster, duration: float, seed: int, log: list[str]) -> None:
-    """A seeded fault schedule: kill the leader, kill a follower, isolate the leader or a follower."""
+def new_leader_without(cluster: LocalCluster, victim: LocalNode) -> LocalNode:
+    """The fault took effect: the others elected a leader of their own."""
+    others = [n for n in cluster.nodes if n is not victim and n.running]
+    lead = cluster.leader(timeout=20, among=others)
+    assert lead is not victim
+    return lead
+
+
+def nemesis(cluster: LocalCluster, duration: float, seed: int, log: list[str]) -> dict[str, int]:
+    """A seeded fault schedule: kill the leader, kill a follower, isolate the leader or a follower.
+
+    Returns how many faults of each kind were confirmed to have taken effect: a killed
+    process is gone, a cut-off node's peers acknowledged the cut, and a leader killed or
+    cut off was replaced by a leader among the others.
+    """
     rng = random.Random(seed)
     end = time.monotonic() + duration
+    took: dict[str, int] = {}
     while time.monotonic() < end:
         try:
             leader = cluster.leader(timeout=20)
@@ -182,13 +202,20 @@ def nemesis(cluster: LocalCluster, duration: float, seed: int, log: list[str]) -
         log.append(f"{action} n{victim.raft_id}")
         if action.startswith("kill"):
             victim.kill(signal.SIGKILL)
+            assert not victim.running, f"n{victim.raft_id} survived SIGKILL"
+            if victim is leader:
+                log.append(f"  n{new_leader_without(cluster, victim).raft_id} took over")
             time.sleep(rng.uniform(0.5, 2.0))  # fault duration (schedule, not a condition)
             victim.start()
         else:
             cut_off(cluster, victim)
+            if victim is leader:
+                log.append(f"  n{new_leader_without(cluster, victim).raft_id} took over")
             time.sleep(rng.uniform(1.0, 3.0))
             heal(cluster)
+        took[action] = took.get(action, 0) + 1
         time.sleep(rng.uniform(0.3, 1.0))
+    return took
 
 
 def run_chaos(tmp_path: Path, size: int, clients: int, duration: float, seed: int) -> None:
@@ -202,7 +229,12 @@ def run_chaos(tmp_path: Path, size: int, clients: int, duration: float, seed: in
             for w in workers:
                 w.start()
             faults: list[str] = []
-            nemesis(cluster, duration, seed, faults)
+            took = nemesis(cluster, duration, seed, faults)
+            # The schedule really faulted the cluster: kills and cuts, leaders among them.
+            assert sum(took.values()) >= 4, (took, faults)
+            assert took.keys() & {"kill-leader", "isolate-leader"}, (took, faults)
+            assert took.keys() & {"kill-leader", "kill-follower"}, (took, faults)
+            assert took.keys() & {"isolate-leader", "isolate-follower"}, (took, faults)
             heal(cluster)
             for n in cluster.nodes:
                 if not n.running:
