@@ -26,6 +26,7 @@ from .logsetup import fields
 
 LOG = logging.getLogger("nodeosd.api")
 _LEN = struct.Struct(">I")
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
@@ -50,6 +51,16 @@ def prepare_socket_path(path: Path) -> None:
             probe.close()
 
 
+def peer_uid(writer: asyncio.StreamWriter) -> int | None:
+    """The connecting process's uid (SO_PEERCRED), None if the kernel does not say."""
+    sock = writer.get_extra_info("socket")
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    except (OSError, AttributeError):
+        return None
+    return int(_UCRED.unpack(raw)[1])
+
+
 class ApiServer:
     def __init__(self, path: Path, max_frame: int = framing.DEFAULT_MAX_FRAME) -> None:
         self.path = path
@@ -61,9 +72,16 @@ class ApiServer:
         self.requests = 0
         self.bad_frames = 0
         self.errors: dict[str, int] = {}  # answered errors by code (for metrics)
+        self.refused = 0  # connections from users other than root / the daemon's own
+        self.allowed_uids = {0, os.geteuid()}
 
     def counters(self) -> dict[str, Any]:
-        return {"requests": self.requests, "bad_frames": self.bad_frames, "errors": dict(self.errors)}
+        return {
+            "requests": self.requests,
+            "bad_frames": self.bad_frames,
+            "errors": dict(self.errors),
+            "refused": self.refused,
+        }
 
     def _count_error(self, code: str) -> None:
         self.errors[code] = self.errors.get(code, 0) + 1
@@ -103,6 +121,19 @@ class ApiServer:
         assert task is not None
         self._conns.add(task)
         try:
+            # The socket's mode is the first guard; the peer's credentials the second (a mode
+            # loosened by hand, or a socket passed on, must not open the API to other users).
+            uid = peer_uid(writer)
+            if uid not in self.allowed_uids:
+                self.refused += 1
+                LOG.warning("refused an API connection from uid %s", uid, extra=fields(peer_uid=uid))
+                await self._send(
+                    writer,
+                    framing.reply_error(
+                        None, {"code": "permission_denied", "message": "the nodeos API is for root only"}
+                    ),
+                )
+                return
             while True:
                 try:
                     body = await self._read_body(reader)
@@ -203,6 +234,7 @@ class ApiServer:
             known = storage_error(exc)  # a full disk or a failing LMDB: its own code, not "internal"
             if known is not None:
                 LOG.error("%s: %s", method, known.message, extra=fields(method=method, code=known.code))
+                self._count_error(known.code)
                 return framing.reply_error(req_id, known.to_dict())
             # A bug: report it, keep serving.
             LOG.exception("%s failed unexpectedly", method, extra=fields(method=method))

@@ -280,7 +280,11 @@ class Daemon:
                 "name": dp.name if dp is not None else "none",
                 "reason": self.ctx.dataplane_reason,
             },
-            "api": {"requests": self.api.requests, "bad_frames": self.api.bad_frames},
+            "api": {
+                "requests": self.api.requests,
+                "bad_frames": self.api.bad_frames,
+                "refused": self.api.refused,
+            },
             "services": [s.name for s in self.services],
         }
         failures = self.failures()

@@ -1,8 +1,16 @@
-"""A blocking client of nodeosd's local API (what the CLI uses)."""
+"""A blocking client of nodeosd's local API (what the CLI uses).
+
+Against a hung daemon a command must not wait in silence: connecting gives up after
+CONNECT_TIMEOUT_S, a request after its timeout (DEFAULT_TIMEOUT_S unless the caller knows the
+operation takes longer; NODEOS_API_TIMEOUT overrides it), and after NOTICE_AFTER_S a line on
+stderr says what is being waited for. A timed-out request fails with code `daemon_timeout`:
+the daemon may still carry it out.
+"""
 
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import struct
 import sys
@@ -16,12 +24,30 @@ if TYPE_CHECKING:
     from typing import Any
 
 _LEN = struct.Struct(">I")
+CONNECT_TIMEOUT_S = 5.0
+DEFAULT_TIMEOUT_S = 120.0  # the slowest node operation (a pool over many drives) fits
+NOTICE_AFTER_S = 5.0
+
+
+class DaemonTimeout(OperationFailed):
+    """nodeosd took the request but did not answer in time (hung, or overloaded)."""
+
+    code = "daemon_timeout"
+
+
+def default_timeout() -> float:
+    raw = os.environ.get("NODEOS_API_TIMEOUT")
+    try:
+        t = float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        t = DEFAULT_TIMEOUT_S
+    return t if t > 0 else DEFAULT_TIMEOUT_S
 
 
 class Client:
-    def __init__(self, path: str, timeout_s: float = 600.0) -> None:
+    def __init__(self, path: str, timeout_s: float | None = None) -> None:
         self.path = path
-        self.timeout_s = timeout_s
+        self.timeout_s = default_timeout() if timeout_s is None else timeout_s
         self._ids = itertools.count(1)
 
     def _recv_exact(self, s: socket.socket, n: int) -> bytes:
@@ -33,11 +59,27 @@ class Client:
             buf += chunk
         return bytes(buf)
 
+    def _wait_answer(self, s: socket.socket, what: str, notice: bool) -> None:
+        """Wait for the reply's first byte; past NOTICE_AFTER_S say on stderr what is awaited."""
+        first = min(NOTICE_AFTER_S, self.timeout_s)
+        s.settimeout(first)
+        try:
+            s.recv(1, socket.MSG_PEEK)
+        except TimeoutError:
+            if self.timeout_s <= first:
+                raise
+            if notice:  # no thread for this: the console's start-up stays lean
+                sys.stderr.write(f"nodeos: still waiting for {what} (after {first:.0f} s)\n")
+                sys.stderr.flush()
+            s.settimeout(self.timeout_s - first)
+            s.recv(1, socket.MSG_PEEK)
+        s.settimeout(self.timeout_s)
+
     def call(self, method: str, params: dict[str, Any] | None = None, *, progress: str | None = None) -> Any:
         """Send one request and return its result; an error reply is raised as its NodeosError."""
         req_id = next(self._ids)
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout_s)
+        s.settimeout(min(CONNECT_TIMEOUT_S, self.timeout_s))
         try:
             s.connect(self.path)
         except OSError as exc:
@@ -47,13 +89,20 @@ class Client:
                 "(choose the socket with --socket or NODEOS_SOCKET)",
                 field="socket",
             ) from None
-        spinner = _Spinner(progress) if progress and sys.stderr.isatty() else None
+        s.settimeout(self.timeout_s)
+        what = progress or f"nodeosd at {self.path} to answer {method}"
+        spinner = _Spinner(what) if sys.stderr.isatty() else None
         try:
             s.sendall(framing.pack(framing.request(req_id, method, params or {})))
+            self._wait_answer(s, what, notice=spinner is None)
             (n,) = _LEN.unpack(self._recv_exact(s, _LEN.size))
             reply = framing.unpack_body(self._recv_exact(s, n))
         except TimeoutError:
-            raise OperationFailed(f"nodeosd did not answer {method} within {self.timeout_s:.0f}s") from None
+            raise DaemonTimeout(
+                f"nodeosd at {self.path} did not answer {method} within {self.timeout_s:.0f} s; it may be "
+                "hung or overloaded (see `journalctl -u nodeosd`), and may still carry the request out",
+                field="socket",
+            ) from None
         except (OSError, framing.FrameError) as exc:
             raise OperationFailed(f"talking to nodeosd failed: {exc}") from None
         finally:

@@ -1,0 +1,42 @@
+"""The shipped systemd unit: what an operator relies on when nodeosd fails or is attacked."""
+
+from __future__ import annotations
+
+import configparser
+from pathlib import Path
+
+from nodeos.daemon.config import Config
+from nodeos.daemon.main import EXIT_CORRUPT_STATE
+
+UNIT = Path(__file__).resolve().parents[2] / "systemd" / "nodeosd.service"
+
+
+def service_section() -> configparser.SectionProxy:
+    cp = configparser.ConfigParser(strict=False, interpolation=None)
+    cp.optionxform = str  # type: ignore[assignment,method-assign]
+    cp.read_string(UNIT.read_text())
+    return cp["Service"]
+
+
+def test_exits_a_restart_cannot_fix_are_not_restarted() -> None:
+    codes = service_section()["RestartPreventExitStatus"].split()
+    assert "2" in codes and str(EXIT_CORRUPT_STATE) in codes
+
+
+def test_file_descriptor_limit_is_raised() -> None:
+    assert int(service_section()["LimitNOFILE"]) >= 65536
+
+
+def test_the_default_spdk_socket_is_visible_to_the_daemon() -> None:
+    svc = service_section()
+    private_tmp = svc.get("PrivateTmp", "no").lower() in ("yes", "true", "1", "disconnected")
+    sock = Config().spdk_socket
+    assert not (private_tmp and sock.startswith(("/tmp/", "/var/tmp/"))), (
+        f"PrivateTmp hides {sock} (SPDK's default RPC socket) from nodeosd"
+    )
+
+
+def test_the_sandbox_keeps_what_the_daemon_needs_and_no_more_address_families() -> None:
+    families = set(service_section()["RestrictAddressFamilies"].split())
+    assert families == {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
+    assert service_section()["RestrictNamespaces"] == "yes"
