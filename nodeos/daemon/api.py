@@ -3,6 +3,11 @@
 A bad frame (oversized, not msgpack, wrong version, bad types) is answered with an error and
 logged; the connection is closed when the stream can no longer be trusted (after a bad
 length or a truncated body), kept otherwise. Nothing a client sends can stop the daemon.
+
+Memory and connections are bounded: a connection that sends no request for IDLE_TIMEOUT_S
+is closed, a frame body must arrive within FRAME_TIMEOUT_S, and the bodies being received
+by all connections together may not exceed MAX_BUFFERED bytes (a client that would pass it
+gets `busy` and is closed): 24 clients holding partial 16 MiB frames cannot take 400 MB.
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ from .logsetup import fields
 
 LOG = logging.getLogger("nodeosd.api")
 _LEN = struct.Struct(">I")
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_UCRED = struct.Struct("3i")
+IDLE_TIMEOUT_S = 60.0
+FRAME_TIMEOUT_S = 30.0
+MAX_BUFFERED = 64 << 20  # struct ucred: pid, uid, gid
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
@@ -62,9 +70,23 @@ def peer_uid(writer: asyncio.StreamWriter) -> int | None:
 
 
 class ApiServer:
-    def __init__(self, path: Path, max_frame: int = framing.DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self,
+        path: Path,
+        max_frame: int = framing.DEFAULT_MAX_FRAME,
+        *,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        frame_timeout_s: float = FRAME_TIMEOUT_S,
+        max_buffered: int = MAX_BUFFERED,
+    ) -> None:
         self.path = path
         self.max_frame = max_frame
+        self.idle_timeout_s = idle_timeout_s
+        self.frame_timeout_s = frame_timeout_s
+        self.max_buffered = max_buffered
+        self.buffered = 0  # bytes of frame bodies being received or handled, all connections
+        self.idle_closed = 0
+        self.busy_refused = 0
         self.routes: dict[str, Handler] = {}
         self._server: asyncio.AbstractServer | None = None
         self._bound = False  # only the daemon that bound the socket may remove it
@@ -81,6 +103,8 @@ class ApiServer:
             "bad_frames": self.bad_frames,
             "errors": dict(self.errors),
             "refused": self.refused,
+            "idle_closed": self.idle_closed,
+            "busy_refused": self.busy_refused,
         }
 
     def _count_error(self, code: str) -> None:
@@ -135,8 +159,9 @@ class ApiServer:
                 )
                 return
             while True:
+                held = 0
                 try:
-                    body = await self._read_body(reader)
+                    body, held = await self._read_body(reader)
                 except framing.FrameError as exc:
                     # Bad length or truncated: the stream is out of step, answer and hang up.
                     self.bad_frames += 1
@@ -156,6 +181,9 @@ class ApiServer:
                     reply = framing.reply_error(None, {"code": exc.code, "message": str(exc)})
                 else:
                     reply = await self._handle(msg)
+                finally:
+                    self.buffered -= held
+                    del body
                 if not await self._send(writer, reply):
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -168,23 +196,42 @@ class ApiServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _read_body(self, reader: asyncio.StreamReader) -> bytes | None:
-        """One frame's body; None on a clean end of stream between frames."""
+    async def _read_body(self, reader: asyncio.StreamReader) -> tuple[bytes | None, int]:
+        """(one frame's body, bytes reserved for it); (None, 0) on a clean end of stream between
+        frames or an idle client. The caller gives the reservation back once it is done."""
         try:
-            header = await reader.readexactly(_LEN.size)
+            header = await asyncio.wait_for(reader.readexactly(_LEN.size), self.idle_timeout_s)
+        except TimeoutError:
+            self.idle_closed += 1
+            LOG.debug("closing an API connection idle for %.0f s", self.idle_timeout_s)
+            return None, 0
         except asyncio.IncompleteReadError as exc:
             if not exc.partial:
-                return None
+                return None, 0
             raise framing.FrameError("connection closed inside a frame header") from None
         (length,) = _LEN.unpack(header)
         if length > self.max_frame:
             raise framing.FrameError(
                 f"frame of {length} bytes exceeds the limit of {self.max_frame}", code="too_large"
             )
+        if self.buffered + length > self.max_buffered:
+            self.busy_refused += 1
+            raise framing.FrameError(
+                f"the daemon is receiving {self.buffered} bytes of requests already; try again", code="busy"
+            )
+        self.buffered += length
         try:
-            return await reader.readexactly(length)
-        except asyncio.IncompleteReadError:
-            raise framing.FrameError("connection closed inside a frame body") from None
+            return await asyncio.wait_for(reader.readexactly(length), self.frame_timeout_s), length
+        except TimeoutError:
+            self.buffered -= length
+            raise framing.FrameError(
+                f"frame body not received within {self.frame_timeout_s:.0f} s", code="timeout"
+            ) from None
+        except BaseException as exc:
+            self.buffered -= length
+            if isinstance(exc, asyncio.IncompleteReadError):
+                raise framing.FrameError("connection closed inside a frame body") from None
+            raise
 
     async def _send(self, writer: asyncio.StreamWriter, obj: dict[str, Any]) -> bool:
         try:
