@@ -456,6 +456,7 @@ class ClusterService:
         return {
             "dropped": st.dropped,
             "refused": st.refused,
+            "shed": st.shed,
             "bad_frames": st.bad_frames,
             "sent": st.sent,
             "received": st.received,

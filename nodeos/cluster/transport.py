@@ -22,6 +22,11 @@ Bad input from a peer (malformed frame, oversized frame, wrong version, wrong cl
 bad proof, bad MAC) is answered with `{t: "error", error: {code, message}}` when possible,
 logged without secrets, and the connection is closed; the server keeps serving.
 
+Anyone can connect to the peer port, so what a stranger can cost is bounded: at most
+MAX_HANDSHAKING connections may be in their (5 s) handshake at once and MAX_INBOUND inbound
+connections in all; more are closed at once, unanswered. Log lines a stranger can cause are
+rate limited (LOG_BURST per LOG_WINDOW_S, then one summary of how many were suppressed).
+
 Slow peers never stall the leader: `send_raft` is synchronous and only appends to that
 peer's bounded queue, dropping the oldest Raft message when full (Raft retransmits).
 Each peer has its own sender task that reconnects with capped exponential backoff.
@@ -37,6 +42,7 @@ import itertools
 import logging
 import os
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +56,32 @@ log = logging.getLogger(__name__)
 
 HANDSHAKE_MAX_FRAME = 4096
 HANDSHAKE_TIMEOUT = 5.0
+MAX_HANDSHAKING = 32
+MAX_INBOUND = 256
+LOG_BURST, LOG_WINDOW_S = 10, 10.0
+
+
+class RateLimitedLog:
+    """At most `burst` lines per `window` seconds; the next line says how many were dropped."""
+
+    def __init__(self, logger: logging.Logger, burst: int = LOG_BURST, window: float = LOG_WINDOW_S) -> None:
+        self.logger, self.burst, self.window = logger, burst, window
+        self._start = 0.0
+        self._count = 0
+        self.suppressed = 0
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._start >= self.window:
+            if self.suppressed:
+                self.logger.warning("%d similar peer-port messages suppressed", self.suppressed)
+            self._start, self._count, self.suppressed = now, 0, 0
+        if self._count >= self.burst:
+            self.suppressed += 1
+            return
+        self._count += 1
+        self.logger.log(level, msg, *args)
+
 
 RaftHandler = Callable[[int, dict[str, Any]], None]
 RequestHandler = Callable[[int, str, dict[str, Any]], Awaitable[Any]]
@@ -83,6 +115,7 @@ async def _close(writer: asyncio.StreamWriter) -> None:
 class TransportStats:
     dropped: int = 0  # raft messages dropped from full queues
     refused: int = 0  # connections refused at handshake (auth, version, cluster)
+    shed: int = 0  # connections closed unanswered: too many handshaking or inbound already
     bad_frames: int = 0  # authenticated connections closed on a bad frame
     sent: int = 0
     received: int = 0
@@ -114,6 +147,8 @@ class PeerTransport:
         self._peers: dict[int, _PeerSender] = {}
         self._server: asyncio.Server | None = None
         self._inbound: set[asyncio.Task[None]] = set()
+        self._handshaking = 0
+        self._stranger_log = RateLimitedLog(log)  # what unauthenticated connections cause
         # Test-only fault injection (enabled by the service only under NODEOS_TEST_FAULTS=1):
         # traffic to and from these peers is silently dropped, as if the link were cut.
         self.blocked: set[int] = set()
@@ -134,22 +169,36 @@ class PeerTransport:
     async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if self._handshaking >= MAX_HANDSHAKING or len(self._inbound) >= MAX_INBOUND:
+            self.stats.shed += 1
+            self._stranger_log.log(
+                logging.WARNING,
+                "peer port busy (%d handshaking, %d inbound): closed a connection from %s",
+                self._handshaking,
+                len(self._inbound),
+                writer.get_extra_info("peername"),
+            )
+            writer.transport.abort()  # no FIN handshake to wait for: the fd is freed now
+            return
         self._inbound.add(task)
+        self._handshaking += 1
         try:
             peer, session = await asyncio.wait_for(self._accept_handshake(reader, writer), HANDSHAKE_TIMEOUT)
         except (FrameError, NodeosError) as exc:
             self.stats.refused += 1
-            log.warning("peer handshake refused: %s", exc)
+            self._stranger_log.log(logging.WARNING, "peer handshake refused: %s", exc)
             await _send_error(writer, exc.code, str(exc), getattr(exc, "field", None))
             await _close(writer)
             self._inbound.discard(task)
             return
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             self.stats.refused += 1
-            log.info("peer handshake abandoned: %s", exc.__class__.__name__)
+            self._stranger_log.log(logging.INFO, "peer handshake abandoned: %s", exc.__class__.__name__)
             await _close(writer)
             self._inbound.discard(task)
             return
+        finally:
+            self._handshaking -= 1
         try:
             await self._servesession_keys(peer, session, reader, writer)
         finally:

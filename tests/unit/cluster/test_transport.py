@@ -226,3 +226,58 @@ def test_join_to_a_non_existent_cluster_address_is_a_clear_error() -> None:
         await a.t.close()
 
     run(main)
+
+
+def test_a_flood_of_silent_connections_is_bounded_and_quietly_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from nodeos.cluster import transport as tmod
+
+    async def main() -> None:
+        a, b = await started(1), await started(2)
+        host, port = b.t.advertise.rsplit(":", 1)
+        caplog.set_level("INFO", logger="nodeos.cluster.transport")
+        flood = [await asyncio.open_connection(host, int(port)) for _ in range(200)]
+
+        # Each silent connection is either held in its handshake (at most the cap) or shed.
+        async def closed_by_server(r: asyncio.StreamReader) -> bool:
+            try:
+                return await asyncio.wait_for(r.read(1), 0.5) == b""
+            except (TimeoutError, ConnectionError):
+                return False
+
+        shut = sum(await asyncio.gather(*(closed_by_server(r) for r, _ in flood)))
+        # A stranger may hold at most a few dozen connections (each costs an fd and a task).
+        assert shut >= 200 - 64 and b.t.stats.shed >= 200 - 64, (shut, b.t.stats)
+        # The node still serves its real peers meanwhile.
+        a.t.set_peer(2, b.t.advertise)
+        assert await a.t.request(2, "echo", {"x": 1}) == {"from": 1, "params": {"x": 1}}
+        lines = [r for r in caplog.records if r.name == "nodeos.cluster.transport"]
+        assert len(lines) <= tmod.LOG_BURST + 1, [r.getMessage() for r in lines]
+        for _, w in flood:
+            w.close()
+        await a.t.close()
+        await b.t.close()
+
+    run(main)
+
+
+def test_rate_limited_log_says_how_many_lines_it_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from nodeos.cluster.transport import RateLimitedLog
+
+    logger = logging.getLogger("test.ratelimit")
+    caplog.set_level("INFO", logger="test.ratelimit")
+    rl = RateLimitedLog(logger, burst=3, window=0.0)  # window 0: every line opens a new window
+    rl.window = 3600.0
+    for i in range(50):
+        rl.log(logging.WARNING, "junk %d", i)
+    assert [r.getMessage() for r in caplog.records] == ["junk 0", "junk 1", "junk 2"]
+    assert rl.suppressed == 47
+    rl.window = 0.0
+    rl.log(logging.WARNING, "next")
+    assert [r.getMessage() for r in caplog.records][-2:] == [
+        "47 similar peer-port messages suppressed",
+        "next",
+    ]
