@@ -86,16 +86,35 @@ class _Count(click.ParamType):
 @click.option(
     "--kernel", type=click.Path(path_type=Path), default=None, help="Boot this kernel instead of the image's."
 )
+@click.option(
+    "--cluster", is_flag=True, help="Form the storage VMs into one cluster (s1 inits, the others join)."
+)
+@click.option(
+    "--label", "labels", multiple=True, metavar="VM:KEY=VALUE",
+    help="Label a member once formed (repeat; default with --cluster: s1 rack=a, s2 rack=b, ...).",
+)  # fmt: skip
+@click.option("--no-labels", is_flag=True, help="With --cluster: no labels at all.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.pass_context
 def up(ctx: click.Context, storage: int, drives: int, hosts: int, drive_size: int,
-       qemu_bin: str | None, kernel: Path | None, as_json: bool) -> None:  # fmt: skip
-    """Build/refresh the image if needed, boot the VMs, return when all are ready."""
+       qemu_bin: str | None, kernel: Path | None, cluster: bool, labels: tuple[str, ...],
+       no_labels: bool, as_json: bool) -> None:  # fmt: skip
+    """Build/refresh the image if needed, boot the VMs, return when all are ready (and clustered)."""
     lab = _lab(ctx)
+    if no_labels and labels:
+        _run(lambda: _raise(BadInput("--no-labels and --label exclude each other", field="label")))
+    specs = [] if no_labels else (list(labels) if labels else None)
     st = _run(
-        lambda: lab.up(storage, drives, hosts, drive_size_mib=drive_size, qemu_bin=qemu_bin, kernel=kernel)
-    )
+        lambda: lab.up(
+            storage, drives, hosts, drive_size_mib=drive_size, qemu_bin=qemu_bin, kernel=kernel,
+            cluster=cluster, labels=specs,
+        )
+    )  # fmt: skip
     _print_status(st, as_json)
+
+
+def _raise(err: Exception) -> None:
+    raise err
 
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
@@ -108,6 +127,19 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
         click.echo(
             f"{v['name']:<5} {v['role']:<8} {v['address']:<16} {v['state']:<8} {' '.join(v['drives'])}"
         )
+    c = st.get("cluster")
+    if c:
+        if c.get("error"):
+            click.echo(f"cluster: unknown ({c['error'][:200]})")
+            return
+        click.echo(
+            f"cluster {c['cluster_id']}: leader {c['leader']}, term {c['term']} (seen from {c['seen_from']})"
+        )
+        for m in c["members"]:
+            lbl = ",".join(f"{k}={v}" for k, v in sorted(c["labels"].get(m["name"], {}).items()))
+            click.echo(
+                f"  {m['name'] or '?':<5} id {m['node_id']:<20} {m['raft']:<8} {m['address'] or ''} {lbl}"
+            )
 
 
 @cli.command()

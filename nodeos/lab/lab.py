@@ -34,7 +34,10 @@ from nodeos.lab.plan import (
     SUBNETS,
     check_counts,
     check_name,
+    cluster_labels,
+    cluster_summary,
     plan_vms,
+    storage_names,
     subnet_of,
 )
 from nodeos.lab.qemu import VmSpec
@@ -166,7 +169,7 @@ class Lab:
                     "drives": [d["serial"] for d in v.drives],
                 }
             )
-        return {
+        out = {
             "lab": self.name,
             "netns": self.ns,
             "subnet": f"{subnet_of(st['subnet'])}.0/24",
@@ -174,6 +177,26 @@ class Lab:
             "image": st["image"],
             "vms": rows,
         }
+        if st.get("cluster"):
+            out["cluster"] = self._cluster_view(st, rows)
+        return out
+
+    def _cluster_view(self, st: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """The cluster as the first running storage VM sees it (leader, members), and the labels."""
+        from nodeos.lab import cluster as cluster_mod
+
+        view: dict[str, Any] = {"labels": st["cluster"].get("labels", {})}
+        running = [r["name"] for r in rows if r["role"] == "storage" and r["state"] == "running"]
+        if not running:
+            return {**view, "error": "no storage VM is running"}
+        try:
+            return {
+                **view,
+                "seen_from": running[0],
+                **cluster_summary(cluster_mod.cluster_status(self, running[0])),
+            }
+        except (OperationFailed, AgentUnavailable) as e:
+            return {**view, "seen_from": running[0], "error": str(e)}
 
     # ---- lifecycle ----------------------------------------------------------------------
     def up(
@@ -186,9 +209,22 @@ class Lab:
         qemu_bin: str | None = None,
         kernel: Path | None = None,
         wait: bool = True,
+        cluster: bool = False,
+        labels: list[str] | None = None,
     ) -> dict[str, Any]:
-        """Boot the lab and return when every VM is ready; on any failure nothing is left."""
+        """Boot the lab and return when every VM is ready; on any failure nothing is left.
+
+        cluster: form the storage VMs into one cluster (s1 inits, the others join) and label
+        them: `labels` as VM:KEY=VALUE strings, None for the default rack=a, b, c..., [] for none."""
         check_counts(storage, drives, hosts, drive_size_mib)
+        if cluster and not wait:
+            raise BadInput("forming a cluster needs the VMs up: wait=True", field="wait")
+        names = storage_names(storage)
+        member_labels = cluster_labels(cluster, labels, names)
+        if member_labels:
+            from nodeos.lab.cluster import need_label_command
+
+            need_label_command()  # before anything boots
         if os.geteuid() != 0:
             raise EnvironmentProblem("the lab needs root (network namespaces, taps)")
         with self._locked():
@@ -205,6 +241,8 @@ class Lab:
                     raise EnvironmentProblem(f"image file missing: {p} (rebuild with `nodeos-lab image`)")
             try:
                 self._up_locked(storage, drives, hosts, drive_size_mib, qemu_path, kernel_path, img, wait)
+                if cluster:
+                    self._form_cluster(names, member_labels)
             except BaseException:
                 self.collect(self.failed_dir)
                 self.progress(
@@ -213,6 +251,14 @@ class Lab:
                 self._down_locked()
                 raise
         return self.status()
+
+    def _form_cluster(self, names: list[str], labels: dict[str, dict[str, str]]) -> None:
+        from nodeos.lab import cluster as cluster_mod
+
+        cluster_mod.form(self, names, labels, self.progress)
+        st = self._load()
+        st["cluster"] = {"members": names, "labels": labels}
+        self._save(st)
 
     def _pick_subnet(self) -> int:
         used = set()

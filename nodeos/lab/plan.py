@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 from nodeos.errors import BadInput
-from nodeos.lab.qemu import VmSpec
+from nodeos.lab.qemu import PEER_PORT, VmSpec
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}$")
 MAX_STORAGE = 8
@@ -74,3 +74,93 @@ def plan_vms(lab: str, subnet: int, storage: int, drives: int, hosts: int, drive
                 ]
             vms.append(vm)
     return vms
+
+
+# ---- cluster ---------------------------------------------------------------------------------
+LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def storage_names(storage: int) -> list[str]:
+    return [f"s{i}" for i in range(1, storage + 1)]
+
+
+def peer_address(vm: VmSpec) -> str:
+    return f"{vm.addr}:{PEER_PORT}"
+
+
+def default_labels(names: list[str]) -> dict[str, dict[str, str]]:
+    """`--cluster` without --label: one rack per storage VM, s1 -> rack=a, s2 -> rack=b, ..."""
+    return {n: {"rack": chr(ord("a") + i)} for i, n in enumerate(names)}
+
+
+def parse_labels(specs: list[str] | tuple[str, ...], names: list[str]) -> dict[str, dict[str, str]]:
+    """`VM:KEY=VALUE[,KEY=VALUE...]` options -> {vm: {key: value}} (pure; BadInput names the field)."""
+    out: dict[str, dict[str, str]] = {}
+    allowed = f"VM:KEY=VALUE with VM one of {', '.join(names)}, KEY [a-z0-9_.-], VALUE [A-Za-z0-9_.-]"
+    for spec in specs:
+        vm, sep, rest = spec.partition(":")
+        if not sep or vm not in names or not rest:
+            raise BadInput(f"label {spec!r} is not valid", field="label", allowed=allowed)
+        for pair in rest.split(","):
+            key, eq, value = pair.partition("=")
+            if not eq or not LABEL_KEY_RE.match(key) or not LABEL_VALUE_RE.match(value):
+                raise BadInput(f"label {spec!r} is not valid", field="label", allowed=allowed)
+            out.setdefault(vm, {})[key] = value
+    return out
+
+
+def cluster_labels(
+    cluster: bool, specs: list[str] | tuple[str, ...] | None, names: list[str]
+) -> dict[str, dict[str, str]]:
+    """The labels `up` applies: given ones, else the rack defaults; --label needs --cluster."""
+    if not cluster:
+        if specs:
+            raise BadInput("--label needs --cluster", field="label", allowed="with --cluster only")
+        return {}
+    if specs is None:
+        return default_labels(names)
+    return parse_labels(specs, names)
+
+
+def init_argv() -> list[str]:
+    return ["nodeos", "cluster", "init", "--json"]
+
+
+def join_argv(address: str, token: str) -> list[str]:
+    return ["nodeos", "cluster", "join", address, "--token", token, "--json"]
+
+
+def label_argv(node: str, labels: dict[str, str]) -> list[str]:
+    return ["nodeos", "node", "label", node, *(f"{k}={v}" for k, v in sorted(labels.items())), "--json"]
+
+
+def missing_members(status: dict[str, object], names: list[str]) -> list[str]:
+    """Storage VMs not (yet) Raft members in `nodeos cluster status --json` (pure)."""
+    members = status.get("members") if status.get("member") else None
+    present = {
+        m.get("name")
+        for m in (members if isinstance(members, list) else [])
+        if isinstance(m, dict) and m.get("raft") in ("voter", "learner")
+    }
+    return [n for n in names if n not in present]
+
+
+def cluster_summary(status: dict[str, object]) -> dict[str, object]:
+    """What `nodeos-lab status` shows of a cluster: leader (by member name) and members."""
+    members = [m for m in status.get("members") or [] if isinstance(m, dict)]  # type: ignore[union-attr]
+    by_id = {m.get("node_id"): m.get("name") for m in members}
+    return {
+        "cluster_id": status.get("cluster_id"),
+        "leader": by_id.get(status.get("leader"), status.get("leader")),
+        "term": status.get("term"),
+        "members": [
+            {
+                "name": m.get("name"),
+                "node_id": m.get("node_id"),
+                "address": m.get("address"),
+                "raft": m.get("raft"),
+            }
+            for m in members
+        ],
+    }

@@ -19,6 +19,8 @@ from pathlib import Path
 from nodeos.errors import EnvironmentProblem
 
 QEMU_DEFAULT = "qemu-system-x86_64"
+# Where nodeosd in a storage VM listens for cluster peers (on its lab address).
+PEER_PORT = 7100
 PROBE_CACHE = Path("/run/nodeos-lab-accel") if os.geteuid() == 0 else Path("/tmp/nodeos-lab-accel")
 
 
@@ -125,6 +127,9 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
         parts.append("systemd.mask=lvm2-monitor.service")
         # nodeosd's state disk, mounted before local-fs.target (so before nodeosd starts).
         parts.append(f"systemd.mount-extra=LABEL={STATE_LABEL}:/var/lib/nodeos:ext4:defaults")
+        # lab-init writes nodeosd's config from this: peers on the lab address, so any lab can be
+        # formed into a cluster (`nodeos-lab up --cluster`), node name = VM name.
+        parts.append(f"nodeos.peer={vm.addr}:{PEER_PORT}")
     if accel == "tcg":
         # An emulated CPU on a busy host can be 10x slower than usual: looser soft-lockup
         # watchdog, and systemd/udev timeouts long enough that a slow boot is not a failed one.

@@ -15,9 +15,18 @@ down after its last test, even when a test or the boot fails):
         lab.kill("s1"); lab.start("s1")                          # abrupt power-off, boot again
         lab.cut("s1"); lab.heal("s1")                            # network port down / up
 
-Other keys of LAB: drive_size_mib (default 1024). VMs are s1..sN (storage: nodeosd, nvmet,
-nvmet-tcp, nvmet-rdma, rxe0 on eth0) and h1..hM (GPU nodes: nvme-cli, fio, nvme-tcp,
-nvme-rdma, rxe0, native multipath). `lab.addr(vm)`, `lab.serials(vm)`, `lab.spec(vm).hostnqn`.
+Other keys of LAB: drive_size_mib (default 1024), cluster, labels (see Lab.up).
+
+A lab boots in minutes under TCG, so modules that fit share one: `LAB = "one"` (1 storage VM
+with 2 drives, h1 and h2) or `LAB = "cluster3"` (s1..s3 formed into one cluster, h1): one boot
+per shape per session (see tests/lab/shared_labs.py). Such a module must leave the lab as it
+found it (delete its pools, volumes and hosts, disconnect, restart what it stopped); that is
+checked after the module, and a lab left dirty is replaced and reported as an error. Modules of
+a shape run next to each other, and its lab goes down after the last of them.
+
+VMs are s1..sN (storage: nodeosd, nvmet, nvmet-tcp, nvmet-rdma, rxe0 on eth0) and h1..hM
+(GPU nodes: nvme-cli, fio, nvme-tcp, nvme-rdma, rxe0, native multipath). `lab.addr(vm)`,
+`lab.serials(vm)`, `lab.spec(vm).hostnqn`.
 The image is built (or refreshed after a change under nodeos/) before the lab boots; the
 base layer is cached, so a refresh takes seconds. Serial consoles and QEMU logs of a module
 with a failing test land in artifacts/lab/<module>/. Needs root; tests are skipped elsewhere.
@@ -30,10 +39,12 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nodeos.lab import Lab
+from tests.lab import shared_labs
 
 PROJECT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("NODEOS_ARTIFACTS", PROJECT / "artifacts")) / "lab"
@@ -70,23 +81,78 @@ def _save_artifacts(lab: Lab, module_name: str) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module")
-def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
-    """The module's lab, up and ready; sizes from the module's LAB dict."""
+def _shape_of(module: Any) -> str | None:
+    shape = getattr(module, "LAB", None)
+    if isinstance(shape, str):
+        if shape not in shared_labs.SHAPES:
+            raise pytest.UsageError(
+                f"{module.__name__}: LAB = {shape!r}: not one of {sorted(shared_labs.SHAPES)}"
+            )
+        return shape
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only modules that will run count
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Lab modules of one shared shape run next to each other (their lab is booted once and
+    goes down after the last of them); other tests keep their places."""
+    here = Path(__file__).resolve().parent
+    slots = [i for i, it in enumerate(items) if Path(str(it.fspath)).resolve().parent == here]
+    order = list(shared_labs.SHAPES)
+
+    def key(it: pytest.Item) -> int:
+        shape = _shape_of(getattr(it, "module", None))
+        return order.index(shape) if shape else len(order)
+
+    lab_items = sorted((items[i] for i in slots), key=key)
+    for i, it in zip(slots, lab_items, strict=True):
+        items[i] = it
+    users: dict[str, set[str]] = {}
+    for it in lab_items:
+        shape = _shape_of(getattr(it, "module", None))
+        if shape and "lab" in getattr(it, "fixturenames", ()):
+            users.setdefault(shape, set()).add(it.module.__name__)  # type: ignore[attr-defined]
+    config.stash[_USERS] = users
+
+
+_USERS = pytest.StashKey[dict[str, set[str]]]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A shared lab whose last module did not run (interrupted session) goes down here."""
     if os.geteuid() != 0:
-        pytest.skip("the VM lab needs root (network namespaces, taps)")
-    module = request.module
-    sizes = {**DEFAULT_LAB, **getattr(module, "LAB", {})}
-    the_lab = Lab(lab_name_for(module.__name__))
+        return
+    for shape in shared_labs.SHAPES:
+        the_lab = Lab(lab_name_for(f"shared.{shape}"))
+        if the_lab.is_up():
+            the_lab.down()
+
+
+def _boot(the_lab: Lab, module_name: str, sizes: dict[str, Any]) -> None:
     if the_lab.is_up():
-        the_lab.down()  # left over by an interrupted earlier run of this module
+        the_lab.down()  # left over by an interrupted earlier run
     try:
         the_lab.up(**sizes)
     except BaseException:
-        dest = _save_artifacts(the_lab, module.__name__)
+        dest = _save_artifacts(the_lab, module_name)
         the_lab.down()
         print(f"lab consoles kept in {dest}")
         raise
+
+
+@pytest.fixture(scope="module")
+def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """The module's lab, up and ready: a shared one (LAB = "one"), or its own sized by LAB."""
+    if os.geteuid() != 0:
+        pytest.skip("the VM lab needs root (network namespaces, taps)")
+    module = request.module
+    shape = _shape_of(module)
+    if shape is not None:
+        yield from _shared(request, module, shape)
+        return
+    sizes = {**DEFAULT_LAB, **getattr(module, "LAB", {})}
+    the_lab = Lab(lab_name_for(module.__name__))
+    _boot(the_lab, module.__name__, sizes)
     try:
         yield the_lab
     finally:
@@ -94,3 +160,24 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
             dest = _save_artifacts(the_lab, module.__name__)
             print(f"lab consoles kept in {dest}")
         the_lab.down()
+
+
+def _shared(request: pytest.FixtureRequest, module: Any, shape: str) -> Iterator[Lab]:
+    the_lab = Lab(lab_name_for(f"shared.{shape}"))
+    if not the_lab.is_up():
+        _boot(the_lab, module.__name__, shared_labs.up_kwargs(shape))
+    users = request.config.stash.get(_USERS, {}).get(shape, set())
+    users.discard(module.__name__)
+    left: list[str] = []
+    try:
+        yield the_lab
+    finally:
+        if getattr(module, FAILED, False):
+            dest = _save_artifacts(the_lab, module.__name__)
+            print(f"lab consoles kept in {dest}")
+        if users:  # others still to come: they need it as this module found it
+            left = shared_labs.problems(the_lab, shape)
+        if left or not users:
+            the_lab.down()
+    if left:
+        pytest.fail(f"{module.__name__} left the shared lab {shape!r} dirty (replaced): " + "; ".join(left))

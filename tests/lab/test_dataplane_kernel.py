@@ -25,9 +25,10 @@ from tests.lab.dataplane_helpers import (
     wait_for,
     write_random,
 )
+from tests.lab.node_helpers import wait_daemon
 
 pytestmark = pytest.mark.lab
-LAB = dict(storage=1, drives=2, hosts=2, drive_size_mib=512)
+LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2
 
 V1 = "0f3c2a1b9d8e4f70a1b2c3d4e5f60718"
 NQN1 = f"nqn.2014-08.io.nodeos:vol:{uuidlib.UUID(V1)}"
@@ -42,6 +43,11 @@ def s1(lab: Lab) -> Iterator[str]:
     # A generous bound: under TCG on a busy host the stop may wait for a slow start to finish.
     lab.sh("s1", "systemctl stop nodeosd.service 2>/dev/null || true", timeout=900)
     yield "s1"
+    # The lab is shared: hosts disconnected, nodeosd back as the next module expects it.
+    for host in lab.host_vms:
+        lab.sh(host, "nvme disconnect-all >/dev/null 2>&1 || true", timeout=300)
+    lab.sh("s1", "systemctl start --no-block nodeosd.service")
+    wait_daemon(lab, "s1")
 
 
 @pytest.fixture(scope="module")

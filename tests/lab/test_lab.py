@@ -11,7 +11,7 @@ from nodeos.errors import OperationFailed
 from nodeos.lab import Lab, demo
 
 pytestmark = pytest.mark.lab
-LAB = dict(storage=1, drives=2, hosts=1)
+LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2
 
 
 def test_storage_vm_sees_its_drives_with_the_lab_serials(lab: Lab) -> None:

@@ -83,6 +83,10 @@ def cli_lab() -> Iterator[str]:
         (["up", "--drive-size", "1"], "drive_size_mib"),
         (["--name", "Bad_Name", "up"], "name"),
         (["up", "--storage", "two"], "storage"),
+        (["up", "--label", "s1:rack=a"], "label"),
+        (["up", "--storage", "2", "--cluster", "--label", "s3:rack=a"], "label"),
+        (["up", "--cluster", "--label", "s1:rack"], "label"),
+        (["up", "--cluster", "--no-labels", "--label", "s1:rack=a"], "label"),
     ],
 )
 def test_bad_counts_and_names_exit_2_and_start_nothing(cli_lab: str, args: list[str], field: str) -> None:
@@ -93,6 +97,17 @@ def test_bad_counts_and_names_exit_2_and_start_nothing(cli_lab: str, args: list[
     assert field.replace("_mib", "").replace("_", "-") in r.stderr.lower().replace("_mib", "").replace(
         "_", "-"
     )
+    assert_nothing_left(cli_lab)
+
+
+def test_cluster_labels_without_the_label_command_exit_1_before_booting(cli_lab: str) -> None:
+    from nodeos.lab.cluster import label_command_available
+
+    if label_command_available():
+        pytest.skip("this build has `nodeos node label`: labels are applied (tests/lab/test_lab_cluster.py)")
+    r = run("--name", cli_lab, "up", "--storage", "2", "--cluster")
+    assert r.returncode == 1, r.stderr
+    assert "nodeos node label" in r.stderr and "--no-labels" in r.stderr
     assert_nothing_left(cli_lab)
 
 

@@ -9,7 +9,7 @@ import pytest
 from nodeos.lab import Lab
 
 pytestmark = pytest.mark.lab
-LAB = dict(storage=1, drives=1, hosts=0)
+LAB = "one"  # shared (tests/lab/shared_labs.py)
 
 # eth0 carries the lab's management traffic too: keep its MTU and address, touch only RoCE.
 CONFIG = """

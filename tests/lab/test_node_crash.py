@@ -22,7 +22,7 @@ from tests.lab.node_helpers import (
 )
 
 pytestmark = pytest.mark.lab
-LAB = dict(storage=1, drives=1, hosts=1, drive_size_mib=512)
+LAB = "one"  # shared (tests/lab/shared_labs.py)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +31,9 @@ def s1(lab: Lab) -> Iterator[str]:
     ok(lab, "s1", "pool", "create", "p1", "--drives", "all")
     ok(lab, "s1", "host", "add", lab.spec("h1").hostnqn)
     yield "s1"
+    # The lab is shared: leave s1 as it was found.
+    ok(lab, "s1", "host", "remove", lab.spec("h1").hostnqn)
+    ok(lab, "s1", "pool", "delete", "p1")
 
 
 def _crash_then_restart(lab: Lab, vm: str, step: str, *args: str) -> None:

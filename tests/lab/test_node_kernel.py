@@ -22,7 +22,7 @@ from tests.lab.dataplane_helpers import (
 from tests.lab.node_helpers import logical_volumes, nodeos, ok, subsystems, wait_daemon
 
 pytestmark = pytest.mark.lab
-LAB = dict(storage=1, drives=2, hosts=2, drive_size_mib=512)
+LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2
 MIB = 1024 * 1024
 
 

@@ -12,6 +12,8 @@ role=$(arg nodeos.role)
 ip=$(arg nodeos.ip)
 hostid=$(arg nodeos.hostid)
 hostnqn=$(arg nodeos.hostnqn)
+peer=$(arg nodeos.peer)
+name=$(arg systemd.hostname)
 mkdir -p /etc/nvme
 [ -n "$hostid" ] && echo "$hostid" > /etc/nvme/hostid
 [ -n "$hostnqn" ] && echo "$hostnqn" > /etc/nvme/hostnqn
@@ -32,6 +34,16 @@ case "$role" in
   storage) modprobe -a nvmet nvmet-tcp nvmet-rdma nvme-tcp nvme-rdma rdma_rxe ;;
   *) modprobe -a nvme-tcp nvme-rdma rdma_rxe ;;
 esac
+if [ "$role" = storage ] && [ -n "$peer" ]; then
+  # nodeosd: node name = VM name, peers and exports on the lab address (any lab can cluster).
+  mkdir -p /etc/nodeos
+  cat > /etc/nodeos/nodeosd.toml <<CONF
+# written by nodeos-lab-init from the kernel command line
+node_name = "$name"
+peer_listen = "$peer"
+storage_address = ["${ip%/*}"]
+CONF
+fi
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev eth0
 echo "nodeos-lab-init: role=$role ip=$ip hostnqn=$hostnqn rxe0 up"
