@@ -55,12 +55,21 @@ def start_crashing_daemon(lab: Lab, vm: str, step: str) -> None:
     """nodeosd by hand (the unit stopped, so systemd does not restart it into a crash loop),
     with NODEOS_CRASH_AT set, on the unit's state dir and socket."""
     lab.sh(vm, "systemctl stop nodeosd.service", timeout=300)
+    # Ready when it logs its ready line (polling the log costs nothing; polling `nodeos status`
+    # would start a Python per try, competing for the emulated CPU with the daemon's start).
     lab.sh(
         vm,
         f"NODEOS_CRASH_AT={shlex.quote(step)} setsid -f nodeosd --config /etc/nodeos/nodeosd.toml "
-        "> /tmp/nodeosd-crash.log 2>&1 < /dev/null",
+        "> /tmp/nodeosd-crash.log 2>&1 < /dev/null\n"
+        "t=0; until grep -q '; API on ' /tmp/nodeosd-crash.log; do t=$((t+1)); "
+        "[ $t -gt 600 ] && { cat /tmp/nodeosd-crash.log; exit 1; }; sleep 1; done",
+        timeout=660,
     )
-    wait_daemon(lab, vm)
+
+
+def start_unit(lab: Lab, vm: str) -> None:
+    """nodeosd under systemd again; returns at READY=1 (Type=notify: `systemctl start` waits)."""
+    lab.sh(vm, "systemctl start nodeosd.service", timeout=900)
 
 
 def wait_dead(lab: Lab, vm: str, timeout: float = 60) -> None:
