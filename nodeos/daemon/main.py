@@ -111,12 +111,11 @@ def default_storage_addresses() -> list[str]:
     """Global-scope addresses of the node's interfaces, loopback and link-local left out."""
     import ipaddress
 
-    try:
-        from pyroute2 import IPRoute
+    from nodeos.hw.addrs import interface_addresses  # not pyroute2: seconds of start-up, see there
 
-        with IPRoute() as ipr:
-            addrs = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr()]
-    except Exception as exc:  # netlink unavailable: the operator sets --storage-address
+    try:
+        addrs = [a for _, a in interface_addresses()]
+    except (OSError, ValueError) as exc:  # no `ip`: the operator sets --storage-address
         LOG.warning("cannot list the node's addresses: %s", exc)
         return []
     out: list[str] = []
@@ -209,7 +208,7 @@ class Daemon:
         node_id = node_identity(self.store, cfg.node_name)
         self.notifier.status("choosing data plane")
         dp, why = await self.run_blocking(choose_dataplane, cfg)
-        # pyroute2 0.9 refuses to run inside a running event loop: ask from a thread.
+        # A subprocess: ask from a thread, off the event loop.
         addrs = cfg.storage_address or await asyncio.to_thread(default_storage_addresses)
         peer = validate.host_port(cfg.peer_listen, "peer_listen") if cfg.peer_listen else None
         self.ctx = DaemonContext(

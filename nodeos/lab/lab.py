@@ -490,7 +490,7 @@ class Lab:
         st = self._load()
         v = self._vm(st, vm)
         if not qemu.is_ours(v.pid, self._tag(vm)):
-            raise OperationFailed(f"{vm} is not running (start it first)")
+            raise OperationFailed(f"{vm} is not running (start it first){qemu.exit_note(v.pid)}")
         r = self._agent(vm).exec(list(argv), timeout=timeout, input=input)
         if check and r.rc != 0:
             raise OperationFailed(

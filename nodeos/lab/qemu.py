@@ -86,6 +86,18 @@ LAB_MASKED_UNITS: tuple[str, ...] = (
     "sys-fs-fuse-connections.mount",
     "modprobe@drm.service",
     "systemd-logind.service",
+    # Nobody logs in to a lab VM (root is locked; commands go through the guest agent) and
+    # nothing in it talks D-Bus (systemctl as root uses systemd's private socket): each unit
+    # is a process start that costs seconds under TCG on a busy host.
+    "dbus.service",
+    "dbus.socket",
+    "systemd-user-sessions.service",
+    "serial-getty@ttyS0.service",
+    "dev-hugepages.mount",
+    "dev-mqueue.mount",
+    "systemd-pstore.service",
+    "systemd-hibernate-clear.service",
+    "uuidd.socket",
 )
 
 
@@ -235,6 +247,21 @@ def is_ours(pid: int | None, tag: str) -> bool:
     if stat.rsplit(")", 1)[-1].split()[0] == "Z":
         return False
     return b"\0-name\0" + tag.encode() + b"\0" in cmd
+
+
+def exit_note(pid: int | None) -> str:
+    """How a QEMU that is gone ended, when it was our child and is not reaped yet (diagnosis)."""
+    if not pid:
+        return ""
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return ""
+    if got != pid:
+        return ""
+    if os.WIFSIGNALED(status):
+        return f" (its QEMU was killed by signal {os.WTERMSIG(status)})"
+    return f" (its QEMU exited with status {os.waitstatus_to_exitcode(status)})"
 
 
 def kill(pid: int | None, tag: str, timeout: float = 10.0) -> None:

@@ -131,16 +131,11 @@ def rdma_addresses(addresses: list[str]) -> set[str]:
     devs = rdma_netdevs()
     if not devs:
         return set()
-    try:
-        from pyroute2 import IPRoute
+    from nodeos.hw.addrs import interface_addresses  # not pyroute2: see there
 
-        with IPRoute() as ipr:
-            names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
-            found = set()
-            for a in ipr.get_addr():
-                if names.get(a["index"]) in devs:
-                    found.add(a.get_attr("IFA_ADDRESS"))
-    except Exception as exc:
+    try:
+        found = {addr for ifname, addr in interface_addresses() if ifname in devs}
+    except (OSError, ValueError) as exc:
         LOG.warning("cannot map RDMA devices to addresses: %s", exc)
         return set()
     return {a for a in addresses if a in found}
