@@ -149,6 +149,7 @@ def missing_members(status: dict[str, object], names: list[str]) -> list[str]:
 def cluster_summary(status: dict[str, object]) -> dict[str, object]:
     """What `nodeos-lab status` shows of a cluster: leader (by member name) and members."""
     members = [m for m in status.get("members") or [] if isinstance(m, dict)]  # type: ignore[union-attr]
+    members.sort(key=lambda m: (m.get("name") is None, str(m.get("name"))))  # s1, s2, ... not by Raft id
     by_id = {m.get("node_id"): m.get("name") for m in members}
     return {
         "cluster_id": status.get("cluster_id"),

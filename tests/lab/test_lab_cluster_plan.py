@@ -72,9 +72,9 @@ STATUS = {
     "leader": 7,
     "term": 3,
     "members": [
+        {"node_id": 4, "name": "s3", "address": "198.18.0.13:7100", "raft": "none"},
         {"node_id": 7, "name": "s1", "address": "198.18.0.11:7100", "raft": "voter"},
         {"node_id": 9, "name": "s2", "address": "198.18.0.12:7100", "raft": "learner"},
-        {"node_id": 4, "name": "s3", "address": "198.18.0.13:7100", "raft": "none"},
     ],
 }
 
@@ -88,7 +88,7 @@ def test_members_are_missing_until_raft_knows_them() -> None:
 def test_status_view_names_the_leader() -> None:
     view = cluster_summary(STATUS)
     assert view["leader"] == "s1" and view["term"] == 3
-    assert [m["name"] for m in view["members"]] == NAMES  # type: ignore[index]
+    assert [m["name"] for m in view["members"]] == NAMES  # type: ignore[index]  # by name, not Raft id
 
 
 def test_storage_vms_get_their_peer_address_on_the_kernel_command_line(tmp_path: Path) -> None:
