@@ -23,9 +23,10 @@ bad proof, bad MAC) is answered with `{t: "error", error: {code, message}}` when
 logged without secrets, and the connection is closed; the server keeps serving.
 
 Anyone can connect to the peer port, so what a stranger can cost is bounded: at most
-MAX_HANDSHAKING connections may be in their (5 s) handshake at once and MAX_INBOUND inbound
-connections in all; more are closed at once, unanswered. Log lines a stranger can cause are
-rate limited (LOG_BURST per LOG_WINDOW_S, then one summary of how many were suppressed).
+MAX_HANDSHAKING connections may be in their (5 s) handshake at once (a new one evicts the
+oldest: a real peer's handshake takes a round trip, a stranger's silence cannot keep it out)
+and MAX_INBOUND inbound connections in all (more are closed at once, unanswered). Log lines a
+stranger can cause are rate limited (LOG_BURST per LOG_WINDOW_S, then a count of those dropped).
 
 Slow peers never stall the leader: `send_raft` is synchronous and only appends to that
 peer's bounded queue, dropping the oldest Raft message when full (Raft retransmits).
@@ -147,7 +148,7 @@ class PeerTransport:
         self._peers: dict[int, _PeerSender] = {}
         self._server: asyncio.Server | None = None
         self._inbound: set[asyncio.Task[None]] = set()
-        self._handshaking = 0
+        self._handshaking: dict[asyncio.Task[None], asyncio.StreamWriter] = {}  # oldest first
         self._stranger_log = RateLimitedLog(log)  # what unauthenticated connections cause
         # Test-only fault injection (enabled by the service only under NODEOS_TEST_FAULTS=1):
         # traffic to and from these peers is silently dropped, as if the link were cut.
@@ -169,19 +170,14 @@ class PeerTransport:
     async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if self._handshaking >= MAX_HANDSHAKING or len(self._inbound) >= MAX_INBOUND:
-            self.stats.shed += 1
-            self._stranger_log.log(
-                logging.WARNING,
-                "peer port busy (%d handshaking, %d inbound): closed a connection from %s",
-                self._handshaking,
-                len(self._inbound),
-                writer.get_extra_info("peername"),
-            )
-            writer.transport.abort()  # no FIN handshake to wait for: the fd is freed now
+        if len(self._inbound) >= MAX_INBOUND:
+            self._shed(writer, "inbound connections")
             return
+        if len(self._handshaking) >= MAX_HANDSHAKING:
+            oldest = next(iter(self._handshaking))
+            self._shed(self._handshaking.pop(oldest), "handshaking connections")
         self._inbound.add(task)
-        self._handshaking += 1
+        self._handshaking[task] = writer
         try:
             peer, session = await asyncio.wait_for(self._accept_handshake(reader, writer), HANDSHAKE_TIMEOUT)
         except (FrameError, NodeosError) as exc:
@@ -198,12 +194,22 @@ class PeerTransport:
             self._inbound.discard(task)
             return
         finally:
-            self._handshaking -= 1
+            self._handshaking.pop(task, None)
         try:
             await self._servesession_keys(peer, session, reader, writer)
         finally:
             await _close(writer)
             self._inbound.discard(task)
+
+    def _shed(self, writer: asyncio.StreamWriter, what: str) -> None:
+        self.stats.shed += 1
+        self._stranger_log.log(
+            logging.WARNING,
+            "peer port at its limit of %s: closed one from %s",
+            what,
+            writer.get_extra_info("peername"),
+        )
+        writer.transport.abort()  # no FIN exchange to wait for: the fd is freed now
 
     async def _accept_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
