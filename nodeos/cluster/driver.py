@@ -56,6 +56,7 @@ from nodeos.cluster.raft import (
     to_wire,
 )
 from nodeos.cluster.raft.types import HardState
+from nodeos.cluster.raft_logfile import LogFileRaftStorage
 from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
 from nodeos.store.lmdb_store import storage_error
@@ -84,7 +85,7 @@ class RaftDriver:
     def __init__(
         self,
         raft_id: int,
-        storage: LmdbRaftStorage,
+        storage: LogFileRaftStorage | LmdbRaftStorage,
         transport: PeerTransport,
         *,
         tick_s: float = 0.1,

@@ -1,7 +1,7 @@
 """ClusterService: the Raft member inside nodeosd (init, join, leave, status, kv).
 
 State on disk (under `<state-dir>/cluster/`): `meta/` holds this node's cluster identity
-(cluster id, secret, Raft id); `raft/` is the LMDB Raft log (nodeos/cluster/raft_storage.py).
+(cluster id, secret, Raft id); `raft/` is the Raft log file (nodeos/cluster/raft_logfile.py).
 The map itself is rebuilt from the Raft snapshot + log at start.
 
 Requests that need the leader (writes, linearizable reads, join, remove) are run locally
@@ -50,9 +50,9 @@ META_KEY = "identity"
 
 
 def _open_raft_storage(path: Path) -> Any:
-    from nodeos.cluster.raft_storage import LmdbRaftStorage
+    from nodeos.cluster.raft_logfile import open_raft_storage
 
-    return LmdbRaftStorage.open(path)
+    return open_raft_storage(path)
 
 
 class ClusterService:
