@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -168,12 +169,20 @@ def corrupt(env_dir: Path, db: bytes, key: bytes) -> None:
         env.close()
 
 
+def corrupt_raft_log(path: Path) -> None:
+    """Flip a byte inside the log file's first record (its base: hard state, snapshot)."""
+    data = bytearray(path.read_bytes())
+    (length,) = struct.unpack_from(">I", data, 0)
+    data[8 + length // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
 def test_corrupt_raft_record_at_start_is_reported_not_served(daemon: Daemon) -> None:
     daemon.extra = ["--peer-listen", f"127.0.0.1:{free_port()}"]
     daemon.start()
     daemon.cli("cluster", "init", "--json", check=True)
     assert daemon.terminate() == 0
-    corrupt(daemon.state_dir / "cluster" / "raft", b"raft_state", b"hard")
+    corrupt_raft_log(daemon.state_dir / "cluster" / "raft" / "log")
 
     daemon.start()  # the daemon itself stays up: status must be able to say what is wrong
     st = wait_until("failure reported", lambda: (s := cluster_status(daemon))["health"]["failures"] and s)
