@@ -88,7 +88,7 @@ class CapacityIndex:
         self._pools: dict[int, list[_Pool]] = {}
         self._pool_at: dict[tuple[int, str], _Pool] = {}  # looked up by ReplicaSlot too
         self._usable: dict[int, int] = {}  # node id -> its best pool's usable bytes, -1 if none
-        self._best_pool: dict[int, _Pool | None] = {}
+        self._best_pool: dict[int, _Pool | None] = {}  # node id -> its most-free usable pool
         self._levels: dict[str, NodeLevel | LabelLevel] = {}  # built on first use
         self._label_levels: list[LabelLevel] = []  # the ones that keep per-domain totals
         for node in nodes:
@@ -106,11 +106,13 @@ class CapacityIndex:
         spread: str = "node",
         exclude_nodes: Collection[int] = (),
         avoid_domains_of: Collection[int] = (),
+        reserve: bool = False,
     ) -> tuple[ReplicaSlot, ...]:
         """Choose `replicas` slots on distinct domains at `spread`, most free first.
 
-        Changes nothing: reserve() the slots once the placement is committed (or at once, and
-        release() them if the commit fails, so that placements in flight do not collide).
+        Changes nothing unless `reserve`: reserve() the slots once the placement is committed,
+        or pass reserve=True to take the space at once (what a leader does for placements in
+        flight, so they do not collide; release() them if the commit fails).
         """
         if type(replicas) is not int or not 1 <= replicas <= MAX_REPLICAS:
             raise BadInput(
@@ -135,7 +137,10 @@ class CapacityIndex:
             ]
             raise refusal(views, size_bytes, replicas, spread, set(exclude_nodes), set(avoid_domains_of))
         best = self._best_pool
-        return tuple([best[nid].slot for nid in chosen])  # type: ignore[union-attr]
+        pools: list[_Pool] = [best[nid] for nid in chosen]  # type: ignore[misc]
+        if reserve:
+            self._take(pools, size_bytes)  # chosen: each fits, each on its own node
+        return tuple([p.slot for p in pools])
 
     def free_bytes(self, slot: ReplicaSlot) -> int:
         """The pool's free bytes as the index counts them (reported free minus reservations)."""
@@ -155,15 +160,30 @@ class CapacityIndex:
             if p is None:
                 raise BadInput(f"no pool {s[1]!r} on node {s[0]} to reserve on", field="slots")
             pools.append(p)
-        if len({id(p) for p in pools}) != len(pools):
+        if len(pools) > 1 and len(set(map(id, pools))) != len(pools):
             self._check_sums(pools, size_bytes)  # a pool named twice must hold both
         for p in pools:
             if p.free < size_bytes or p.size < size_bytes:
                 raise self._no_room(p, size_bytes)
+        self._take(pools, size_bytes)
+
+    def _take(self, pools: list[_Pool], size_bytes: int) -> None:
+        """Take the space (checked by the caller). Lower only: every heap entry stays at or
+        above the truth, so nothing is pushed. _rescore inlined: this is the hot path."""
+        usable, best_pool, all_pools, levels = self._usable, self._best_pool, self._pools, self._label_levels
         for p in pools:
             p.free -= size_bytes
-            # Lower only: every heap entry stays at or above the truth, nothing to push.
-            self._rescore(p.node_id)
+            nid = p.node_id
+            best, u = None, -1
+            for q in all_pools[nid]:
+                if q.healthy and q.schedulable and (f := (q.free if q.free < q.size else q.size)) > u:
+                    best, u = q, f
+            old = usable[nid]
+            usable[nid] = u
+            best_pool[nid] = best
+            if delta := (u if u > 0 else 0) - (old if old > 0 else 0):
+                for level in levels:
+                    level.total[level.dom_of[nid]] += delta
 
     def _check_sums(self, pools: list[_Pool], size_bytes: int) -> None:
         need: dict[int, int] = {}
@@ -237,20 +257,24 @@ class CapacityIndex:
 
     def _rescore(self, node_id: int) -> None:
         """Recompute the node's usable bytes (its most-free healthy pool; ties: lowest pool id)
-        and pass the change on to the per-domain totals. On the reserve hot path: keep it lean."""
+        and pass the change on to the per-domain totals. On the reserve hot path: kept lean."""
         best = None
         u = -1
-        if self._nodes[node_id].schedulable:
-            for p in self._pools[node_id]:
+        pools = self._pools[node_id]
+        if pools and pools[0].schedulable:
+            for p in pools:
                 if p.healthy and (f := (p.free if p.free < p.size else p.size)) > u:
                     best, u = p, f
-        old = self._usable.get(node_id, -1)
-        self._usable[node_id] = u
+        usable = self._usable
+        old = usable.get(node_id, -1)
+        usable[node_id] = u
         self._best_pool[node_id] = best
         delta = (u if u > 0 else 0) - (old if old > 0 else 0)
         if delta:
             for level in self._label_levels:
-                level.adjust(node_id, delta)
+                d = level.dom_of.get(node_id)
+                if d is not None:
+                    level.total[d] += delta
 
     def _activate(self, spread: str) -> NodeLevel | LabelLevel:
         level: NodeLevel | LabelLevel

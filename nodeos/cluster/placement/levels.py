@@ -32,9 +32,6 @@ class NodeLevel:
         self.heap = [(-u, n) for n, u in self.usable.items() if u >= 0]
         heapify(self.heap)
 
-    def adjust(self, nid: int, delta: int) -> None:
-        pass  # a node's total is its usable: nothing more to keep
-
     def raised(self, nid: int) -> None:
         u = self.usable.get(nid, -1)
         if u >= 0:
@@ -84,7 +81,7 @@ class LabelLevel:
         self.usable = usable
         self.dom_of: dict[int, str] = {}
         self.members: dict[str, set[int]] = {}
-        self.total: dict[str, int] = {}
+        self.total: dict[str, int] = {}  # kept up to date by the index (CapacityIndex._rescore)
         for nid, node in nodes.items():
             d = domain_of(node, label)
             self.dom_of[nid] = d
@@ -138,12 +135,6 @@ class LabelLevel:
             heappush(h, e)
         return b
 
-    def adjust(self, nid: int, delta: int) -> None:
-        """The node's contribution to its domain's total changed by delta."""
-        d = self.dom_of.get(nid)
-        if d is not None:
-            self.total[d] += delta
-
     def raised(self, nid: int) -> None:
         """The node's usable space may have grown (or it is new here): push fresh entries."""
         d = self.dom_of[nid]
@@ -189,14 +180,22 @@ class LabelLevel:
             self.node_heaps.pop(d, None)
 
     def _flush(self) -> None:
-        """Put back the entries the last select took out, corrected by any reserve since."""
-        heap, usable, total = self.heap, self.usable, self.total
+        """Put back the entries the last select took out, as their domains are now (a reserve
+        has usually lowered them since; recomputing is as cheap as checking)."""
+        heap, total, usable, node_heaps = self.heap, self.total, self.usable, self.node_heaps
         for e in self.taken_out:
-            nv, nt, d, nid = e
-            if usable.get(nid) == -nv and total.get(d) == -nt:
-                heappush(heap, e)
-            elif d in self.members and (fresh := self._entry(d)) is not None:
-                heappush(heap, fresh)
+            d = e[2]
+            h = node_heaps.get(d)
+            while h:  # best(d), inlined: this runs three times per placement
+                nv, nid = h[0]
+                cur = usable.get(nid, -1)
+                if cur < 0:
+                    heappop(h)
+                elif -nv != cur:
+                    heapreplace(h, (-cur, nid))
+                else:
+                    heappush(heap, (nv, -total[d], d, nid))
+                    break
         self.taken_out = []
 
     def select(self, size: int, count: int, skip: Collection[int], avoid: Collection[int]) -> list[int]:

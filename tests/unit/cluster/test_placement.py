@@ -232,6 +232,32 @@ def test_exclude_nodes_and_avoid_domains_for_a_rebuild() -> None:
     assert exc.value.message.endswith("2 have: a, b; not counted: s4 (excluded)")
 
 
+def test_a_domain_whose_best_node_is_excluded_ranks_by_its_best_allowed_node() -> None:
+    nodes = [node(1, "a", free=900), node(2, "a", free=100), node(3, "b", free=700), node(4, "c", free=50)]
+    index = CapacityIndex(nodes)
+    assert index.place("v", GiB, 1, "rack", exclude_nodes=[1]) == (ReplicaSlot(3, "p0"),)
+    assert index.place("v", GiB, 3, "rack", exclude_nodes=[1]) == (
+        ReplicaSlot(3, "p0"),
+        ReplicaSlot(2, "p0"),
+        ReplicaSlot(4, "p0"),
+    )
+
+
+def test_place_with_reserve_takes_the_space_at_once() -> None:
+    a, b = (
+        CapacityIndex([node(1, free=100), node(2, free=100)]),
+        CapacityIndex([node(1, free=100), node(2, free=100)]),
+    )
+    for v in range(3):
+        slots = a.place(f"v{v}", 30 * GiB, 1)
+        a.reserve(slots, 30 * GiB)
+        assert b.place(f"v{v}", 30 * GiB, 1, reserve=True) == slots
+    assert [b.free_bytes(ReplicaSlot(n, "p0")) for n in (1, 2)] == [40 * GiB, 70 * GiB]
+    with pytest.raises(PlacementRefused):
+        b.place("big", 80 * GiB, 1, reserve=True)
+    assert [b.free_bytes(ReplicaSlot(n, "p0")) for n in (1, 2)] == [40 * GiB, 70 * GiB]
+
+
 def test_release_update_and_remove_take_effect() -> None:
     nodes = [node(1, "a", free=100), node(2, "b", free=100), node(3, "c", free=50)]
     index = CapacityIndex(nodes)
@@ -440,7 +466,7 @@ def test_placement_does_not_depend_on_input_order(
 
 
 ops = st.one_of(
-    st.tuples(st.just("place"), requests),
+    st.tuples(st.just("place"), requests, st.booleans()),
     st.tuples(st.just("release"), st.integers(0, 20)),
     st.tuples(
         st.just("update"),
@@ -471,7 +497,11 @@ def test_incremental_index_stays_exact_and_never_overcommits(nodes: list[NodeCan
             again = check_placement(live, free, fresh, step[1])
             assert slots == again, "the incremental index disagrees with a fresh one"
             if slots is not None:
-                index.reserve(slots, step[1][0])
+                if step[2]:  # the same choice again, taken at once
+                    size, replicas, spread, exclude, avoid = step[1]
+                    assert index.place("key", size, replicas, spread, exclude, avoid, reserve=True) == slots
+                else:
+                    index.reserve(slots, step[1][0])
                 for s in slots:
                     free[s] -= step[1][0]
                     assert free[s] >= 0
