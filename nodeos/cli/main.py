@@ -34,6 +34,7 @@ SHORT_HELP: dict[str, str] = {
     "host": "Hosts (GPU nodes) by host NQN.",
     "cluster": "Form, join, leave and inspect the cluster.",
     "net": "Lossless network: PFC/ETS/DSCP/ECN, addresses, routes, MTU (no daemon needed).",
+    "events": "The cluster's event log: what happened and why (--follow to watch).",
 }
 
 
