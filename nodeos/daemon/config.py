@@ -99,8 +99,13 @@ def check(cfg: Config) -> None:
             ipaddress.ip_address(a)
         except ValueError:
             raise BadInput(f"storage_address {a!r} is not an IP address", field="storage_address") from None
-    if cfg.metrics_listen is not None and cfg.metrics_listen != "off":
-        validate.host_port(cfg.metrics_listen, "metrics_listen")
+    if cfg.metrics_listen not in (None, "off"):
+        host = validate.host_port(cfg.metrics_listen, "metrics_listen")[0]
+        if host in cfg.storage_address:  # metrics stay off the storage network
+            raise BadInput(
+                f"metrics_listen {host} is a storage address: use a management address (or off)",
+                field="metrics_listen",
+            )
     n = cfg.metrics_volume_labels_max
     if type(n) is not int or not 0 <= n <= 100_000:
         raise BadInput(

@@ -8,7 +8,8 @@ watcher in the background; a scrape only reads the kernel's block counters (or o
 `bdev_get_iostat`) and the in-memory state.
 
 Where it listens (`metrics_listen`): HOST:PORT, or `off`. Default: the peer (management)
-address's host on DEFAULT_PORT, else loopback; never an address in `storage_address`. A port
+address's host on DEFAULT_PORT, else loopback (also when the peer address is a storage
+address); an explicit address in `storage_address` is refused. A port
 that cannot be bound is logged and shown in `nodeos status`; the daemon keeps serving storage.
 """
 
@@ -64,16 +65,19 @@ def listen_address(cfg: dict[str, Any], peer: tuple[str, int] | None) -> tuple[s
     raw = cfg.get("metrics_listen")
     if raw == "off":
         return None
+    storage = cfg.get("storage_address") or []
     if raw:
         host, port = validate.host_port(raw, "metrics_listen")
-    else:
-        host, port = (peer[0] if peer else "127.0.0.1"), DEFAULT_PORT
-    if host in (cfg.get("storage_address") or []):
-        raise BadInput(
-            f"metrics_listen {host} is a storage address: serve metrics on the management network",
-            field="metrics_listen",
-        )
-    return host, port
+        if host in storage:
+            raise BadInput(
+                f"metrics_listen {host} is a storage address: use a management address (or off)",
+                field="metrics_listen",
+            )
+        return host, port
+    if peer is not None and peer[0] not in storage:
+        return peer[0], DEFAULT_PORT
+    # No management address known apart from the storage network's: loopback only.
+    return "127.0.0.1", DEFAULT_PORT
 
 
 class _Collector:
@@ -94,9 +98,8 @@ class ObserveService:
         self.ctx = ctx
         self.address = address
         self.started_at = time.time()
-        self.volume_labels_max = int(
-            ctx.config.get("metrics_volume_labels_max") or metrics.DEFAULT_VOLUME_LABELS_MAX
-        )
+        cap = ctx.config.get("metrics_volume_labels_max")
+        self.volume_labels_max = metrics.DEFAULT_VOLUME_LABELS_MAX if cap is None else int(cap)
         self.ring = ev.EventRing()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.registry = CollectorRegistry(auto_describe=False)

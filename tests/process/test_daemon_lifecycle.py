@@ -128,6 +128,10 @@ def test_config_file_sets_options_and_flags_override_it(daemon: Daemon) -> None:
         ("", ["--storage-address", "not-an-ip"], "storage_address"),
         ("", ["--node-name", "bad name!"], "node_name"),
         ('dataplane = "magic"\n', [], "dataplane"),
+        ("", ["--metrics-listen", "no-port"], "metrics_listen"),
+        ("metrics_volume_labels_max = -5\n", [], "metrics_volume_labels_max"),
+        # Metrics never go on the storage network.
+        ("", ["--storage-address", "127.0.0.9", "--metrics-listen", "127.0.0.9:1"], "is a storage address"),
     ],
 )
 def test_bad_configuration_exits_2(tmp_path, content: str, args: list[str], needle: str) -> None:

@@ -20,8 +20,14 @@ def test_a_storage_address_is_refused() -> None:
     with pytest.raises(BadInput) as e:
         listen_address({"metrics_listen": "10.1.0.1:9810", "storage_address": ["10.1.0.1"]}, None)
     assert e.value.field == "metrics_listen"
-    with pytest.raises(BadInput) as e:  # the default too: peer host on the storage network
-        listen_address({"storage_address": ["10.1.0.1"]}, ("10.1.0.1", 7000))
+    # A default that would land on the storage network falls back to loopback.
+    assert listen_address({"storage_address": ["10.1.0.1"]}, ("10.1.0.1", 7000)) == (
+        "127.0.0.1",
+        DEFAULT_PORT,
+    )
+    cfg = configmod.Config(metrics_listen="10.1.0.1:9810", storage_address=["10.1.0.1"])
+    with pytest.raises(BadInput) as e:
+        configmod.check(cfg)
     assert e.value.field == "metrics_listen"
 
 
