@@ -59,6 +59,7 @@ from nodeos.cluster.raft.types import HardState
 from nodeos.cluster.raft_logfile import LogFileRaftStorage
 from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
+from nodeos.observe.latency import LatencyHistogram
 from nodeos.store.lmdb_store import storage_error
 
 log = logging.getLogger("nodeosd.cluster")
@@ -129,6 +130,9 @@ class RaftDriver:
         self._conf_inflight_until = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self.bad_messages = 0
+        # Read by the metrics exporter: the synced Raft write, and propose -> applied (leader).
+        self.fsync_latency = LatencyHistogram()
+        self.commit_latency = LatencyHistogram()
         self._snapshot_due = False
         self.removed = False
         # One thread does every Raft disk write, in Ready order, off the event loop.
@@ -201,12 +205,14 @@ class RaftDriver:
             self._proposals.pop(rid, None)
             raise NotLeader(f"proposal not accepted: {exc}") from None
         self._wake.set()
+        t0 = time.perf_counter()
         try:
             out = await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             raise OutcomeUnknown(f"not committed within {timeout} s; it may or may not be applied") from None
         finally:
             self._proposals.pop(rid, None)
+        self.commit_latency.observe(time.perf_counter() - t0)
         if "error" in out:
             raise remote_error(out["error"])
         return out.get("result")
@@ -297,7 +303,9 @@ class RaftDriver:
             hs = rd.hard_state if rd.hard_state is not None else self._lazy_hard_state
             self._lazy_hard_state = None
             loop = asyncio.get_running_loop()
+            t0 = time.perf_counter()
             view = await loop.run_in_executor(self._disk, self.storage.write, hs, rd.entries, rd.snapshot)
+            self.fsync_latency.observe(time.perf_counter() - t0)
             self.storage.install(view)
         elif rd.hard_state is not None:
             # Only the commit index moved: losing it in a crash costs nothing (the leader

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from nodeos.observe import metrics_map
 
@@ -118,6 +118,7 @@ def _cluster(c: dict[str, Any] | None) -> Iterator[Metric]:
     )
     changes.add_metric([], float(c.get("leader_changes") or 0))
     yield changes
+    yield from _latency(c.get("timings") or {})
     voters = c.get("voters") or []
     yield gauge("nodeos_cluster_voters", "Raft voters in this node's configuration", len(voters))
     yield gauge("nodeos_cluster_learners", "Raft learners (non-voting members)", len(c.get("learners") or []))
@@ -140,6 +141,30 @@ def _cluster(c: dict[str, Any] | None) -> Iterator[Metric]:
     counts.add_metric(["up"], n_up)
     counts.add_metric(["down"], len(progress) - n_up)
     yield counts
+
+
+_LATENCY = {
+    "fsync": ("nodeos_cluster_fsync_seconds", "Synced Raft log writes on this node (write + fdatasync)"),
+    "commit": (
+        "nodeos_cluster_commit_seconds",
+        "Proposals on the leader, from propose to committed and applied",
+    ),
+}
+
+
+def _latency(timings: dict[str, Any]) -> Iterator[Metric]:
+    for key, (name, doc) in _LATENCY.items():
+        snap = timings.get(key)
+        if not snap:
+            continue
+        fam = HistogramMetricFamily(name, doc)
+        buckets = [(_bound(b), float(n)) for b, n in snap["buckets"]]
+        fam.add_metric([], buckets, float(snap["sum"]))
+        yield fam
+
+
+def _bound(b: float) -> str:
+    return "+Inf" if b == float("inf") else repr(float(b))
 
 
 _IO_FIELDS = (

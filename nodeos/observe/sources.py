@@ -19,7 +19,13 @@ def cluster_view(svc: Any) -> dict[str, Any]:
     if svc is None or driver is None or getattr(svc, "identity", None) is None:
         return {"member": False}
     st = dict(driver.status())
-    return {**st, "member": True, "map": getattr(getattr(driver, "map", None), "state", {}) or {}}
+    timings = {}
+    for key, attr in (("fsync", "fsync_latency"), ("commit", "commit_latency")):
+        hist = getattr(driver, attr, None)
+        if hist is not None:
+            timings[key] = hist.snapshot()
+    mstate = getattr(getattr(driver, "map", None), "state", {}) or {}
+    return {**st, "member": True, "map": mstate, "timings": timings}
 
 
 def digest(c: dict[str, Any]) -> dict[str, Any]:

@@ -95,3 +95,22 @@ def test_sections_that_do_not_exist_yet_give_no_series_and_no_error() -> None:
     odd["cluster"]["map"]["volumes"]["u3"] = "not a map"
     odd["cluster"]["map"]["replica_states"]["u1"] = None
     assert value(scrape(odd), "nodeos_volume_replicas_in_sync", volume="u1") == 0
+
+
+def test_raft_fsync_and_commit_latency_histograms() -> None:
+    fams = scrape(full())
+    assert value(fams, "nodeos_cluster_fsync_seconds_bucket", le="0.0005") == 2
+    assert value(fams, "nodeos_cluster_fsync_seconds_bucket", le="0.025") == 3
+    assert value(fams, "nodeos_cluster_fsync_seconds_bucket", le="+Inf") == 3
+    assert value(fams, "nodeos_cluster_fsync_seconds_count") == 3
+    assert value(fams, "nodeos_cluster_fsync_seconds_sum") == pytest.approx(0.0208)
+    assert value(fams, "nodeos_cluster_commit_seconds_count") == 1
+
+
+def test_histogram_buckets_are_upper_bounds_inclusive() -> None:
+    from nodeos.observe.latency import LatencyHistogram
+
+    h = LatencyHistogram(buckets=(0.001, 0.01))
+    for x in (0.001, 0.0011, 5.0):
+        h.observe(x)
+    assert h.snapshot()["buckets"] == [(0.001, 1), (0.01, 2), (float("inf"), 3)]
