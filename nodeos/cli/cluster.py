@@ -6,7 +6,9 @@ checked here first (same validators as the daemon) so a typo exits 2 without a r
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -64,14 +66,40 @@ def init(
         out,
         lambda d: (
             f"created cluster {d['cluster_id']} (this node: {d['node_id']}, at {d['address']})\n"
-            f"join other nodes with:\n  nodeos cluster join {d['address']} --token {d['token']}"
+            f"join token (valid until {_when(d.get('token_expires'))}; keep it private):\n{d['token']}\n"
+            f"on each other node, with the token in a file (or on stdin: -):\n"
+            f"  nodeos cluster join {d['address']} --token-file TOKEN_FILE"
         ),
     )
 
 
+def _when(ts: Any) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(ts)) if isinstance(ts, (int, float)) else "?"
+
+
+def _read_token(token: str | None, token_file: str | None) -> str:
+    """The join token from --token-file (a path, or - for stdin) or, discouraged, --token."""
+    if (token is None) == (token_file is None):
+        raise BadInput("give the join token with --token-file FILE (or - for stdin)", field="token_file")
+    if token is not None:
+        click.echo(
+            "warning: a token on the command line is visible to every user (ps); use --token-file", err=True
+        )
+        return token
+    assert token_file is not None
+    try:
+        text = sys.stdin.read() if token_file == "-" else Path(token_file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read the token file {token_file}: {exc}", field="token_file") from None
+    return text.strip()
+
+
 @cluster.command()
 @click.argument("address")
-@click.option("--token", required=True, help="The join token printed by `nodeos cluster init`.")
+@click.option("--token-file", default=None, help="File holding the join token; - reads it from stdin.")
+@click.option("--token", default=None, help="The join token itself (visible in ps: prefer --token-file).")
 @_member_options
 @json_option
 @click.pass_context
@@ -79,13 +107,15 @@ def init(
 def join(
     ctx: click.Context,
     address: str,
-    token: str,
+    token_file: str | None,
+    token: str | None,
     node_id: int | None,
     failure_domain: str | None,
     as_json: bool,
 ) -> tuple[Any, Any]:
     """Join the cluster that the member at ADDRESS (HOST:PORT) belongs to."""
     validate.host_port(address, "address")
+    token = _read_token(token, token_file)
     decode_token(token)
     params = {"address": address, "token": token, **_member_params(node_id, failure_domain)}
     out = _client(ctx).call("cluster.join", params, progress="joining")
@@ -103,12 +133,27 @@ def leave(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
 
 
 @cluster.command()
+@click.option("--ttl", type=int, default=None, help="Seconds the new token stays valid (default 3600).")
+@click.option("--list", "list_", is_flag=True, help="List this node's unexpired tokens (ids only).")
+@click.option("--revoke", default=None, metavar="TOKEN_ID", help="Revoke a token this node issued.")
 @json_option
 @click.pass_context
 @command_runner
-def token(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
-    """Print a join token for this cluster (it contains the cluster secret: keep it private)."""
-    out = _client(ctx).call("cluster.token", {})
+def token(
+    ctx: click.Context, ttl: int | None, list_: bool, revoke: str | None, as_json: bool
+) -> tuple[Any, Any]:
+    """Issue a join token (short-lived, revocable; not the cluster secret), list or revoke them."""
+    if list_ and revoke:
+        raise BadInput("give either --list or --revoke", field="revoke")
+    if list_:
+        out = _client(ctx).call("cluster.token.list", {})
+        return out, lambda d: table(
+            [{"id": t["token_id"], "expires": _when(t["expires"])} for t in d["tokens"]], ["id", "expires"]
+        )
+    if revoke:
+        out = _client(ctx).call("cluster.token.revoke", {"token_id": revoke})
+        return out, lambda d: f"revoked join token {d['revoked']}"
+    out = _client(ctx).call("cluster.token", {} if ttl is None else {"ttl": ttl})
     return out, lambda d: d["token"]
 
 

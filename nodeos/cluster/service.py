@@ -32,14 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from nodeos import validate
+from nodeos.cluster import token as tokens
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
 from nodeos.cluster.leader_ops import int_param, leader_call, str_param
 from nodeos.cluster.map import check_kv_args
 from nodeos.cluster.raft import NONE, StateRole, bootstrap_storage
-from nodeos.cluster.token import SECRET_BYTES, JoinToken, decode_token
+from nodeos.cluster.token import SECRET_BYTES, decode_token
 from nodeos.cluster.transport import PeerTransport
-from nodeos.errors import AlreadyExists, BadInput, NodeosError
+from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 from nodeos.store.lmdb_store import storage_error
 
 log = logging.getLogger("nodeosd.cluster")
@@ -47,6 +48,7 @@ RETRY_MIN_S, RETRY_MAX_S = 1.0, 30.0  # restart delays of a failed Raft member
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 META_KEY = "identity"
+TOKENS_KEY = "join_tokens"  # join tokens this node issued: id hex -> {key, expires, created}
 
 
 def _open_raft_storage(path: Path) -> Any:
@@ -89,6 +91,8 @@ class ClusterService:
             "cluster.leave": self.api_leave,
             "cluster.status": self.api_status,
             "cluster.token": self.api_token,
+            "cluster.token.list": self.api_token_list,
+            "cluster.token.revoke": self.api_token_revoke,
             "cluster.kv.get": self.api_kv_get,
             "cluster.kv.put": self.api_kv_put,
             "cluster.kv.cas": self.api_kv_cas,
@@ -231,7 +235,13 @@ class ClusterService:
 
     def _make_transport(self, raft_id: int, cluster_id: str, secret: bytes) -> PeerTransport:
         return PeerTransport(
-            raft_id, cluster_id, secret, self._on_raft, self._on_request, advertise=self.advertise
+            raft_id,
+            cluster_id,
+            secret,
+            self._on_raft,
+            self._on_request,
+            advertise=self.advertise,
+            token_key=self._token_key,
         )
 
     async def _start_member(
@@ -309,9 +319,16 @@ class ClusterService:
             self.driver.campaign()
             await self._at_leader("command", {"cmd": "init_cluster", "args": {"cluster_id": cluster_id}}, 10)
             await self._at_leader("command", {"cmd": "add_node", "args": self._node_args(raft_id, fd)}, 10)
-            token = JoinToken(cluster_id, secret, self.advertise).encode()
+            tok = self._issue_token(tokens.check_ttl(params.get("ttl")))
             log.info("created cluster %s as node %d", cluster_id, raft_id)
-            return {"cluster_id": cluster_id, "node_id": raft_id, "token": token, "address": self.advertise}
+            return {
+                "cluster_id": cluster_id,
+                "node_id": raft_id,
+                "token": tok.encode(),
+                "token_id": tok.token_id.hex(),
+                "token_expires": tok.expires,
+                "address": self.advertise,
+            }
 
     def _node_args(self, raft_id: int, fd: str | None) -> dict[str, Any]:
         args: dict[str, Any] = {
@@ -324,9 +341,47 @@ class ClusterService:
             args["failure_domain"] = fd
         return args
 
-    async def api_token(self, params: dict[str, Any]) -> dict[str, Any]:
+    # --- join tokens (kept by the node that issued them) ---
+    def _token_records(self) -> dict[str, Any]:
+        with self.meta.read() as txn:
+            return dict(txn.get("meta", TOKENS_KEY) or {})
+
+    def _token_key(self, token_id: bytes) -> bytes | None:
+        if self.meta is None:
+            return None
+        return tokens.live_key(self._token_records(), token_id, time.time())
+
+    def _issue_token(self, ttl_s: int) -> tokens.JoinToken:
         ident = self._member()
-        return {"token": JoinToken(ident["cluster_id"], ident["secret"], self.advertise).encode()}
+        now = time.time()
+        tok, rec = tokens.issue(ident["cluster_id"], self.advertise, ttl_s, now)
+        with self.meta.write() as txn:
+            recs = tokens.prune(dict(txn.get("meta", TOKENS_KEY) or {}), now)
+            recs[tok.token_id.hex()] = rec
+            txn.put("meta", TOKENS_KEY, recs)
+        log.info("issued join token %s, valid for %d s", tok.token_id.hex(), ttl_s)
+        return tok
+
+    async def api_token(self, params: dict[str, Any]) -> dict[str, Any]:
+        tok = self._issue_token(tokens.check_ttl(params.get("ttl")))
+        return {"token": tok.encode(), "token_id": tok.token_id.hex(), "expires": tok.expires}
+
+    async def api_token_list(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._member()
+        recs = tokens.prune(self._token_records(), time.time())
+        return {"tokens": [{"token_id": k, "expires": v["expires"]} for k, v in sorted(recs.items())]}
+
+    async def api_token_revoke(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._member()
+        tid = str_param(params, "token_id", max_len=64)
+        with self.meta.write() as txn:
+            recs = dict(txn.get("meta", TOKENS_KEY) or {})
+            if tid not in recs:
+                raise NotFound(f"no join token {tid} on this node", field="token_id", allowed=sorted(recs))
+            del recs[tid]
+            txn.put("meta", TOKENS_KEY, recs)
+        log.info("revoked join token %s", tid)
+        return {"revoked": tid}
 
     async def api_join(self, params: dict[str, Any]) -> dict[str, Any]:
         address = params.get("address")
@@ -340,8 +395,18 @@ class ClusterService:
             fd = params.get("failure_domain")
             if fd is not None:
                 str_param(params, "failure_domain")
-            transport = self._make_transport(raft_id, token.cluster_id, token.secret)
-            await transport.listen(*self.peer_listen)
+            if token.expires <= time.time():
+                raise BadInput("the join token has expired; ask a member for a new one", field="token")
+            # This connection proves the token's key, not the cluster secret (which it lacks).
+            transport = PeerTransport(
+                raft_id,
+                token.cluster_id,
+                token.key,
+                self._on_raft,
+                self._on_request,
+                advertise=self.advertise,
+                join_id=token.token_id,
+            )
             try:
                 reply = await transport.request_address(
                     str(address), "cluster.join", self._node_args(raft_id, fd), timeout=20.0
@@ -353,20 +418,20 @@ class ClusterService:
                         f"{address} is not a member of the token's cluster {token.cluster_id}", field="token"
                     ) from None
                 raise
-            except BaseException:
+            finally:
                 await transport.close()
-                raise
+            secret = tokens.unwrap_secret(token.key, reply.get("secret"))
             members = {int(k): str(v) for k, v in (reply.get("members") or {}).items()}
             await asyncio.to_thread(self._wipe_raft_dir)
             self._save_identity(
                 {
                     "cluster_id": token.cluster_id,
-                    "secret": token.secret,
+                    "secret": secret,
                     "raft_id": raft_id,
                     "peers": {str(k): v for k, v in members.items()},
                 }
             )
-            await self._start_member(extra_peers=members, transport=transport)
+            await self._start_member(extra_peers=members)
             log.info("joined cluster %s as node %d", token.cluster_id, raft_id)
             return {"cluster_id": token.cluster_id, "node_id": raft_id, "leader": reply.get("leader")}
 
@@ -550,9 +615,16 @@ class ClusterService:
 
     async def _on_request(self, frm: int, method: str, params: dict[str, Any]) -> Any:
         if method == "cluster.join":
+            token_id = params.pop("join_token_id", None)  # set by the transport for token sessions
             if params.get("node_id") != frm:
                 raise BadInput("join: node_id differs from the id the peer authenticated as", field="node_id")
-            return await self._at_leader("join", params, timeout=15.0)
+            out = await self._at_leader("join", params, timeout=15.0)
+            if token_id is not None:
+                key = self._token_key(token_id)
+                if key is None or self.identity is None:
+                    raise BadInput("the join token expired or was revoked during the join", field="token")
+                out = {**out, "secret": tokens.wrap_secret(key, self.identity["secret"])}
+            return out
         if method == "cluster.fwd":
             inner, inner_params = params.get("method"), params.get("params") or {}
             if inner not in ("command", "kv_get", "join", "remove"):

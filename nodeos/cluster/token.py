@@ -1,39 +1,62 @@
-"""Join tokens and the cluster identity a node keeps.
+"""Join tokens: short-lived, revocable credentials to join a cluster, separate from its secret.
 
 A token is opaque to operators: base64url of a msgpack map holding the cluster id, the
-cluster secret and the address of a member to contact. Whoever has it can join, so it is
-shown once by `cluster init` (and `cluster token`) and never logged.
+address of the member that issued it, a token id, a random key and an expiry time. It does
+not contain the cluster secret: the joining node proves the token's key to the issuing member
+(nodeos/cluster/transport.py), and the member hands the secret back wrapped under that key
+once the join is committed. The issuing member keeps the token (id -> key, expiry) in its
+0600 state until it expires or is revoked; it is shown once and never logged.
+
+Pure functions; the cluster service keeps the records.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
+import os
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 
 from nodeos.errors import BadInput
 
-TOKEN_VERSION = 1
+TOKEN_VERSION = 2
 SECRET_BYTES = 32
+TOKEN_ID_BYTES = 16
+DEFAULT_TTL_S = 3600
+MAX_TTL_S = 7 * 86400
 
 
 @dataclass(frozen=True)
 class JoinToken:
     cluster_id: str
-    secret: bytes
+    token_id: bytes
+    key: bytes
     address: str
+    expires: float
 
     def encode(self) -> str:
         raw = msgpack.packb(
-            {"v": TOKEN_VERSION, "cluster": self.cluster_id, "secret": self.secret, "addr": self.address},
+            {
+                "v": TOKEN_VERSION,
+                "cluster": self.cluster_id,
+                "id": self.token_id,
+                "key": self.key,
+                "addr": self.address,
+                "exp": self.expires,
+            },
             use_bin_type=True,
         )
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
-    def __repr__(self) -> str:  # never print the secret
-        return f"JoinToken(cluster_id={self.cluster_id!r}, address={self.address!r})"
+    def __repr__(self) -> str:  # never print the key
+        return (
+            f"JoinToken(cluster_id={self.cluster_id!r}, id={self.token_id.hex()}, address={self.address!r})"
+        )
 
 
 def decode_token(text: str) -> JoinToken:
@@ -49,9 +72,56 @@ def decode_token(text: str) -> JoinToken:
         raise bad from None
     if not isinstance(obj, dict) or obj.get("v") != TOKEN_VERSION:
         raise bad
-    cid, secret, addr = obj.get("cluster"), obj.get("secret"), obj.get("addr")
-    if not isinstance(cid, str) or not isinstance(secret, bytes) or len(secret) != SECRET_BYTES:
+    cid, tid, key, addr, exp = (obj.get(k) for k in ("cluster", "id", "key", "addr", "exp"))
+    if not isinstance(cid, str) or not isinstance(addr, str) or not isinstance(exp, (int, float)):
         raise bad
-    if not isinstance(addr, str):
+    if not isinstance(tid, bytes) or len(tid) != TOKEN_ID_BYTES:
         raise bad
-    return JoinToken(cid, secret, addr)
+    if not isinstance(key, bytes) or len(key) != SECRET_BYTES:
+        raise bad
+    return JoinToken(cid, tid, key, addr, float(exp))
+
+
+def check_ttl(v: Any) -> int:
+    if v is None:
+        return DEFAULT_TTL_S
+    if type(v) is not int or not 60 <= v <= MAX_TTL_S:
+        raise BadInput(f"ttl must be a whole number of seconds from 60 to {MAX_TTL_S}", field="ttl")
+    return v
+
+
+def issue(cluster_id: str, address: str, ttl_s: int, now: float) -> tuple[JoinToken, dict[str, Any]]:
+    """A new token and the record its issuer keeps (by token id hex)."""
+    tok = JoinToken(cluster_id, os.urandom(TOKEN_ID_BYTES), os.urandom(SECRET_BYTES), address, now + ttl_s)
+    return tok, {"key": tok.key, "expires": tok.expires, "created": now}
+
+
+def live_key(records: dict[str, Any], token_id: bytes, now: float) -> bytes | None:
+    """The key of an unexpired, unrevoked token; None otherwise."""
+    rec = records.get(token_id.hex())
+    if not isinstance(rec, dict) or not isinstance(rec.get("key"), bytes):
+        return None
+    return rec["key"] if float(rec.get("expires", 0)) > now else None
+
+
+def prune(records: dict[str, Any], now: float) -> dict[str, Any]:
+    return {k: v for k, v in records.items() if isinstance(v, dict) and float(v.get("expires", 0)) > now}
+
+
+def _pad(key: bytes, nonce: bytes) -> bytes:
+    return hmac.new(key, b"nodeos secret wrap\0" + nonce, hashlib.sha256).digest()
+
+
+def wrap_secret(key: bytes, secret: bytes) -> dict[str, bytes]:
+    """The cluster secret under a token's key (a fresh HMAC pad; the session MAC guards integrity)."""
+    nonce = os.urandom(16)
+    return {"n": nonce, "c": bytes(a ^ b for a, b in zip(secret, _pad(key, nonce), strict=True))}
+
+
+def unwrap_secret(key: bytes, wrapped: Any) -> bytes:
+    if not isinstance(wrapped, dict) or not isinstance(wrapped.get("n"), bytes):
+        raise BadInput("the member sent no cluster secret for this token", field="token")
+    c = wrapped.get("c")
+    if not isinstance(c, bytes) or len(c) != SECRET_BYTES:
+        raise BadInput("the member sent a malformed cluster secret", field="token")
+    return bytes(a ^ b for a, b in zip(c, _pad(key, wrapped["n"]), strict=True))

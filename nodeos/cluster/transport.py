@@ -8,7 +8,13 @@ Handshake (both sides prove the cluster secret; the secret never crosses the wir
   dialer   -> {t: "auth", proof: HMAC(secret, "dialer" | transcript)}
   acceptor -> {t: "welcome"}
 `transcript` binds the cluster id, both node ids and both nonces, so a proof cannot be
-replayed on another connection. Before authentication frames are limited to a few KiB.
+replayed on another connection.
+
+A node joining with a join token (nodeos/cluster/token.py) does not know the cluster secret:
+its hello carries `join: token id`, both sides prove the token's key instead (the id is bound
+into the transcript), and that connection may only ask `cluster.join` (the handler gets the
+token id as `join_token_id`); its Raft messages are dropped. Before authentication frames are
+limited to a few KiB.
 
 After the handshake every frame is `{s: seq, b: body, m: mac}` where `mac` is
 HMAC-SHA256 over (seq, body) with a per-direction session key derived from the secret
@@ -135,10 +141,14 @@ class PeerTransport:
         advertise: str = "",
         queue_limit: int = 4096,
         max_frame: int = DEFAULT_MAX_FRAME,
+        join_id: bytes | None = None,
+        token_key: Callable[[bytes], bytes | None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
-        self._secret = secret
+        self._secret = secret  # the cluster secret, or a join token's key when join_id is set
+        self.join_id = join_id  # dialer side: authenticate with this join token
+        self.token_key = token_key  # acceptor side: a live join token's key by id, else None
         self.on_raft = on_raft
         self.on_request = on_request
         self.advertise = advertise
@@ -179,7 +189,9 @@ class PeerTransport:
         self._inbound.add(task)
         self._handshaking[task] = writer
         try:
-            peer, session = await asyncio.wait_for(self._accept_handshake(reader, writer), HANDSHAKE_TIMEOUT)
+            peer, session, joiner = await asyncio.wait_for(
+                self._accept_handshake(reader, writer), HANDSHAKE_TIMEOUT
+            )
         except (FrameError, NodeosError) as exc:
             self.stats.refused += 1
             self._stranger_log.log(logging.WARNING, "peer handshake refused: %s", exc)
@@ -196,7 +208,7 @@ class PeerTransport:
         finally:
             self._handshaking.pop(task, None)
         try:
-            await self._servesession_keys(peer, session, reader, writer)
+            await self._servesession_keys(peer, session, reader, writer, joiner)
         finally:
             await _close(writer)
             self._inbound.discard(task)
@@ -213,7 +225,7 @@ class PeerTransport:
 
     async def _accept_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[int, Session]:
+    ) -> tuple[int, Session, bytes | None]:
         hello = await read_frame(reader, HANDSHAKE_MAX_FRAME)
         if hello is None:
             raise OSError("closed before hello")
@@ -231,15 +243,22 @@ class PeerTransport:
             raise FrameError(f"hello field 'nonce' must be {NONCE_BYTES} bytes")
         if cluster != self.cluster_id:
             raise BadInput(f"peer belongs to cluster {cluster!r}, not this one", field="cluster")
+        join = hello.get("join")
+        key = self._secret
+        if join is not None:
+            found = self.token_key(join) if self.token_key is not None and isinstance(join, bytes) else None
+            if found is None:
+                raise BadInput("the join token is unknown, expired or revoked on this node", field="token")
+            key = found
         mine = os.urandom(NONCE_BYTES)
-        tr = transcript(self.cluster_id, node, self.node_id, nonce, mine)
+        tr = transcript(self.cluster_id, node, self.node_id, nonce, mine) + ([join] if join else [])
         writer.write(
             pack(
                 {
                     "t": "challenge",
                     "node": self.node_id,
                     "nonce": mine,
-                    "proof": mac(self._secret, b"acceptor", *tr),
+                    "proof": mac(key, b"acceptor", *tr),
                 }
             )
         )
@@ -247,14 +266,19 @@ class PeerTransport:
         auth = await read_frame(reader, HANDSHAKE_MAX_FRAME)
         if auth is None or auth.get("t") != "auth" or not isinstance(auth.get("proof"), bytes):
             raise FrameError("expected an auth frame")
-        if not hmac.compare_digest(auth["proof"], mac(self._secret, b"dialer", *tr)):
+        if not hmac.compare_digest(auth["proof"], mac(key, b"dialer", *tr)):
             raise FrameError("peer did not prove the cluster secret", code="bad_auth")
         writer.write(pack({"t": "welcome"}))
         await writer.drain()
-        return node, session_keys(self._secret, nonce, mine, dialer=False)
+        return node, session_keys(key, nonce, mine, dialer=False), join
 
     async def _servesession_keys(
-        self, peer: int, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        peer: int,
+        session: Session,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        joiner: bytes | None = None,
     ) -> None:
         lock = asyncio.Lock()
         pending: set[asyncio.Task[None]] = set()
@@ -273,13 +297,15 @@ class PeerTransport:
                 kind = body.get("k")
                 if peer in self.blocked:
                     continue
+                if kind == "raft" and joiner is not None:
+                    continue  # not a member yet
                 if kind == "raft":
                     self.stats.received += 1
                     msg = body.get("msg")
                     if isinstance(msg, dict):
                         self.on_raft(peer, msg)
                 elif kind == "req":
-                    t = asyncio.create_task(self._answer(peer, body, session, writer, lock))
+                    t = asyncio.create_task(self._answer(peer, body, session, writer, lock, joiner))
                     pending.add(t)
                     t.add_done_callback(pending.discard)
                 else:
@@ -297,11 +323,17 @@ class PeerTransport:
         session: Session,
         writer: asyncio.StreamWriter,
         lock: asyncio.Lock,
+        joiner: bytes | None = None,
     ) -> None:
         rid, method, params = body.get("id"), body.get("method"), body.get("params") or {}
         try:
             if not isinstance(method, str) or not isinstance(params, dict):
                 raise BadInput("request needs a string 'method' and a map 'params'", field="method")
+            params.pop("join_token_id", None)  # only the handshake says which token was used
+            if joiner is not None:
+                if method != "cluster.join":
+                    raise BadInput("a joining node may only ask to join", field="method")
+                params["join_token_id"] = joiner
             reply: dict[str, Any] = {
                 "k": "rep",
                 "id": rid,
@@ -390,6 +422,7 @@ class PeerTransport:
                         "node": self.node_id,
                         "addr": self.advertise,
                         "nonce": mine,
+                        **({"join": self.join_id} if self.join_id else {}),
                     }
                 )
             )
@@ -404,7 +437,9 @@ class PeerTransport:
                 raise OperationFailed(f"{address} sent a malformed challenge")
             if expect_node and node != expect_node:
                 raise OperationFailed(f"{address} is node {node}, expected node {expect_node}")
-            tr = transcript(self.cluster_id, self.node_id, node, mine, nonce)
+            tr = transcript(self.cluster_id, self.node_id, node, mine, nonce) + (
+                [self.join_id] if self.join_id else []
+            )
             if not hmac.compare_digest(proof, mac(self._secret, b"acceptor", *tr)):
                 raise OperationFailed(f"{address} did not prove the cluster secret")
             writer.write(pack({"t": "auth", "proof": mac(self._secret, b"dialer", *tr)}))

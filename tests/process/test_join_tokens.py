@@ -1,0 +1,122 @@
+"""Join tokens through the real CLI and daemons: a token is not the cluster secret, is read
+from a file or stdin (never needed on the command line), and a revoked one is refused and
+changes nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgpack
+import pytest
+
+from nodeos.cluster.localcluster import LocalNode
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
+
+NODEOS = str(Path(sys.executable).parent / "nodeos")
+
+
+def cli(node: LocalNode, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [NODEOS, "--socket", node.socket, "cluster", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input=stdin,
+    )
+
+
+def ok(r: subprocess.CompletedProcess[str]) -> Any:
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    return json.loads(r.stdout)
+
+
+def cluster_secret(node: LocalNode) -> bytes:
+    """Read from the member's own LMDB (a second reader is allowed while the daemon runs)."""
+    env = lmdb.open(str(node.root / "state" / "cluster" / "meta"), max_dbs=4, readonly=True, lock=True)
+    try:
+        with env.begin(db=env.open_db(b"meta", create=False)) as txn:
+            raw = txn.get(b"identity")
+    finally:
+        env.close()
+    _, _, payload = msgpack.unpackb(raw)
+    return bytes(msgpack.unpackb(payload, raw=False)["secret"])
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Any:
+    made: list[LocalNode] = []
+
+    def make(i: int) -> LocalNode:
+        n = LocalNode(tmp_path, i)
+        n.start()
+        made.append(n)
+        return n
+
+    yield make
+    for n in made:
+        n.kill()
+
+
+def test_tokens_are_not_the_secret_come_from_files_and_can_be_revoked(nodes: Any, tmp_path: Path) -> None:
+    n1, n2, n3 = nodes(1), nodes(2), nodes(3)
+    init = ok(cli(n1, "init", "--node-id", "1"))
+    secret = cluster_secret(n1)
+    raw = base64.urlsafe_b64decode(init["token"] + "==")
+    assert secret not in raw and secret.hex() not in init["token"]
+
+    token_file = tmp_path / "token"
+    token_file.write_text(init["token"] + "\n")
+    ok(cli(n2, "join", n1.address, "--token-file", str(token_file), "--node-id", "2"))
+    assert cluster_secret(n2) == secret  # handed over, wrapped, once the join committed
+
+    # A second token, revoked before use: refused as bad input; n3 stays outside.
+    t2 = ok(cli(n1, "token", "--ttl", "600"))
+    listed = ok(cli(n1, "token", "--list"))["tokens"]
+    assert t2["token_id"] in [t["token_id"] for t in listed] and "key" not in json.dumps(listed)
+    ok(cli(n1, "token", "--revoke", t2["token_id"]))
+    r = cli(n3, "join", n1.address, "--token-file", "-", "--node-id", "3", stdin=t2["token"])
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    err = json.loads(r.stdout)["error"]
+    assert err["field"] == "token" and "revoked" in err["message"]
+    assert ok(cli(n3, "status"))["member"] is False
+    assert [m["node_id"] for m in ok(cli(n1, "status"))["members"]] == [1, 2]
+
+    # A fresh token on stdin works for n3.
+    t3 = ok(cli(n1, "token"))
+    ok(cli(n3, "join", n1.address, "--token-file", "-", "--node-id", "3", stdin=t3["token"]))
+    assert cluster_secret(n3) == secret
+
+
+def test_a_join_token_does_not_let_a_stranger_act_as_a_member(nodes: Any) -> None:
+    """A token's session may only ask to join: e.g. no forwarded writes, no Raft messages."""
+    import asyncio
+
+    from nodeos.cluster.token import decode_token
+    from nodeos.cluster.transport import PeerTransport
+    from nodeos.errors import BadInput
+
+    n1 = nodes(1)
+    tok = decode_token(ok(cli(n1, "init", "--node-id", "1"))["token"])
+
+    async def main() -> None:
+        async def no_request(frm: int, method: str, params: dict[str, Any]) -> Any:
+            raise AssertionError("unexpected")
+
+        t = PeerTransport(9, tok.cluster_id, tok.key, lambda f, m: None, no_request, join_id=tok.token_id)
+        try:
+            with pytest.raises(BadInput) as exc:
+                await t.request_address(
+                    n1.address, "cluster.fwd", {"method": "command", "params": {}}, timeout=10
+                )
+            assert exc.value.field == "method"
+        finally:
+            await t.close()
+
+    asyncio.run(main())
