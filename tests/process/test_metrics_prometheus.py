@@ -165,6 +165,10 @@ def test_prometheus_scrapes_the_cluster_and_alerts_when_a_node_dies(
             failed = [e for e in seen if e["kind"] == "node_failed"]
             assert failed, f"no node_failed event; saw {seen}"
             assert failed[0]["node"] == victim.raft_id and failed[0]["severity"] == "critical"
+            # The same event in the daemon's log with its structured fields (NODEOS_EVENT_KIND=...
+            # in the journal; key=value on stderr, as here).
+            log = (leader.root / "nodeosd.log").read_text()
+            assert f"event_kind=node_failed event_severity=critical event_seq={failed[0]['seq']}" in log
         finally:
             follow.terminate()
             follow.wait(timeout=10)
