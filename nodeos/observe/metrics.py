@@ -93,6 +93,14 @@ def _daemon(d: dict[str, Any]) -> Iterator[Metric]:
     for code, n in sorted((d.get("api_errors") or {}).items()):
         errs.add_metric([str(code)], float(n))
     yield errs
+    refused = counter(
+        "nodeos_api_connections_closed",
+        "Local API connections refused or closed by the daemon (permission, idle, busy)",
+        ["reason"],
+    )
+    for reason, n in sorted((d.get("api_refused") or {}).items()):
+        refused.add_metric([str(reason)], float(n or 0))
+    yield refused
 
 
 def _cluster(c: dict[str, Any] | None) -> Iterator[Metric]:

@@ -197,6 +197,11 @@ class ObserveService:
                 },
                 "api_requests": counters.get("requests", 0),
                 "api_errors": counters.get("errors", {}),
+                "api_refused": {
+                    "permission": counters.get("refused", 0),
+                    "idle": counters.get("idle_closed", 0),
+                    "busy": counters.get("busy_refused", 0),
+                },
             },
             "cluster": cluster,
             "volume_io": await self._volume_io(),

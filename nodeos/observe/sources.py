@@ -42,7 +42,15 @@ def digest(c: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, dict)
     }
     progress = c.get("progress")
+    reports = m.get("reports") or {}
+    own = reports.get(c.get("node_id"), reports.get(str(c.get("node_id")))) or {}
+    drives = {
+        str(d.get("id") or d.get("serial")): str(d.get("health", ""))
+        for d in (own.get("drives") or [] if isinstance(own, dict) else [])
+        if isinstance(d, dict) and (d.get("id") or d.get("serial"))
+    }
     return {
+        "drives": drives,
         "member": c.get("member"),
         "node_id": c.get("node_id"),
         "leader": c.get("leader"),
@@ -80,6 +88,20 @@ def changes(prev: dict[str, Any], cur: dict[str, Any], at: float) -> list[dict[s
         )
     out.extend(_member_changes(pc, cc, at))
     out.extend(_volume_changes(pc, cc, at))
+    if prev:
+        was = pc.get("drives") or {}
+        for drive, health in sorted((cc.get("drives") or {}).items()):
+            if health == "failing" and was.get(drive, "ok") != "failing":
+                out.append(
+                    ev.make_event(
+                        "drive_failed",
+                        f"drive {drive} of node {cc.get('node_id')} is failing",
+                        severity="critical",
+                        at=at,
+                        drive=drive,
+                        node=cc.get("node_id"),
+                    )
+                )
     if "dataplane_up" in cur and prev.get("dataplane_up", True) != cur["dataplane_up"]:
         up = cur["dataplane_up"]
         out.append(

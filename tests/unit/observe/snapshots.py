@@ -18,6 +18,7 @@ def hist(*seconds: float) -> dict[str, Any]:
         h.observe(x)
     return h.snapshot()
 
+
 ETHTOOL = """NIC statistics:
      rx_packets: 1000
      rx_prio3_pause: 120
@@ -56,6 +57,7 @@ def full() -> dict[str, Any]:
             "dataplane": {"name": "kernel", "up": True},
             "api_requests": 10,
             "api_errors": {"bad_input": 2, "not_found": 1},
+            "api_refused": {"permission": 1, "idle": 0, "busy": 0},
         },
         "cluster": {
             "member": True,

@@ -82,6 +82,7 @@ def test_daemon_series_and_api_errors_by_code() -> None:
     assert value(fams, "nodeos_build_info", version="0.1.0") == 1
     assert value(fams, "nodeos_dataplane_info", dataplane="kernel") == 1
     assert value(fams, "nodeos_api_errors_total", code="bad_input") == 2
+    assert value(fams, "nodeos_api_connections_closed_total", reason="permission") == 1
 
 
 def test_sections_that_do_not_exist_yet_give_no_series_and_no_error() -> None:

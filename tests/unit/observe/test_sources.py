@@ -75,3 +75,15 @@ def test_dataplane_up_rule() -> None:
     assert not sources.dataplane_up({"usable": False}, None)
     assert not sources.dataplane_up(None, "refused")
     assert sources.cluster_view(None) == {"member": False}
+
+
+def test_a_drive_of_this_node_turning_failing() -> None:
+    def view(health: str) -> dict[str, Any]:
+        rep = {1: {"drives": [{"id": "S1", "health": health}, {"serial": "S2", "health": "ok"}]}}
+        return {
+            "cluster": sources.digest({"member": True, "node_id": 1, "leader": 2, "map": {"reports": rep}})
+        }
+
+    evs = sources.changes(view("ok"), view("failing"), 1.0)
+    assert [(e["kind"], e["drive"], e["node"]) for e in evs] == [("drive_failed", "S1", 1)]
+    assert kinds(view("failing"), view("failing")) == []
