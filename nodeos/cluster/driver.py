@@ -140,6 +140,7 @@ class RaftDriver:
         self._lazy_hard_state: HardState | None = None  # a commit-index-only change not yet written
         self._crash_file = os.environ.get(CRASH_FILE_ENV)
         self._disk_failed: Exception | None = None  # a read of the Raft log failed while stepping
+        self._writing = False  # a Ready's write is on the disk thread: appends may go out meanwhile
         self.failure: str | None = None  # why the Ready loop stopped, for status and the supervisor
         self._sync_peers()
 
@@ -190,6 +191,7 @@ class RaftDriver:
             self.bad_messages += 1
             log.warning("dropped a bad raft message from node %d: %s", frm, exc)
             return
+        self._pump()
         self._wake.set()
 
     async def propose(self, command: bytes, timeout: float = 5.0) -> Any:
@@ -204,6 +206,7 @@ class RaftDriver:
         except ProposalDropped as exc:
             self._proposals.pop(rid, None)
             raise NotLeader(f"proposal not accepted: {exc}") from None
+        self._pump()
         self._wake.set()
         t0 = time.perf_counter()
         try:
@@ -303,8 +306,12 @@ class RaftDriver:
             hs = rd.hard_state if rd.hard_state is not None else self._lazy_hard_state
             self._lazy_hard_state = None
             loop = asyncio.get_running_loop()
+            self._writing = True
             t0 = time.perf_counter()
-            view = await loop.run_in_executor(self._disk, self.storage.write, hs, rd.entries, rd.snapshot)
+            try:
+                view = await loop.run_in_executor(self._disk, self.storage.write, hs, rd.entries, rd.snapshot)
+            finally:
+                self._writing = False
             self.fsync_latency.observe(time.perf_counter() - t0)
             self.storage.install(view)
         elif rd.hard_state is not None:
@@ -338,6 +345,12 @@ class RaftDriver:
         self.node.advance(rd)
         self._serve_reads()
         self._maybe_snapshot()
+
+    def _pump(self) -> None:
+        """While a write runs, send the leader's new appends at once instead of after it."""
+        if self._writing:
+            for m in self.node.take_messages_before_sync():
+                self.transport.send_raft(m.to, to_wire(m))
 
     def _crash_point(self, step: str) -> None:
         assert self._crash_file is not None and step in READY_STEPS

@@ -114,6 +114,20 @@ class RawNode:
         self.raft.step(Message(MessageType.SNAP_STATUS, frm=nid, reject=not ok))
 
     # --- outputs ---
+    def take_messages_before_sync(self) -> list[Message]:
+        """A leader's appends and heartbeats produced since the last ready(), to send while
+        that Ready's write is still running (pipelining: followers write batch N+1 while the
+        leader writes batch N). Empty unless this node leads in a term and vote already on
+        disk (advance() is only called once a Ready is durable)."""
+        r = self.raft
+        ph = self._prev_hard
+        if r.state is not StateRole.LEADER or r.term != ph.term or r.vote != ph.vote or not r.msgs:
+            return []
+        now = [m for m in r.msgs if m.type in _SENDABLE_BEFORE_SYNC]
+        if now:
+            r.msgs = [m for m in r.msgs if m.type not in _SENDABLE_BEFORE_SYNC]
+        return now
+
     def has_ready(self) -> bool:
         r = self.raft
         log = r.log

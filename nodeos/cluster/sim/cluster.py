@@ -301,6 +301,8 @@ class Simulation(FaultsMixin, DisruptionMixin):
         n.last_role = r.state
         n.last_term = r.term
         n.last_commit = r.log.committed
+        if n.syncing is not None and self.cfg.broken != "send_before_sync":
+            self._send_all(n, rn.take_messages_before_sync())  # as the driver's _pump does
         if n.syncing is None and rn.has_ready():
             rd = rn.ready()
             n.syncing = rd
