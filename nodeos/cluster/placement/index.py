@@ -68,7 +68,7 @@ from nodeos.errors import BadInput
 class _Pool:
     """Mutable capacity of one pool inside the index."""
 
-    __slots__ = ("free", "healthy", "node_id", "pool_id", "schedulable", "size", "slot")
+    __slots__ = ("free", "healthy", "node_id", "pool_id", "schedulable", "size", "slot", "use")
 
     def __init__(self, node: NodeCandidate, p: PoolCandidate) -> None:
         self.node_id = node.node_id
@@ -77,7 +77,12 @@ class _Pool:
         self.size = p.size_bytes
         self.free = p.free_bytes
         self.healthy = p.healthy
+        self.use = self.usable()  # kept up to date with free: the hot path reads it
         self.slot = ReplicaSlot(node.node_id, p.pool_id)  # one shared, immutable slot per pool
+
+    def usable(self) -> int:
+        """What a replica may take here: min(free, size), or -1 if the pool may take none."""
+        return min(self.free, self.size) if self.healthy and self.schedulable else -1
 
 
 class CapacityIndex:
@@ -153,13 +158,11 @@ class CapacityIndex:
 
     def reserve(self, slots: Iterable[ReplicaSlot], size_bytes: int) -> None:
         """Take size_bytes from each slot's pool; refused (nothing changed) if one lacks the space."""
-        pool_at = self._pool_at
-        pools = []
-        for s in slots:
-            p = pool_at.get(s)
-            if p is None:
-                raise BadInput(f"no pool {s[1]!r} on node {s[0]} to reserve on", field="slots")
-            pools.append(p)
+        slots = tuple(slots)
+        pools = [self._pool_at.get(s) for s in slots]
+        if None in pools:
+            s = slots[pools.index(None)]
+            raise BadInput(f"no pool {s[1]!r} on node {s[0]} to reserve on", field="slots")
         if len(pools) > 1 and len(set(map(id, pools))) != len(pools):
             self._check_sums(pools, size_bytes)  # a pool named twice must hold both
         for p in pools:
@@ -173,11 +176,13 @@ class CapacityIndex:
         usable, best_pool, all_pools, levels = self._usable, self._best_pool, self._pools, self._label_levels
         for p in pools:
             p.free -= size_bytes
+            if p.use >= 0:
+                p.use = p.free if p.free < p.size else p.size
             nid = p.node_id
             best, u = None, -1
             for q in all_pools[nid]:
-                if q.healthy and q.schedulable and (f := (q.free if q.free < q.size else q.size)) > u:
-                    best, u = q, f
+                if q.use > u:
+                    best, u = q, q.use
             old = usable[nid]
             usable[nid] = u
             best_pool[nid] = best
@@ -207,7 +212,7 @@ class CapacityIndex:
             if p is None:
                 continue  # the node or pool left the map: nothing to give back to
             p.free = min(p.free + size_bytes, p.size)
-            self._rescore(s.node_id)
+            self._rescore(s.node_id)  # recomputes p.use
             for level in self._levels.values():
                 level.raised(s.node_id)
 
@@ -260,11 +265,10 @@ class CapacityIndex:
         and pass the change on to the per-domain totals. On the reserve hot path: kept lean."""
         best = None
         u = -1
-        pools = self._pools[node_id]
-        if pools and pools[0].schedulable:
-            for p in pools:
-                if p.healthy and (f := (p.free if p.free < p.size else p.size)) > u:
-                    best, u = p, f
+        for p in self._pools[node_id]:
+            p.use = p.usable()
+            if p.use > u:
+                best, u = p, p.use
         usable = self._usable
         old = usable.get(node_id, -1)
         usable[node_id] = u

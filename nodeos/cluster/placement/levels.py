@@ -201,21 +201,13 @@ class LabelLevel:
     def select(self, size: int, count: int, skip: Collection[int], avoid: Collection[int]) -> list[int]:
         if self.taken_out:
             self._flush()
+        if skip or avoid:
+            return self._select_excluding(size, count, skip, avoid)
         heap, usable, total = self.heap, self.usable, self.total
-        avoid_doms = {self.dom_of[n] for n in avoid if n in self.dom_of} if avoid else ()
         out: list[int] = []
         taken: list[str] = []
-        alt: list[Entry] = []  # domains whose best node is skipped, ranked by their best allowed one
         stash = self.taken_out
-        while len(out) < count:
-            if alt and (not heap or alt[0] < heap[0]):
-                nv, _, _, nid = heappop(alt)
-                if -nv < size:
-                    break
-                out.append(nid)
-                continue
-            if not heap:
-                break
+        while heap:
             nv, nt, d, nid = heap[0]
             if -nv < size:
                 break  # entries are never below the truth: nothing further down fits
@@ -233,9 +225,46 @@ class LabelLevel:
                 # domains, and _flush then pushes each back once, already corrected.
                 stash.append(heappop(heap))
                 taken.append(d)
+                out.append(nid)
+                if len(out) == count:
+                    break
+        return out
+
+    def _select_excluding(
+        self, size: int, count: int, skip: Collection[int], avoid: Collection[int]
+    ) -> list[int]:
+        """select() when nodes are excluded or domains avoided (rebuilds: rarer, kept apart)."""
+        heap, usable, total = self.heap, self.usable, self.total
+        avoid_doms = {self.dom_of[n] for n in avoid if n in self.dom_of}
+        out: list[int] = []
+        taken: list[str] = []
+        alt: list[Entry] = []  # domains whose best node is skipped, ranked by their best allowed one
+        stash = self.taken_out
+        while len(out) < count:
+            if alt and (not heap or alt[0] < heap[0]):
+                nv, _, _, nid = heappop(alt)
+                if -nv < size:
+                    break
+                out.append(nid)
+                continue
+            if not heap:
+                break
+            nv, nt, d, nid = heap[0]
+            if -nv < size:
+                break
+            if d in taken:
+                heappop(heap)
+            elif usable.get(nid) != -nv or total[d] != -nt:
+                if (e := self._entry(d)) is None:
+                    heappop(heap)
+                else:
+                    heapreplace(heap, e)
+            else:
+                stash.append(heappop(heap))
+                taken.append(d)
                 if d in avoid_doms:
                     continue
-                if skip and nid in skip:
+                if nid in skip:
                     cur, anid = self._best_allowed(d, skip)
                     if cur >= size:
                         heappush(alt, (-cur, nt, d, anid))
