@@ -446,23 +446,30 @@ def test_placement_matches_brute_force(nodes: list[NodeCandidate], reqs: list) -
 
 
 @settings(max_examples=200, deadline=None)
-@given(clusters(), st.lists(requests, min_size=1, max_size=4), st.randoms(use_true_random=False))
+@given(clusters(), st.lists(requests, min_size=1, max_size=8), st.randoms(use_true_random=False))
 def test_placement_does_not_depend_on_input_order(
     nodes: list[NodeCandidate], reqs: list, rnd: random.Random
 ) -> None:
-    shuffled = [
-        NodeCandidate(n.node_id, n.name, n.labels, n.schedulable, tuple(rnd.sample(n.pools, len(n.pools))))
-        for n in rnd.sample(nodes, len(nodes))
+    """The same cluster given in reverse and in a shuffled order: the same answers, placing and
+    reserving volume after volume (so ties between equal pools and nodes keep arising)."""
+    reordered = [
+        [NodeCandidate(n.node_id, n.name, n.labels, n.schedulable, n.pools[::-1]) for n in nodes[::-1]],
+        [
+            NodeCandidate(
+                n.node_id, n.name, n.labels, n.schedulable, tuple(rnd.sample(n.pools, len(n.pools)))
+            )
+            for n in rnd.sample(nodes, len(nodes))
+        ],
     ]
-    a, b = CapacityIndex(nodes), CapacityIndex(shuffled)
+    indexes = [CapacityIndex(nodes)] + [CapacityIndex(ns) for ns in reordered]
     for size, replicas, spread, exclude, avoid in reqs:
         outcomes = []
-        for index in (a, b):
+        for index in indexes:
             try:
-                outcomes.append(index.place("k", size, replicas, spread, exclude, avoid))
+                outcomes.append(index.place("k", size, replicas, spread, exclude, avoid, reserve=True))
             except PlacementRefused as e:
                 outcomes.append(e.message)
-        assert outcomes[0] == outcomes[1]
+        assert outcomes[0] == outcomes[1] == outcomes[2]
 
 
 ops = st.one_of(
