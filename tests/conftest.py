@@ -8,16 +8,35 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parent.parent
-SHARED = PROJECT.parent / "shared"
+# The recorded data (Jepsen histories, SPDK transcript) next to the checkout, or wherever
+# NODEOS_SHARED_DIR says (a CI layout that checks the project out elsewhere).
+SHARED = Path(os.environ.get("NODEOS_SHARED_DIR") or PROJECT.parent / "shared")
+SHARED_ABSENT = f"{SHARED} is absent: the design notes and recorded data are not here"
 
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """../shared/, read in place; tests that need it skip with a reason where it is absent."""
     if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent: the design notes and recorded data are not here")
+        pytest.skip(SHARED_ABSENT)
     return SHARED
 
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say how many tests skipped and why, grouped by reason, so a skip is never silent."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: dict[str, int] = {}
+    for rep in skipped:
+        longrepr = rep.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    terminalreporter.section(f"{len(skipped)} skipped, by reason")
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{count:5d}  {reason}")
