@@ -40,6 +40,7 @@ from .faults import FaultsMixin
 from .invariants import Checker, Violation
 from .network import NetworkFaults, SimNetwork
 from .node import PendingRead, SimNode
+from .ticks import TicksMixin
 
 
 @dataclass
@@ -55,6 +56,7 @@ class SimConfig:
     # "lmdb": every node's disk is the daemon's LmdbRaftStorage (on /dev/shm), closed and
     # reopened from its files at every crash; "memory": a MemoryStorage (fast).
     storage: str = "memory"
+    skip_idle_ticks: bool = True  # ticks.py: no event for a tick that only counts
     disrupt: bool = True  # run the disruption phase (disruption.py) after the final commit
     # Events one seed may use before it counts as a livelock (0: 100 per node per tick of
     # virtual time, ~100x what a healthy run needs).
@@ -93,7 +95,7 @@ def msg_summary(m: Message) -> str:
     return s
 
 
-class Simulation(FaultsMixin, DisruptionMixin):
+class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
     def __init__(self, seed: int, cfg: SimConfig) -> None:
         self.seed = seed
         self.cfg = cfg
@@ -145,6 +147,8 @@ class Simulation(FaultsMixin, DisruptionMixin):
         self.final_index = 0
         ids = list(range(1, cfg.nodes + 1))
         self.nodes: dict[int, SimNode] = {}
+        self.next_tick: dict[int, int] = {}
+        self.wake_at: dict[int, int | None] = {}
         self.disk_dir: Path | None = None
         if cfg.storage == "lmdb":
             shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # fsync is free on tmpfs
@@ -164,8 +168,7 @@ class Simulation(FaultsMixin, DisruptionMixin):
                 nid, disk, cfg.election_tick, cfg.heartbeat_tick, seed, self.max_msg_size, reopen=reopen
             )
         for nid in ids:
-            self._start(nid)
-            self._at(r.randint(0, cfg.tick_ms - 1), TICK, (nid, self.nodes[nid].incarnation))
+            self._start(nid, r.randint(0, cfg.tick_ms - 1))
         self._schedule_faults()
         self._schedule_clients()
         self._at(cfg.duration_ms, SETTLE, None)
@@ -188,9 +191,10 @@ class Simulation(FaultsMixin, DisruptionMixin):
                 best = (r.term, n)
         return best[1] if best else None
 
-    def _start(self, nid: int) -> None:
+    def _start(self, nid: int, first_tick: int) -> None:
         n = self.nodes[nid]
         n.start(self.cfg.broken)
+        self._clock_start(n, first_tick)
         self.log(f"n{nid} starts (term {n.last_term}, commit {n.last_commit}, applied {n.applied})")
         self._after_input(n)
 
@@ -239,13 +243,7 @@ class Simulation(FaultsMixin, DisruptionMixin):
 
     def _dispatch(self, kind: int, payload: Any) -> None:
         if kind == TICK:
-            nid, inc = payload
-            n = self.nodes[nid]
-            if n.up and n.incarnation == inc:
-                assert n.rn is not None
-                n.rn.tick()
-                self._after_input(n)
-                self._at(self.now + self.cfg.tick_ms, TICK, payload)
+            self._on_tick(payload)
         elif kind == DELIVER:
             self._deliver(payload)
         elif kind == SYNC:
@@ -260,8 +258,7 @@ class Simulation(FaultsMixin, DisruptionMixin):
         elif kind == RESTART:
             n = self.nodes[payload]
             if not n.up:
-                self._start(payload)
-                self._at(self.now + self.cfg.tick_ms, TICK, (payload, n.incarnation))
+                self._start(payload, self.now + self.cfg.tick_ms)
         elif kind == HEAL:
             self.net.heal()
             self.log("network healed")
@@ -315,8 +312,10 @@ class Simulation(FaultsMixin, DisruptionMixin):
             rd.messages = after_sync
             delay = self.rng.randint(0, self.disk_max_ms) if rd.must_sync else 0
             self._at(self.now + delay, SYNC, (n.id, n.incarnation))
+        self._schedule_wake(n)
 
     def _sync(self, n: SimNode) -> None:
+        self._catch_up(n)
         rd = n.syncing
         rn = n.rn
         assert rd is not None and rn is not None
@@ -399,6 +398,7 @@ class Simulation(FaultsMixin, DisruptionMixin):
             m = from_wire(to_wire(m))  # exercise the wire codec on a share of the traffic
         if self.cfg.trace:
             self.log(f"deliver {msg_summary(m)}")
+        self._catch_up(n)
         n.rn.step(m)
         self._after_input(n)
 
@@ -417,6 +417,7 @@ class Simulation(FaultsMixin, DisruptionMixin):
             return
         target = lead if lead is not None and self.rng.random() < 0.8 else self.rng.choice(up)
         assert target.rn is not None
+        self._catch_up(target)
         try:
             if x < 0.7:
                 cmd = b"c%d" % self.next_cmd
@@ -448,8 +449,7 @@ class Simulation(FaultsMixin, DisruptionMixin):
             self.log("every node crashes at once")
         for nid, n in self.nodes.items():
             if not n.up:
-                self._start(nid)
-                self._at(self.now + self.cfg.tick_ms, TICK, (nid, n.incarnation))
+                self._start(nid, self.now + self.cfg.tick_ms)
 
     def _final_propose(self) -> None:
         if self.final_cmd is not None and self.final_cmd in self.check.acked_index:
@@ -459,6 +459,7 @@ class Simulation(FaultsMixin, DisruptionMixin):
             if self.final_cmd is None:
                 self.final_cmd = b"final"
             self.proposer[self.final_cmd] = (lead.id, lead.incarnation)
+            self._catch_up(lead)
             try:
                 lead.rn.propose(self.final_cmd)
                 self.log(f"final command proposed at n{lead.id}")

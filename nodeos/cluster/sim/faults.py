@@ -60,6 +60,7 @@ class FaultsMixin:
                     to = r.choice(sorted(voters))
                     self.log(f"transfer leadership n{lead.id} -> n{to}")
                     self.stats["transfers"] += 1
+                    self._catch_up(lead)
                     lead.rn.transfer_leadership(to)  # type: ignore[union-attr]
                     self._after_input(lead)
         else:
@@ -93,6 +94,7 @@ class FaultsMixin:
         if not options:
             return
         cc = r.choice(options)
+        self._catch_up(lead)
         try:
             lead.rn.propose_conf_change(cc)
             self.log(f"n{lead.id} proposes {cc.type.name} n{cc.node_id}")
