@@ -42,6 +42,7 @@ def cli_run(seeds: int, jobs: int) -> float:
         ],
         capture_output=True,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(PROJECT)},
     )
     if out.returncode != 0:
         raise SystemExit(f"simulator failed: {out.stdout[-2000:]}{out.stderr[-2000:]}")
