@@ -163,13 +163,15 @@ class LeaderMixin:
             self._leader_read_index(m)
 
     def _leader_read_index(self: Raft, m: Message) -> None:
-        if self.trk.is_singleton():
-            self._respond_read_index(ReadIndexStatus(m, self.log.committed))
-            return
         if not self._committed_entry_in_current_term():
             # Until an entry of this term commits, our commit index may be behind the
-            # true one (thesis 6.4 step 1): queue the read.
+            # true one (thesis 6.4 step 1): queue the read. A single voter too: after a
+            # restart its commit index is the (lazily written) one on disk, older than
+            # what it acknowledged before the crash.
             self.pending_read_index_messages.append(m)
+            return
+        if self.trk.is_singleton():
+            self._respond_read_index(ReadIndexStatus(m, self.log.committed))
             return
         self.read_only.add_request(self.log.committed, m)
         self.read_only.recv_ack(self.id, m.context)

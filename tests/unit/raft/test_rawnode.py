@@ -85,3 +85,33 @@ def test_status_reports_leader_progress_for_lag() -> None:
     assert st.progress[2].match == last and st.progress[2].state is ProgressState.REPLICATE
     assert last - st.progress[3].match == 4  # the lag an operator sees for node 3
     assert c.members[2].node.status().progress == {}  # followers do not track peers
+
+
+def test_single_voter_read_after_restart_waits_for_an_entry_of_its_term() -> None:
+    # Found by the simulator (1 node, seed 18): "x" at index 3 was committed and acknowledged,
+    # but the commit index on disk is written lazily, so after a crash it says 2. The
+    # restarted leader must not answer a read at index 2: that read would miss "x".
+    s = MemoryStorage()
+    bootstrap_storage(s, [7])
+    n = RawNode(Config(id=7), s)
+    n.campaign()
+    for _ in range(2):
+        rd = n.ready()
+        s.persist(rd.hard_state, rd.entries, rd.snapshot)
+        n.advance(rd)
+    n.propose(b"x")
+    rd = n.ready()
+    s.persist(rd.hard_state, rd.entries, rd.snapshot)  # "x" synced; its commit is not written
+    n.advance(rd)
+    assert n.ready().hard_state == HardState(term=2, vote=7, commit=3)  # acknowledged, then crash
+    restarted = RawNode(Config(id=7), s)
+    assert restarted.raft.log.committed == 2
+    restarted.campaign()
+    restarted.read_index(b"r")
+    reads = []
+    while restarted.has_ready():
+        rd = restarted.ready()
+        reads += rd.read_states
+        s.persist(rd.hard_state, rd.entries, rd.snapshot)
+        restarted.advance(rd)
+    assert [(r.request_ctx, r.index) for r in reads] == [(b"r", 4)]  # after "x" and the new term's entry
