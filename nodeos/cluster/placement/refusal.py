@@ -1,7 +1,7 @@
 """Why a placement is impossible, in words (pure; scans every node: refusals only).
 
-"3 replicas spread by rack need 3 racks with ≥ 100 GiB free; 2 have: a, b" — then, when it
-helps, the nodes that had the space but could not be used and why, and a note that a node
+"3 replicas spread by rack need 3 racks with ≥ 100 GiB free; 2 have: a, b" — then the nodes
+outside those domains that had the space but could not be used, and why, and a note that a node
 without the label is a domain of its own. The error names the field to change: `spread` when
 a finer spread would fit, `replicas` when fewer replicas would, `size` when nothing fits.
 """
@@ -29,19 +29,17 @@ def refusal(
 ) -> PlacementRefused:
     nodes = sorted(nodes, key=lambda np: np[0].node_id)
     eligible: list[NodeCandidate] = []
-    not_counted: list[str] = []
+    not_counted: list[tuple[NodeCandidate, str]] = []  # had the space, could not be used: why
     for node, pools in nodes:
         fits = [pid for pid, usable, _ in pools if usable >= size]
         if not fits:
             continue
         if not node.schedulable:
-            not_counted.append(f"{node.name} (not schedulable)")
+            not_counted.append((node, "not schedulable"))
         elif not any(healthy for pid, usable, healthy in pools if usable >= size):
-            not_counted.append(
-                f"{node.name} ({'pools' if len(fits) > 1 else 'pool'} {', '.join(fits)} unhealthy)"
-            )
+            not_counted.append((node, f"{'pools' if len(fits) > 1 else 'pool'} {', '.join(fits)} unhealthy"))
         elif node.node_id in exclude:
-            not_counted.append(f"{node.name} (excluded)")
+            not_counted.append((node, "excluded"))
         else:
             eligible.append(node)
     by_id = {n.node_id: n for n, _ in nodes}
@@ -62,9 +60,11 @@ def refusal(
     if avoid:
         avoided = sorted({domain_of(by_id[n], spread) for n in avoid if n in by_id})
         text += f" (not counting {PLURAL[spread]} already used: {', '.join(avoided)})"
-    if not_counted:
-        shown = ", ".join(not_counted[:MAX_NAMED])
-        more = f", … ({len(not_counted)} in all)" if len(not_counted) > MAX_NAMED else ""
+    # Only nodes that would have added a domain: the ones that explain the shortfall.
+    missing = [f"{n.name} ({why})" for n, why in not_counted if domain_of(n, spread) not in have]
+    if missing:
+        shown = ", ".join(missing[:MAX_NAMED])
+        more = f", … ({len(missing)} in all)" if len(missing) > MAX_NAMED else ""
         text += f"; not counted: {shown}{more}"
     if spread != "node" and any(d.startswith("node:") for d in have):
         text += f"; a node without a {spread!r} label is a {spread} of its own (node:<name>)"

@@ -113,6 +113,13 @@ def test_draining_nodes_and_failing_pools_are_never_chosen_and_the_refusal_says_
     )
 
 
+def test_refusal_names_only_unusable_nodes_that_would_have_added_a_domain() -> None:
+    nodes = [node(1, "a"), node(2, "a", schedulable=False), node(3, "b"), node(4, "c", healthy=False)]
+    with pytest.raises(PlacementRefused) as exc:
+        CapacityIndex(nodes).place("v", GiB, 3, "rack")
+    assert exc.value.message.endswith("2 have: a, b; not counted: s4 (pool p0 unhealthy)")
+
+
 def test_a_healthy_pool_on_a_node_with_a_failing_pool_is_still_used() -> None:
     n = NodeCandidate(
         1,
