@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeos import validate
+from nodeos.cluster import tlsca
 from nodeos.cluster import token as tokens
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
@@ -63,6 +64,7 @@ class ClusterService:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.dir = Path(ctx.state_dir) / "cluster"
+        self.tls = tlsca.TlsFiles(self.dir / "tls")  # this member's mutual-TLS identity
         self.peer_listen: tuple[str, int] | None = ctx.peer_listen
         self.advertise = ""
         if self.peer_listen is not None:
@@ -242,7 +244,24 @@ class ClusterService:
             self._on_request,
             advertise=self.advertise,
             token_key=self._token_key,
+            **self._tls_contexts(),
         )
+
+    def _tls_contexts(self) -> dict[str, Any]:
+        if not self.tls.present():
+            log.warning("this member has no TLS identity (made before TLS): peer traffic is not encrypted")
+            return {}
+        return {"tls_server": self.tls.server_context(), "tls_client": self.tls.client_context()}
+
+    def _make_tls(self, cluster_id: str, raft_id: int) -> None:
+        """The cluster CA and this node's certificate (cluster init)."""
+        shutil.rmtree(self.tls.dir, ignore_errors=True)
+        ca_key, ca_cert = tlsca.make_ca(cluster_id)
+        key, csr = tlsca.make_request(raft_id, cluster_id)
+        self.tls.write("ca.key", ca_key)
+        self.tls.write("ca.pem", ca_cert)
+        self.tls.write("node.key", key)
+        self.tls.write("node.pem", tlsca.sign_request(ca_key, ca_cert, csr, raft_id))
 
     async def _start_member(
         self, extra_peers: dict[int, str], transport: PeerTransport | None = None
@@ -312,6 +331,7 @@ class ClusterService:
                 bootstrap_storage(storage, [raft_id])
             finally:
                 storage.close()
+            await asyncio.to_thread(self._make_tls, cluster_id, raft_id)
             ident = {"cluster_id": cluster_id, "secret": secret, "raft_id": raft_id}
             self._save_identity(ident)
             await self._start_member(extra_peers={})
@@ -353,8 +373,17 @@ class ClusterService:
 
     def _issue_token(self, ttl_s: int) -> tokens.JoinToken:
         ident = self._member()
+        ca = b""
+        if self.tls.present():
+            if not self.tls.is_ca():
+                raise BadInput(
+                    "join tokens are issued by the member holding the cluster CA (the one that ran "
+                    "`cluster init`)",
+                    field="cluster",
+                )
+            ca = self.tls.ca_cert.read_bytes()
         now = time.time()
-        tok, rec = tokens.issue(ident["cluster_id"], self.advertise, ttl_s, now)
+        tok, rec = tokens.issue(ident["cluster_id"], self.advertise, ttl_s, now, ca)
         with self.meta.write() as txn:
             recs = tokens.prune(dict(txn.get("meta", TOKENS_KEY) or {}), now)
             recs[tok.token_id.hex()] = rec
@@ -397,7 +426,9 @@ class ClusterService:
                 str_param(params, "failure_domain")
             if token.expires <= time.time():
                 raise BadInput("the join token has expired; ask a member for a new one", field="token")
-            # This connection proves the token's key, not the cluster secret (which it lacks).
+            # This connection proves the token's key, not the cluster secret (which it lacks); TLS
+            # trusts the CA the token names. The new key stays here: only a request is sent.
+            key_pem, csr = await asyncio.to_thread(tlsca.make_request, raft_id, token.cluster_id)
             transport = PeerTransport(
                 raft_id,
                 token.cluster_id,
@@ -406,10 +437,11 @@ class ClusterService:
                 self._on_request,
                 advertise=self.advertise,
                 join_id=token.token_id,
+                tls_client=tlsca.client_context(token.ca) if token.ca else None,
             )
             try:
                 reply = await transport.request_address(
-                    str(address), "cluster.join", self._node_args(raft_id, fd), timeout=20.0
+                    str(address), "cluster.join", {**self._node_args(raft_id, fd), "csr": csr}, timeout=20.0
                 )
             except BadInput as err:
                 await transport.close()
@@ -423,6 +455,11 @@ class ClusterService:
             secret = tokens.unwrap_secret(token.key, reply.get("secret"))
             members = {int(k): str(v) for k, v in (reply.get("members") or {}).items()}
             await asyncio.to_thread(self._wipe_raft_dir)
+            shutil.rmtree(self.tls.dir, ignore_errors=True)
+            if isinstance(reply.get("cert"), bytes) and isinstance(reply.get("ca"), bytes):
+                self.tls.write("node.key", key_pem)
+                self.tls.write("node.pem", reply["cert"])
+                self.tls.write("ca.pem", reply["ca"])
             self._save_identity(
                 {
                     "cluster_id": token.cluster_id,
@@ -448,6 +485,7 @@ class ClusterService:
             await self._at_leader("remove", {"node_id": me}, timeout=20.0)
             await self._stop_member()
             await asyncio.to_thread(self._wipe_raft_dir)
+            shutil.rmtree(self.tls.dir, ignore_errors=True)
             self._save_identity(None)
             log.info("left cluster %s", ident["cluster_id"])
             return {"left": ident["cluster_id"], "node_id": me}
@@ -616,6 +654,7 @@ class ClusterService:
     async def _on_request(self, frm: int, method: str, params: dict[str, Any]) -> Any:
         if method == "cluster.join":
             token_id = params.pop("join_token_id", None)  # set by the transport for token sessions
+            csr = params.pop("csr", None)  # not for the map: only the CA's node reads it
             if params.get("node_id") != frm:
                 raise BadInput("join: node_id differs from the id the peer authenticated as", field="node_id")
             out = await self._at_leader("join", params, timeout=15.0)
@@ -624,6 +663,15 @@ class ClusterService:
                 if key is None or self.identity is None:
                     raise BadInput("the join token expired or was revoked during the join", field="token")
                 out = {**out, "secret": tokens.wrap_secret(key, self.identity["secret"])}
+                if self.tls.is_ca() and isinstance(csr, bytes):
+                    cert = await asyncio.to_thread(
+                        tlsca.sign_request,
+                        self.tls.ca_key.read_bytes(),
+                        self.tls.ca_cert.read_bytes(),
+                        csr,
+                        frm,
+                    )
+                    out = {**out, "cert": cert, "ca": self.tls.ca_cert.read_bytes()}
             return out
         if method == "cluster.fwd":
             inner, inner_params = params.get("method"), params.get("params") or {}

@@ -38,6 +38,7 @@ class JoinToken:
     key: bytes
     address: str
     expires: float
+    ca: bytes = b""  # the cluster CA's certificate (PEM, public): the joiner's TLS trust anchor
 
     def encode(self) -> str:
         raw = msgpack.packb(
@@ -48,6 +49,7 @@ class JoinToken:
                 "key": self.key,
                 "addr": self.address,
                 "exp": self.expires,
+                **({"ca": self.ca} if self.ca else {}),
             },
             use_bin_type=True,
         )
@@ -79,7 +81,10 @@ def decode_token(text: str) -> JoinToken:
         raise bad
     if not isinstance(key, bytes) or len(key) != SECRET_BYTES:
         raise bad
-    return JoinToken(cid, tid, key, addr, float(exp))
+    ca = obj.get("ca", b"")
+    if not isinstance(ca, bytes):
+        raise bad
+    return JoinToken(cid, tid, key, addr, float(exp), ca)
 
 
 def check_ttl(v: Any) -> int:
@@ -90,9 +95,13 @@ def check_ttl(v: Any) -> int:
     return v
 
 
-def issue(cluster_id: str, address: str, ttl_s: int, now: float) -> tuple[JoinToken, dict[str, Any]]:
+def issue(
+    cluster_id: str, address: str, ttl_s: int, now: float, ca: bytes = b""
+) -> tuple[JoinToken, dict[str, Any]]:
     """A new token and the record its issuer keeps (by token id hex)."""
-    tok = JoinToken(cluster_id, os.urandom(TOKEN_ID_BYTES), os.urandom(SECRET_BYTES), address, now + ttl_s)
+    tok = JoinToken(
+        cluster_id, os.urandom(TOKEN_ID_BYTES), os.urandom(SECRET_BYTES), address, now + ttl_s, ca
+    )
     return tok, {"key": tok.key, "expires": tok.expires, "created": now}
 
 

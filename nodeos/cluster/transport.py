@@ -1,4 +1,8 @@
-"""Peer transport: authenticated asyncio TCP between nodeosd daemons.
+"""Peer transport: authenticated asyncio TCP between nodeosd daemons, in mutual TLS.
+
+With TLS contexts (nodeos/cluster/tlsca.py: the cluster's own CA) every connection is TLS 1.3
+and each side's certificate must name the node id it claims in the handshake below (a
+joining node, which has no certificate yet, may only ask to join).
 
 Frames use nodeos/rpc/framing.py (4-byte length + msgpack map).
 
@@ -49,6 +53,7 @@ import itertools
 import logging
 import os
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -56,6 +61,7 @@ from typing import Any
 
 from nodeos.cluster.errors import PeerUnreachable, remote_error
 from nodeos.cluster.peerauth import NONCE_BYTES, Session, mac, session_keys, transcript
+from nodeos.cluster.tlsca import node_cn, peer_cn
 from nodeos.errors import BadInput, NodeosError, OperationFailed
 from nodeos.rpc.framing import DEFAULT_MAX_FRAME, PROTOCOL_VERSION, FrameError, pack, read_frame
 
@@ -143,12 +149,16 @@ class PeerTransport:
         max_frame: int = DEFAULT_MAX_FRAME,
         join_id: bytes | None = None,
         token_key: Callable[[bytes], bytes | None] | None = None,
+        tls_server: ssl.SSLContext | None = None,
+        tls_client: ssl.SSLContext | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self._secret = secret  # the cluster secret, or a join token's key when join_id is set
         self.join_id = join_id  # dialer side: authenticate with this join token
         self.token_key = token_key  # acceptor side: a live join token's key by id, else None
+        self.tls_server = tls_server
+        self.tls_client = tls_client
         self.on_raft = on_raft
         self.on_request = on_request
         self.advertise = advertise
@@ -166,7 +176,14 @@ class PeerTransport:
 
     # --- server side ---
     async def listen(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._serve,
+            host,
+            port,
+            reuse_address=True,
+            ssl=self.tls_server,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.tls_server is not None else None,
+        )
         sock = self._server.sockets[0].getsockname()
         if not self.advertise:
             self.advertise = f"{sock[0]}:{sock[1]}"
@@ -250,6 +267,12 @@ class PeerTransport:
             if found is None:
                 raise BadInput("the join token is unknown, expired or revoked on this node", field="token")
             key = found
+        elif self.tls_server is not None:
+            cn = peer_cn(writer.get_extra_info("peercert"))
+            if cn != node_cn(node):
+                raise BadInput(
+                    f"peer claims node {node} but its certificate is for {cn or 'nobody'}", field="cluster"
+                )
         mine = os.urandom(NONCE_BYTES)
         tr = transcript(self.cluster_id, node, self.node_id, nonce, mine) + ([join] if join else [])
         writer.write(
@@ -410,7 +433,12 @@ class PeerTransport:
         self, address: str, expect_node: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Session, int]:
         host, port = parse_address(address)
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await asyncio.open_connection(
+            host,
+            port,
+            ssl=self.tls_client,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.tls_client else None,
+        )
         try:
             mine = os.urandom(NONCE_BYTES)
             writer.write(
@@ -437,6 +465,10 @@ class PeerTransport:
                 raise OperationFailed(f"{address} sent a malformed challenge")
             if expect_node and node != expect_node:
                 raise OperationFailed(f"{address} is node {node}, expected node {expect_node}")
+            if self.tls_client is not None:
+                cn = peer_cn(writer.get_extra_info("peercert"))
+                if cn != node_cn(node):
+                    raise OperationFailed(f"{address} claims node {node} but its certificate is for {cn}")
             tr = transcript(self.cluster_id, self.node_id, node, mine, nonce) + (
                 [self.join_id] if self.join_id else []
             )

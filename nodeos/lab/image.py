@@ -59,6 +59,7 @@ PACKAGES: tuple[str, ...] = (
     "qemu-guest-agent",
     "python3",
     "python3-lmdb",
+    "python3-cryptography",
     "python3-msgpack",
     "python3-click",
     "python3-pyroute2",

@@ -75,6 +75,11 @@ def test_tokens_are_not_the_secret_come_from_files_and_can_be_revoked(nodes: Any
     token_file.write_text(init["token"] + "\n")
     ok(cli(n2, "join", n1.address, "--token-file", str(token_file), "--node-id", "2"))
     assert cluster_secret(n2) == secret  # handed over, wrapped, once the join committed
+    # Mutual TLS: n2 got a certificate for its own key; the CA's key stayed on n1.
+    tls1, tls2 = n1.root / "state" / "cluster" / "tls", n2.root / "state" / "cluster" / "tls"
+    assert (tls1 / "ca.key").exists() and not (tls2 / "ca.key").exists()
+    assert (tls2 / "node.key").exists() and (tls2 / "node.pem").exists()
+    assert (tls2 / "ca.pem").read_bytes() == (tls1 / "ca.pem").read_bytes()
 
     # A second token, revoked before use: refused as bad input; n3 stays outside.
     t2 = ok(cli(n1, "token", "--ttl", "600"))
@@ -100,7 +105,7 @@ def test_a_join_token_does_not_let_a_stranger_act_as_a_member(nodes: Any) -> Non
 
     from nodeos.cluster.token import decode_token
     from nodeos.cluster.transport import PeerTransport
-    from nodeos.errors import BadInput
+    from nodeos.errors import BadInput, NodeosError
 
     n1 = nodes(1)
     tok = decode_token(ok(cli(n1, "init", "--node-id", "1"))["token"])
@@ -109,7 +114,23 @@ def test_a_join_token_does_not_let_a_stranger_act_as_a_member(nodes: Any) -> Non
         async def no_request(frm: int, method: str, params: dict[str, Any]) -> Any:
             raise AssertionError("unexpected")
 
-        t = PeerTransport(9, tok.cluster_id, tok.key, lambda f, m: None, no_request, join_id=tok.token_id)
+        from nodeos.cluster.tlsca import client_context
+
+        plain = PeerTransport(9, tok.cluster_id, tok.key, lambda f, m: None, no_request, join_id=tok.token_id)
+        try:  # without TLS nothing gets through
+            with pytest.raises(NodeosError):
+                await plain.request_address(n1.address, "cluster.join", {"node_id": 9}, timeout=10)
+        finally:
+            await plain.close()
+        t = PeerTransport(
+            9,
+            tok.cluster_id,
+            tok.key,
+            lambda f, m: None,
+            no_request,
+            join_id=tok.token_id,
+            tls_client=client_context(tok.ca),
+        )
         try:
             with pytest.raises(BadInput) as exc:
                 await t.request_address(
