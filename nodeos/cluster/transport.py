@@ -433,12 +433,16 @@ class PeerTransport:
         self, address: str, expect_node: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Session, int]:
         host, port = parse_address(address)
-        reader, writer = await asyncio.open_connection(
-            host,
-            port,
-            ssl=self.tls_client,
-            ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.tls_client else None,
-        )
+        try:
+            reader, writer = await asyncio.open_connection(
+                host,
+                port,
+                ssl=self.tls_client,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.tls_client else None,
+            )
+        except ssl.SSLCertVerificationError:
+            # Its certificate is not from our cluster CA: another cluster (or an impostor).
+            raise BadInput(f"{address} has no certificate of this cluster", field="cluster") from None
         try:
             mine = os.urandom(NONCE_BYTES)
             writer.write(
