@@ -593,7 +593,11 @@ def test_seeded_churn_keeps_the_incremental_index_equal_to_a_fresh_one(seed: int
             nodes[nid] = NodeCandidate(
                 nid,
                 n.name,
-                {"rack": f"r{rnd.randint(0, 4)}", "switch": n.labels["switch"]},
+                {  # relabel: another rack or switch, or no label at all (a domain of its own)
+                    k: v
+                    for k, v in (("rack", f"r{rnd.randint(0, 4)}"), ("switch", f"w{rnd.randint(0, 2)}"))
+                    if rnd.random() < 0.85
+                },
                 rnd.random() < 0.8,
                 tuple(
                     PoolCandidate(nid, p.pool_id, p.size_bytes, free[(nid, p.pool_id)], p.healthy)
