@@ -176,9 +176,12 @@ class CapacityIndex:
         usable, best_pool, all_pools, levels = self._usable, self._best_pool, self._pools, self._label_levels
         for p in pools:
             p.free -= size_bytes
-            if p.use >= 0:
-                p.use = p.free if p.free < p.size else p.size
+            if p.use < 0:
+                continue  # a pool that may take nothing counts for nothing: no score changes
+            p.use = p.free if p.free < p.size else p.size
             nid = p.node_id
+            if best_pool[nid] is not p:
+                continue  # not the node's most-free pool, and it only shrank: no score changes
             best, u = None, -1
             for q in all_pools[nid]:
                 if q.use > u:
