@@ -26,6 +26,7 @@ sys.path.insert(0, str(PROJECT))
 from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
 from nodeos.cluster.localcluster import LocalNode  # noqa: E402
+from nodeos.rpc.client import Client  # noqa: E402
 
 SECTION = "## Console start-up"
 
@@ -56,10 +57,15 @@ def main() -> None:
         "nodeos --help": [str(console), "--help"],
     }
     times: dict[str, list[float]] = {k: [] for k in cases}
+    rpc: list[float] = []  # the daemon's part: one status call from an already running client
+    client = Client(node.socket)
     try:
         for _ in range(a.runs):
             for name, cmd in cases.items():
                 times[name].append(wall(cmd, env))
+            t0 = time.perf_counter()
+            client.call("status")
+            rpc.append(time.perf_counter() - t0)
     finally:
         node.kill()
     base = statistics.median(times["python -c pass"])
@@ -80,6 +86,9 @@ def main() -> None:
         med = statistics.median(xs)
         lines.append(f"| `{name}` | {med * 1e3:.0f} ms | {p90 * 1e3:.0f} ms | {med / base:.2f} |")
     lines += [
+        "",
+        f"The daemon's part of a status call (socket round trip from an already running client, "
+        f"same runs): median {statistics.median(rpc) * 1e3:.1f} ms.",
         "",
         "`nodeos status` never imports click or asyncio (`nodeos/cli/fast.py`); `--help` lists the "
         "commands from `SHORT_HELP` in `nodeos/cli/main.py` without importing their modules. "

@@ -9,9 +9,9 @@ the daemon may still carry it out.
 
 from __future__ import annotations
 
+import _socket as socket  # the C module: socket.py builds enums and imports selectors (start-up)
 import itertools
 import os
-import socket
 import struct
 import sys
 import time
