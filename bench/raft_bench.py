@@ -196,7 +196,7 @@ def render(r: dict[str, Any]) -> str:
         f"p50 {pl['p50_ms']:.2f} ms, p99 {pl['p99_ms']:.2f} ms.",
         f"- commit latency, 1 client, {lat['n']} puts: p50 {lat['p50_ms']:.1f} ms, "
         f"p99 {lat['p99_ms']:.1f} ms (goal: p99 <= 3 x fdatasync p99 + 2 ms = {goal:.1f} ms; "
-        f"p99 is {lat['p99_ms'] / fs['p99_ms']:.0f} x the disk's fdatasync p99). A put costs the leader's "
+        f"p99 is {lat['p99_ms'] / fs['p99_ms']:.1f} x the disk's fdatasync p99). A put costs the leader's "
         "and a follower's synced writes side by side (the leader sends its appends while its own "
         "write runs on its disk thread), one network round trip, and no flush for the commit index.",
         "",
