@@ -70,6 +70,9 @@ class ExportSpec:
     cntlid_max: int = 0xFFEF
     qos_iops: int | None = None
     qos_mbps: int | None = None
+    # Export this block device instead of the volume's LV: the md mirror on a primary, the
+    # linear view of the replica LV on a secondary (pool_id/vol_id still name the volume).
+    device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,67 @@ class ExportInfo:
     hosts: tuple[str, ...]
     ana_state: str | None = None
     connected_hosts: tuple[str, ...] = field(default=())
+    device: str | None = None  # the exported block device (LV, md mirror or linear view)
+    ana_group: int | None = None
+
+
+@dataclass(frozen=True)
+class RemoteSpec:
+    """A replica namespace on another node, attached with this node's initiator."""
+
+    nqn: str  # the replica subsystem (nqn.2014-08.io.nodeos:rep:...)
+    listener: Listener  # where the replica node listens (storage network)
+    host_nqn: str  # this node's initiator identity, the one the replica grants
+    host_id: str  # UUID; given with host_nqn always (a lone hostnqn= clashes with an old hostid)
+    nguid: str  # the replica namespace's fixed NGUID: the device is found by it, never by name
+    keep_alive_tmo: int = 5
+    ctrl_loss_tmo: int = 60
+    fast_io_fail_tmo: int = 0  # fail I/O at once when the path drops: md fails the leg, not stalls
+    reconnect_delay: int = 2
+
+
+@dataclass(frozen=True)
+class RemoteInfo:
+    nqn: str
+    listener: Listener | None
+    state: str  # the controller's state: live, connecting, resetting, deleting, ...
+    device: str | None  # /dev/nvmeXnY of the namespace, when present
+    nguid: str | None
+    host_nqn: str | None = None
+
+
+@dataclass(frozen=True)
+class MirrorSpec:
+    """A raid1 mirror of one volume: members in control-plane order (slot i = members[i])."""
+
+    mirror_id: str  # nodeos-<24 hex of the volume uuid> (nodeos.dataplane.mirror_names)
+    members: tuple[str, ...]  # block devices: local LV first by convention, remote namespaces after
+    size_bytes: int  # the array (volume) size, identical on every node
+    data_offset_bytes: int  # where data starts on every member (superblock and bitmap before it)
+    create: bool = False  # True only for brand-new, empty members: mdadm --create --assume-clean
+
+
+MemberStateName = Literal["in_sync", "rebuilding", "faulty", "missing", "spare"]
+
+
+@dataclass(frozen=True)
+class MirrorMember:
+    slot: int | None  # raid slot; None for a spare
+    device: str | None  # None when the slot's device is missing
+    state: MemberStateName
+    progress: float | None = None  # 0..1 while rebuilding
+
+
+@dataclass(frozen=True)
+class MirrorInfo:
+    mirror_id: str
+    device: str  # /dev/md/<mirror_id>
+    size_bytes: int
+    degraded: bool
+    members: tuple[MirrorMember, ...]
+    array_state: str  # md's array_state: clean, active, readonly, ...
+    sync_action: str  # idle, resync, recover, check, ...
+    data_offset_bytes: int | None = None
 
 
 class DataPlane(Protocol):
@@ -119,3 +183,40 @@ class DataPlane(Protocol):
         ...
 
     def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None: ...
+
+    # mirrors over the fabric (issue 8); names in nodeos.dataplane.mirror_names
+    def attach_remote(self, spec: RemoteSpec) -> str:
+        """Connect to a replica subsystem on another node; the local block device of the
+        namespace with spec.nguid. Already connected: the same device, nothing changes."""
+        ...
+
+    def detach_remote(self, nqn: str) -> None:
+        """Drop this node's controllers to a replica subsystem; refused while a mirror uses it."""
+        ...
+
+    def list_remotes(self) -> list[RemoteInfo]:
+        """Replica connections (NQNs under the replica prefix) of this node's initiator."""
+        ...
+
+    def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:
+        """Create (spec.create, new empty members only) or assemble the mirror, then bring its
+        members to spec.members (re-add returning ones, remove ones no longer listed)."""
+        ...
+
+    def stop_mirror(self, mirror_id: str) -> None: ...
+    def mirror_status(self, mirror_id: str) -> MirrorInfo | None: ...
+    def list_mirrors(self) -> list[MirrorInfo]: ...
+
+    def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
+        """A read-write linear view of `device` from offset_bytes, size_bytes long (a secondary
+        exports its replica LV through it: same size and layout as the primary's mirror)."""
+        ...
+
+    def remove_view(self, view_id: str) -> None: ...
+
+    def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
+        """Make `port` a discovery port whose log page refers to exactly `referrals` (the other
+        storage nodes' discovery ports)."""
+        ...
+
+    def list_referrals(self, port: Listener) -> list[Listener]: ...

@@ -69,6 +69,10 @@ def check_export_spec(spec: ExportSpec) -> None:
             field="cntlid_min",
             allowed=f"1 <= cntlid_min <= cntlid_max <= {CNTLID_MAX}",
         )
+    if spec.device is not None:
+        d = spec.device
+        if not isinstance(d, str) or not d.startswith("/dev/") or ".." in d.split("/") or "\n" in d:
+            raise BadInput(f"device {d!r} is not a device path", field="device", allowed="/dev/...")
     for field, v in (("qos_iops", spec.qos_iops), ("qos_mbps", spec.qos_mbps)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
             raise BadInput(f"{field} {v!r} is not a non-negative integer", field=field)

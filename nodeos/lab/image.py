@@ -55,6 +55,7 @@ PACKAGES: tuple[str, ...] = (
     "python3-pyverbs",
     "lvm2",
     "thin-provisioning-tools",
+    "mdadm",
     "fio",
     "qemu-guest-agent",
     "python3",
@@ -77,6 +78,10 @@ MASKED_UNITS: tuple[str, ...] = (
     "e2scrub_all.timer",
     "e2scrub_reap.service",
     "fstrim.timer",
+    # md: a check/resync started by a timer is load nobody asked for; arrays are nodeos's to run.
+    "mdcheck_start.timer",
+    "mdcheck_continue.timer",
+    "mdmonitor-oneshot.timer",
 )
 
 # Bumped whenever the base customisation below changes meaning.
@@ -243,6 +248,11 @@ def build_base(progress: Progress = default_progress) -> Path:
             "--dpkgopt=path-exclude=/usr/share/info/*",
             '--setup-hook=mkdir -p "$1/etc/initramfs-tools/conf.d" "$1/usr/share/initramfs-tools/modules.d"',
             '--setup-hook=echo MODULES=list > "$1/etc/initramfs-tools/conf.d/nodeos.conf"',
+            # Before mdadm's postinst: it keeps an existing mdadm.conf. Arrays are assembled by
+            # nodeos from the members the control plane names, never auto-assembled by udev or
+            # the initramfs from whatever superblocks appear (remote legs, replica LVs).
+            '--setup-hook=mkdir -p "$1/etc/mdadm" && printf "%s\\n" "AUTO -all" "HOMEHOST <ignore>" '
+            '> "$1/etc/mdadm/mdadm.conf"',
             "--setup-hook=printf '%s\\n' "
             + " ".join(INITRAMFS_MODULES)
             + ' > "$1/usr/share/initramfs-tools/modules.d/nodeos"',

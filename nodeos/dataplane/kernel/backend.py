@@ -5,17 +5,31 @@ from __future__ import annotations
 import os
 import platform
 
-from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener, PoolInfo, VolumeInfo
+from nodeos.dataplane.base import (
+    AnaState,
+    ExportInfo,
+    ExportSpec,
+    Listener,
+    MirrorInfo,
+    MirrorSpec,
+    PoolInfo,
+    RemoteInfo,
+    RemoteSpec,
+    VolumeInfo,
+)
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
 from nodeos.dataplane.kernel import lvm
 from nodeos.dataplane.kernel.configfs import ConfigFs
+from nodeos.dataplane.kernel.initiator import Initiator
+from nodeos.dataplane.kernel.mirror import MdMirrors
 from nodeos.dataplane.kernel.nvmet import (
     DEFAULT_ANA_GROUP,
     Nvmet,
     PortAddr,
     discovery_addrs,
+    find_port,
 )
-from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec
+from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec, check_listener
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 
 QOS_UNSUPPORTED = "per-volume QoS is not supported by the kernel data plane"
@@ -29,11 +43,15 @@ class KernelDataPlane:
         configfs: ConfigFs | None = None,
         runner: lvm.LvmRunner | None = None,
         discovery_svcid: str | None = "8009",
+        initiator: Initiator | None = None,
+        mirrors: MdMirrors | None = None,
     ) -> None:
         self.fs = configfs or ConfigFs()
         self.nvmet = Nvmet(self.fs)
         self.lvm = runner or lvm.LvmRunner()
         self.discovery_svcid = discovery_svcid
+        self.initiator = initiator or Initiator()
+        self.mirrors = mirrors or MdMirrors()
 
     def describe(self) -> dict[str, object]:
         return {
@@ -236,17 +254,23 @@ class KernelDataPlane:
         if spec.qos_iops or spec.qos_mbps:
             raise NotSupported(QOS_UNSUPPORTED, field="qos_iops" if spec.qos_iops else "qos_mbps")
         self.fs.require()
-        lv = self.lvm.require(spec.pool_id, spec.vol_id)
-        if lv.kind == "snapshot":
-            raise BadInput(f"{spec.vol_id!r} is a snapshot; export a clone of it", field="vol_id")
-        lv = self._active(spec.pool_id, lv)
+        if spec.device is not None:
+            # A mirror or a linear view: the device must be there, it is not ours to make here.
+            if not os.path.exists(spec.device):
+                raise NotFound(f"device {spec.device} does not exist", field="device")
+            device = spec.device
+        else:
+            lv = self.lvm.require(spec.pool_id, spec.vol_id)
+            if lv.kind == "snapshot":
+                raise BadInput(f"{spec.vol_id!r} is a snapshot; export a clone of it", field="vol_id")
+            device = self._active(spec.pool_id, lv).path
         n = self.nvmet
         nqn = spec.nqn
         fresh = not n.has_subsystem(nqn)
         n.ensure_subsystem(nqn, spec.serial, spec.cntlid_min, spec.cntlid_max)
         try:
             n.ensure_namespace(
-                nqn, lv.path, normalize_uuid(spec.uuid), normalize_nguid(spec.nguid), spec.ana_group
+                nqn, device, normalize_uuid(spec.uuid), normalize_nguid(spec.nguid), spec.ana_group
             )
             # Hosts before ports: a subsystem is never reachable with a stale host list.
             wanted_hosts = {h.host_nqn: h for h in spec.hosts}
@@ -327,7 +351,65 @@ class KernelDataPlane:
             hosts=tuple(n.allowed_hosts(nqn)),
             ana_state=ana,
             connected_hosts=tuple(sorted({h for _, h in n.controllers(nqn)})),
+            device=dev or None,
+            ana_group=grp,
         )
+
+    # ---- mirrors over the fabric (issue 8) --------------------------------------------
+    def attach_remote(self, spec: RemoteSpec) -> str:
+        return self.initiator.attach(spec)
+
+    def detach_remote(self, nqn: str) -> None:
+        self.initiator.detach(nqn)
+
+    def list_remotes(self) -> list[RemoteInfo]:
+        return self.initiator.remotes()
+
+    def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:
+        return self.mirrors.assemble(spec)
+
+    def stop_mirror(self, mirror_id: str) -> None:
+        users = [nqn for nqn in self._device_users(f"/dev/md/{mirror_id}")]
+        if users:
+            raise OperationFailed(f"mirror {mirror_id} is exported as {users[0]}; remove the export first")
+        self.mirrors.stop(mirror_id)
+
+    def mirror_status(self, mirror_id: str) -> MirrorInfo | None:
+        return self.mirrors.status(mirror_id)
+
+    def list_mirrors(self) -> list[MirrorInfo]:
+        return self.mirrors.list()
+
+    def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
+        return self.mirrors.ensure_view(view_id, device, offset_bytes, size_bytes)
+
+    def remove_view(self, view_id: str) -> None:
+        self.mirrors.remove_view(view_id)
+
+    def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
+        check_listener(port)
+        for r in referrals:
+            check_listener(r)
+        self.fs.require()
+        pid = self.nvmet.ensure_port(PortAddr.of(port))
+        self.nvmet.set_referrals(
+            pid, [PortAddr.of(r) for r in referrals if PortAddr.of(r) != PortAddr.of(port)]
+        )
+        self.nvmet.gc_port(pid)  # no referrals and no subsystem: the port goes again
+
+    def list_referrals(self, port: Listener) -> list[Listener]:
+        check_listener(port)
+        pid = find_port(self.nvmet.ports(), PortAddr.of(port)) if self.fs.usable() else None
+        return [] if pid is None else [a.listener() for _, a in sorted(self.nvmet.referrals(pid).items())]
+
+    def _device_users(self, device: str) -> list[str]:
+        real = os.path.realpath(device)
+        out = []
+        for nqn in self.nvmet.subsystems() if self.fs.usable() else []:
+            dev = self.nvmet.namespace(nqn).get("device_path", "")
+            if dev and (dev == device or os.path.realpath(dev) == real):
+                out.append(nqn)
+        return out
 
 
 def _check_size(size_bytes: int) -> None:

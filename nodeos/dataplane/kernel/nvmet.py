@@ -61,6 +61,11 @@ def nguid_for_configfs(nguid32: str) -> str:
     return f"{n[0:8]}-{n[8:12]}-{n[12:16]}-{n[16:20]}-{n[20:32]}"
 
 
+def referral_name(addr: PortAddr) -> str:
+    """configfs directory name of a referral: readable, unique per address, no '/'."""
+    return f"{addr.trtype}-{addr.traddr}-{addr.trsvcid}".replace(":", "_")
+
+
 def discovery_addrs(listeners: tuple[Listener, ...], svcid: str | None) -> list[PortAddr]:
     """One discovery port per distinct (trtype, adrfam, traddr) of the export's listeners.
 
@@ -158,6 +163,42 @@ class Nvmet:
     def port_ana_state(self, pid: int, grp: int) -> str | None:
         v = self.fs.read_or("", "ports", str(pid), "ana_groups", str(grp), "ana_state")
         return v or None
+
+    # ---- referrals (a discovery log entry pointing at another node's discovery port) ---
+    def referrals(self, pid: int) -> dict[str, PortAddr]:
+        out = {}
+        for name in self.fs.listdir("ports", str(pid), "referrals"):
+            r = self.fs.read_or
+            base = ("ports", str(pid), "referrals", name)
+            out[name] = PortAddr(
+                r("", *base, "addr_trtype"), r("", *base, "addr_adrfam"),
+                r("", *base, "addr_traddr"), r("", *base, "addr_trsvcid"),
+            )  # fmt: skip
+        return out
+
+    def set_referrals(self, pid: int, want: list[PortAddr]) -> None:
+        have = self.referrals(pid)
+        names = {referral_name(a): a for a in want}
+        for name, addr in have.items():
+            if names.get(name) != addr:
+                self.fs.write("0", "ports", str(pid), "referrals", name, "enable")
+                self.fs.rmdir("ports", str(pid), "referrals", name)
+        have = self.referrals(pid)
+        for name, addr in names.items():
+            if name in have:
+                continue
+            base = ("ports", str(pid), "referrals", name)
+            self.fs.mkdir(*base)
+            try:
+                # Address attributes are refused while the referral is enabled: enable last.
+                self.fs.write(addr.adrfam, *base, "addr_adrfam")
+                self.fs.write(addr.trtype, *base, "addr_trtype")
+                self.fs.write(addr.traddr, *base, "addr_traddr")
+                self.fs.write(addr.trsvcid, *base, "addr_trsvcid")
+                self.fs.write("1", *base, "enable")
+            except OperationFailed:
+                self.fs.rmdir(*base)
+                raise
 
     def gc_port(self, pid: int) -> None:
         """Remove a port that no subsystem uses any more (frees the TCP/RDMA listener)."""

@@ -1,0 +1,402 @@
+"""md raid1 mirrors of a volume over its local LV and replica namespaces, and linear views.
+
+The control plane names the members, their order, the data offset and the array size; this
+module never guesses them from superblocks. It only checks a member's superblock to refuse
+creating over a foreign array and to finish a create that crashed after mdadm wrote it.
+Pure parts first (mdadm/dmsetup command lines, md sysfs snapshot -> MirrorInfo), then the
+edge (`MdMirrors`: runs mdadm/dmsetup, reads /sys/block/mdX/md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from nodeos.dataplane.base import MirrorInfo, MirrorMember, MirrorSpec
+from nodeos.dataplane.mirror_names import (
+    MIRROR_BITMAP_CHUNK_KIB,
+    MIRROR_PREFIX,
+    SIZE_ALIGN,
+    VIEW_PREFIX,
+    check_mirror_id,
+    check_volume_size,
+    mirror_uuid,
+)
+from nodeos.errors import BadInput, EnvironmentProblem, NotFound, OperationFailed
+
+MD_DIR = Path("/dev/md")
+SYS_BLOCK = Path("/sys/block")
+MAX_MEMBERS = 8
+SECTOR = 512
+
+
+# ---- pure -----------------------------------------------------------------------------
+def md_path(mirror_id: str) -> str:
+    return str(MD_DIR / check_mirror_id(mirror_id))
+
+
+def check_device_path(dev: str, field: str = "members") -> str:
+    if not isinstance(dev, str) or not dev.startswith("/dev/") or ".." in dev.split("/") or "," in dev:
+        raise BadInput(f"{field}: {dev!r} is not a device path", field=field, allowed="/dev/...")
+    return dev
+
+
+def check_mirror_spec(spec: MirrorSpec) -> None:
+    check_mirror_id(spec.mirror_id)
+    if not 1 <= len(spec.members) <= MAX_MEMBERS:
+        raise BadInput(
+            f"a mirror has 1-{MAX_MEMBERS} members, not {len(spec.members)}",
+            field="members",
+            allowed=f"1-{MAX_MEMBERS}",
+        )
+    for m in spec.members:
+        check_device_path(m)
+    if len(set(spec.members)) != len(spec.members):
+        raise BadInput("a member is listed twice", field="members")
+    check_volume_size(spec.size_bytes)
+    off = spec.data_offset_bytes
+    if not isinstance(off, int) or isinstance(off, bool) or off < SIZE_ALIGN or off % SIZE_ALIGN:
+        raise BadInput(
+            f"data_offset_bytes {off!r} is not a whole number of MiB >= 1 MiB",
+            field="data_offset_bytes",
+            allowed="multiples of 1048576, at least 1048576",
+        )
+
+
+def cmd_create(spec: MirrorSpec, members: Sequence[str]) -> list[str]:
+    """First assembly of brand-new, empty members only (--assume-clean skips the initial sync:
+    thin LVs and fresh replicas read as zeros everywhere, so the legs are already equal)."""
+    cmd = [
+        "mdadm", "--create", md_path(spec.mirror_id), "--run", "--metadata=1.2", "--level=1",
+        f"--raid-devices={len(members)}", "--bitmap=internal",
+        f"--bitmap-chunk={MIRROR_BITMAP_CHUNK_KIB}", f"--data-offset={spec.data_offset_bytes // 1024}",
+        f"--size={spec.size_bytes // 1024}", "--assume-clean", f"--name={spec.mirror_id}",
+        "--homehost=<none>", f"--uuid={mirror_uuid(spec.mirror_id)}",
+    ]  # fmt: skip
+    if len(members) == 1:
+        cmd.append("--force")  # mdadm wants it for a one-leg raid1
+    return [*cmd, *members]
+
+
+def cmd_assemble(mirror_id: str, members: Sequence[str]) -> list[str]:
+    # --uuid: only members of this array are accepted; --run: start degraded if legs are missing.
+    return ["mdadm", "--assemble", md_path(mirror_id), "--run", f"--uuid={mirror_uuid(mirror_id)}", *members]
+
+
+def cmd_manage(mirror_id: str, op: str, dev: str) -> list[str]:
+    return ["mdadm", md_path(mirror_id), f"--{op}", dev]
+
+
+def cmd_stop(mirror_id: str) -> list[str]:
+    return ["mdadm", "--stop", md_path(mirror_id)]
+
+
+def cmd_detail(kname: str) -> list[str]:
+    return ["mdadm", "--detail", "--export", f"/dev/{kname}"]
+
+
+def cmd_examine(dev: str) -> list[str]:
+    return ["mdadm", "--examine", "--export", dev]
+
+
+def parse_export(text: str) -> dict[str, str]:
+    """`mdadm --examine/--detail --export` KEY=value lines."""
+    out = {}
+    for line in text.splitlines():
+        k, sep, v = line.strip().partition("=")
+        if sep and k:
+            out[k] = v.strip().strip("'\"")
+    return out
+
+
+def same_uuid(a: str, b: str) -> bool:
+    """md prints uuids as 8:8:8:8 hex; compare digits only."""
+    return a.replace(":", "").replace("-", "").lower() == b.replace(":", "").replace("-", "").lower()
+
+
+def view_name(view_id: str) -> str:
+    if not view_id or not all(c.isalnum() or c in "-_." for c in view_id) or len(view_id) > 100:
+        raise BadInput(
+            f"view id {view_id!r} is not valid", field="view_id", allowed="1-100 of [A-Za-z0-9-_.]"
+        )
+    return VIEW_PREFIX + view_id
+
+
+def linear_table(dev_majmin: str, offset_bytes: int, size_bytes: int) -> str:
+    return f"0 {size_bytes // SECTOR} linear {dev_majmin} {offset_bytes // SECTOR}"
+
+
+def check_view(offset_bytes: int, size_bytes: int) -> None:
+    check_volume_size(size_bytes)
+    if not isinstance(offset_bytes, int) or isinstance(offset_bytes, bool) or offset_bytes < 0:
+        raise BadInput(f"offset_bytes {offset_bytes!r} is not a byte offset", field="offset_bytes")
+    if offset_bytes % 4096:
+        raise BadInput("offset_bytes is not 4 KiB aligned", field="offset_bytes", allowed="multiples of 4096")
+
+
+def _sync_fraction(text: str) -> float | None:
+    """md's sync_completed ("1024 / 2097152" sectors, or "none")."""
+    done, sep, total = text.partition("/")
+    try:
+        d, t = int(done), int(total)
+    except ValueError:
+        return None
+    return d / t if sep and t > 0 else None
+
+
+def mirror_info(mirror_id: str, snap: dict[str, Any]) -> MirrorInfo:
+    """A MirrorInfo from a snapshot of /sys/block/mdX/md (see MdMirrors.snapshot)."""
+    raid_disks = int(snap.get("raid_disks") or 0)
+    sync_action = snap.get("sync_action", "") or "idle"
+    progress = _sync_fraction(snap.get("sync_completed", ""))
+    by_slot: dict[int, MirrorMember] = {}
+    others: list[MirrorMember] = []
+    offset: int | None = None
+    for _, d in sorted(snap.get("devs", {}).items()):
+        flags = set(d.get("state", "").split(","))
+        slot = int(d["slot"]) if str(d.get("slot", "")).isdigit() else None
+        if offset is None and str(d.get("offset", "")).isdigit():
+            offset = int(d["offset"]) * SECTOR
+        dev = d.get("device")
+        if "faulty" in flags:
+            others.append(MirrorMember(slot=slot, device=dev, state="faulty"))
+        elif slot is None:
+            others.append(MirrorMember(slot=None, device=dev, state="spare"))
+        elif "in_sync" in flags:
+            by_slot[slot] = MirrorMember(slot=slot, device=dev, state="in_sync")
+        else:
+            busy = sync_action in ("recover", "resync", "repair")
+            by_slot[slot] = MirrorMember(
+                slot=slot, device=dev, state="rebuilding", progress=progress if busy else None
+            )
+    members = [
+        by_slot.get(i) or MirrorMember(slot=i, device=None, state="missing") for i in range(raid_disks)
+    ]
+    # A faulty leg still holding its slot is reported once, as faulty.
+    faulty_slots = {m.slot for m in others if m.state == "faulty" and m.slot is not None}
+    members = [m for m in members if not (m.state == "missing" and m.slot in faulty_slots)]
+    return MirrorInfo(
+        mirror_id=mirror_id,
+        device=md_path(mirror_id),
+        size_bytes=int(snap.get("size_sectors") or 0) * SECTOR,
+        degraded=int(snap.get("degraded") or 0) > 0,
+        members=tuple(members + others),
+        array_state=snap.get("array_state", "") or "",
+        sync_action=sync_action,
+        data_offset_bytes=offset,
+    )
+
+
+# ---- edge -----------------------------------------------------------------------------
+def _read(p: Path) -> str:
+    try:
+        return p.read_text().strip()
+    except OSError:
+        return ""
+
+
+def run(cmd: Sequence[str], timeout_s: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        p = subprocess.run(
+            list(cmd),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env=dict(os.environ, LC_ALL="C"),
+        )
+    except FileNotFoundError:
+        pkg = "mdadm" if cmd[0] == "mdadm" else "dmsetup"
+        raise EnvironmentProblem(f"{cmd[0]} is not installed (package {pkg})") from None
+    except subprocess.TimeoutExpired:
+        raise OperationFailed(f"{' '.join(cmd[:2])} did not finish within {timeout_s:.0f} s") from None
+    if check and p.returncode != 0:
+        lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
+        raise OperationFailed(f"{' '.join(cmd[:3])} failed: {'; '.join(lines[-3:]) or p.returncode}")
+    return p
+
+
+class MdMirrors:
+    def __init__(
+        self,
+        md_dir: Path = MD_DIR,
+        sys_block: Path = SYS_BLOCK,
+        runner: Callable[..., subprocess.CompletedProcess[str]] = run,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.md_dir = md_dir
+        self.sys_block = sys_block
+        self.run = runner
+        self.sleep = sleep
+
+    def _arrays(self) -> dict[str, str]:
+        """md kernel name -> array uuid (md/uuid, kernel >= 6.x), for every md device."""
+        out = {}
+        for p in sorted(self.sys_block.glob("md*")):
+            u = _read(p / "md" / "uuid")
+            if u:
+                out[p.name] = u
+        return out
+
+    def _kname(self, mirror_id: str) -> str | None:
+        # By the array uuid, fixed by the mirror id: no reliance on udev's /dev/md/<name> link.
+        want = mirror_uuid(mirror_id)
+        return next((k for k, u in self._arrays().items() if same_uuid(u, want)), None)
+
+    def _md_device(self, mirror_id: str, kname: str) -> str:
+        link = self.md_dir / mirror_id
+        if os.path.realpath(link) == f"/dev/{kname}":
+            return str(link)
+        return f"/dev/{kname}"  # udev has not made the link (yet)
+
+    def _dev_name(self, kname: str) -> str:
+        dm = _read(self.sys_block / kname / "dm" / "name")
+        return f"/dev/mapper/{dm}" if dm else f"/dev/{kname}"
+
+    def snapshot(self, kname: str) -> dict[str, Any]:
+        md = self.sys_block / kname / "md"
+        snap: dict[str, Any] = {
+            k: _read(md / k)
+            for k in ("array_state", "degraded", "raid_disks", "sync_action", "sync_completed")
+        }
+        snap["size_sectors"] = _read(self.sys_block / kname / "size")
+        devs: dict[str, dict[str, str]] = {}
+        for d in sorted(md.glob("dev-*")):
+            block = os.path.basename(os.path.realpath(d / "block"))
+            devs[d.name] = {
+                "state": _read(d / "state"),
+                "slot": _read(d / "slot"),
+                "offset": _read(d / "offset"),
+                "device": self._dev_name(block),
+            }
+        snap["devs"] = devs
+        return snap
+
+    def status(self, mirror_id: str) -> MirrorInfo | None:
+        check_mirror_id(mirror_id)
+        kname = self._kname(mirror_id)
+        if kname is None or _read(self.sys_block / kname / "md" / "array_state") in ("", "clear", "inactive"):
+            return None
+        info = mirror_info(mirror_id, self.snapshot(kname))
+        return replace(info, device=self._md_device(mirror_id, kname))
+
+    def list(self) -> list[MirrorInfo]:
+        out = []
+        for kname in self._arrays():
+            name = parse_export(self.run(cmd_detail(kname), check=False).stdout).get("MD_NAME", "")
+            if not name.startswith(MIRROR_PREFIX):
+                continue
+            try:
+                info = self.status(name)
+            except BadInput:
+                continue  # another md array with a look-alike name: not ours
+            if info is not None:
+                out.append(info)
+        return out
+
+    def stop(self, mirror_id: str) -> None:
+        check_mirror_id(mirror_id)
+        if self._kname(mirror_id) is None:
+            return
+        self.run(cmd_stop(mirror_id))
+
+    def _examine(self, dev: str) -> dict[str, str]:
+        p = self.run(cmd_examine(dev), check=False)
+        return parse_export(p.stdout) if p.returncode == 0 else {}
+
+    def assemble(self, spec: MirrorSpec) -> MirrorInfo:
+        check_mirror_spec(spec)
+        present = [m for m in spec.members if os.path.exists(m)]
+        info = self.status(spec.mirror_id)
+        if info is None:
+            if self._kname(spec.mirror_id) is not None:
+                self.run(cmd_stop(spec.mirror_id), check=False)  # an inactive leftover holds members
+            if spec.create and self._create_is_new(spec, present):
+                self.run(cmd_create(spec, present))
+            else:
+                if not present:
+                    raise NotFound(f"no member of mirror {spec.mirror_id} is present", field="members")
+                self.run(cmd_assemble(spec.mirror_id, present))
+            info = self._wait_status(spec.mirror_id)
+        if info.size_bytes != spec.size_bytes:
+            raise OperationFailed(
+                f"mirror {spec.mirror_id} is {info.size_bytes} bytes, not {spec.size_bytes}",
+                field="size_bytes",
+            )
+        return self._reconcile_members(spec, info)
+
+    def _create_is_new(self, spec: MirrorSpec, present: list[str]) -> bool:
+        missing = [m for m in spec.members if m not in present]
+        if missing:
+            raise NotFound(f"cannot create mirror {spec.mirror_id}: {missing[0]} is missing", field="members")
+        ours = 0
+        for m in present:
+            sb = self._examine(m)
+            if not sb.get("MD_UUID"):
+                continue
+            if not same_uuid(sb["MD_UUID"], mirror_uuid(spec.mirror_id)):
+                raise OperationFailed(
+                    f"{m} holds another md array ({sb.get('MD_NAME', sb['MD_UUID'])}); "
+                    "refusing to create over it",
+                    field="members",
+                )
+            ours += 1
+        # A create that crashed after mdadm wrote the superblocks is finished by assembling.
+        return ours == 0
+
+    def _wait_status(self, mirror_id: str, timeout_s: float = 30.0) -> MirrorInfo:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = self.status(mirror_id)  # /dev/md/<id> is udev's link: it may lag mdadm a little
+            if info is not None:
+                return info
+            if time.monotonic() > deadline:
+                raise OperationFailed(f"mirror {mirror_id} did not start within {timeout_s:.0f} s")
+            self.sleep(0.2)
+
+    def _reconcile_members(self, spec: MirrorSpec, info: MirrorInfo) -> MirrorInfo:
+        want = {os.path.realpath(m): m for m in spec.members}
+        for m in info.members:
+            if m.device and (m.state == "faulty" or os.path.realpath(m.device) not in want):
+                if m.state != "faulty":
+                    self.run(cmd_manage(spec.mirror_id, "fail", m.device))
+                self.run(cmd_manage(spec.mirror_id, "remove", m.device))
+        info = self._wait_status(spec.mirror_id)
+        have = {os.path.realpath(m.device) for m in info.members if m.device}
+        for real, dev in want.items():
+            if real in have or not os.path.exists(dev):
+                continue
+            # re-add: a leg that left in sync catches up from the bitmap; else a full rebuild.
+            if self.run(cmd_manage(spec.mirror_id, "re-add", dev), check=False).returncode != 0:
+                self.run(cmd_manage(spec.mirror_id, "add", dev))
+        return self._wait_status(spec.mirror_id)
+
+    # ---- linear views (dm-linear) ------------------------------------------------------
+    def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
+        name = view_name(view_id)
+        check_device_path(device, "device")
+        check_view(offset_bytes, size_bytes)
+        try:
+            st = os.stat(device)
+        except FileNotFoundError:
+            raise NotFound(f"device {device} does not exist", field="device") from None
+        table = linear_table(f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}", offset_bytes, size_bytes)
+        cur = self.run(["dmsetup", "table", name], check=False)
+        if cur.returncode != 0:
+            self.run(["dmsetup", "create", name, "--table", table])
+        elif cur.stdout.strip() != table:
+            # A live table swap: the exported device keeps its identity.
+            self.run(["dmsetup", "reload", name, "--table", table])
+            self.run(["dmsetup", "resume", name])
+        return f"/dev/mapper/{name}"
+
+    def remove_view(self, view_id: str) -> None:
+        name = view_name(view_id)
+        if self.run(["dmsetup", "info", name], check=False).returncode != 0:
+            return
+        self.run(["dmsetup", "remove", name])
