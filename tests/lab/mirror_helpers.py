@@ -43,7 +43,9 @@ def dp(lab: Lab, vm: str, body: str, timeout: float = 600) -> Any:
     r = lab.exec(vm, PY, input=code, timeout=timeout)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@")]
     if r.rc != 0 or not lines:
-        raise AssertionError(f"{vm}: python exited {r.rc}\nstdout: {r.stdout[-3000:]}\nstderr: {r.stderr[-3000:]}")
+        raise AssertionError(
+            f"{vm}: python exited {r.rc}\nstdout: {r.stdout[-3000:]}\nstderr: {r.stderr[-3000:]}"
+        )
     return json.loads(lines[-1][2:])
 
 
@@ -85,8 +87,9 @@ d.set_referrals(Listener("tcp", {lab.addr(vm)!r}, "8009"),
 
 def remote_code(lab: Lab, replica: str, primary: str) -> str:
     spec = lab.spec(primary)
-    return f"""RemoteSpec(nqn=mn.replica_nqn({VOL!r}, {replica!r}), listener=Listener("tcp", {lab.addr(replica)!r}, "4420"),
-    host_nqn={spec.hostnqn!r}, host_id={spec.hostid!r}, nguid=mn.replica_ids({VOL!r}, {replica!r})[1],
+    return f"""RemoteSpec(nqn=mn.replica_nqn({VOL!r}, {replica!r}),
+    listener=Listener("tcp", {lab.addr(replica)!r}, "4420"), host_nqn={spec.hostnqn!r},
+    host_id={spec.hostid!r}, nguid=mn.replica_ids({VOL!r}, {replica!r})[1],
     keep_alive_tmo=3, ctrl_loss_tmo=30, fast_io_fail_tmo=0)"""
 
 

@@ -88,12 +88,12 @@ def cmd_assemble(mirror_id: str, members: Sequence[str]) -> list[str]:
     return ["mdadm", "--assemble", md_path(mirror_id), "--run", f"--uuid={mirror_uuid(mirror_id)}", *members]
 
 
-def cmd_manage(mirror_id: str, op: str, dev: str) -> list[str]:
-    return ["mdadm", md_path(mirror_id), f"--{op}", dev]
+def cmd_manage(md_device: str, op: str, dev: str) -> list[str]:
+    return ["mdadm", md_device, f"--{op}", dev]
 
 
-def cmd_stop(mirror_id: str) -> list[str]:
-    return ["mdadm", "--stop", md_path(mirror_id)]
+def cmd_stop(md_device: str) -> list[str]:
+    return ["mdadm", "--stop", md_device]
 
 
 def cmd_detail(kname: str) -> list[str]:
@@ -301,9 +301,10 @@ class MdMirrors:
 
     def stop(self, mirror_id: str) -> None:
         check_mirror_id(mirror_id)
-        if self._kname(mirror_id) is None:
+        kname = self._kname(mirror_id)
+        if kname is None:
             return
-        self.run(cmd_stop(mirror_id))
+        self.run(cmd_stop(f"/dev/{kname}"))
 
     def _examine(self, dev: str) -> dict[str, str]:
         p = self.run(cmd_examine(dev), check=False)
@@ -314,8 +315,9 @@ class MdMirrors:
         present = [m for m in spec.members if os.path.exists(m)]
         info = self.status(spec.mirror_id)
         if info is None:
-            if self._kname(spec.mirror_id) is not None:
-                self.run(cmd_stop(spec.mirror_id), check=False)  # an inactive leftover holds members
+            kname = self._kname(spec.mirror_id)
+            if kname is not None:
+                self.run(cmd_stop(f"/dev/{kname}"), check=False)  # an inactive leftover holds members
             if spec.create and self._create_is_new(spec, present):
                 self.run(cmd_create(spec, present))
             else:
@@ -364,16 +366,16 @@ class MdMirrors:
         for m in info.members:
             if m.device and (m.state == "faulty" or os.path.realpath(m.device) not in want):
                 if m.state != "faulty":
-                    self.run(cmd_manage(spec.mirror_id, "fail", m.device))
-                self.run(cmd_manage(spec.mirror_id, "remove", m.device))
+                    self.run(cmd_manage(info.device, "fail", m.device))
+                self.run(cmd_manage(info.device, "remove", m.device))
         info = self._wait_status(spec.mirror_id)
         have = {os.path.realpath(m.device) for m in info.members if m.device}
         for real, dev in want.items():
             if real in have or not os.path.exists(dev):
                 continue
             # re-add: a leg that left in sync catches up from the bitmap; else a full rebuild.
-            if self.run(cmd_manage(spec.mirror_id, "re-add", dev), check=False).returncode != 0:
-                self.run(cmd_manage(spec.mirror_id, "add", dev))
+            if self.run(cmd_manage(info.device, "re-add", dev), check=False).returncode != 0:
+                self.run(cmd_manage(info.device, "add", dev))
         return self._wait_status(spec.mirror_id)
 
     # ---- linear views (dm-linear) ------------------------------------------------------

@@ -1,0 +1,291 @@
+"""Pure parts of mirrors over the fabric: names, connect strings, device lookup by NGUID,
+md command lines and md sysfs parsing (snapshots captured in the lab, kernel 6.12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeos.dataplane import mirror_names as mn
+from nodeos.dataplane.base import Listener, MirrorSpec, RemoteSpec
+from nodeos.dataplane.kernel import initiator as ini
+from nodeos.dataplane.kernel import mirror as md
+from nodeos.dataplane.kernel.nvmet import PortAddr, referral_name
+from nodeos.errors import BadInput, OperationFailed
+
+VOL = "5b0e7c1d-2a3f-4e5d-8c7b-6a5f4e3d2c1b"
+MIB = 1024 * 1024
+HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:79a7e5db-2f5b-5e2e-b921-5c78a8ea97dd"
+HOSTID = "79a7e5db-2f5b-5e2e-b921-5c78a8ea97dd"
+
+
+def remote(**kw: object) -> RemoteSpec:
+    base: dict[str, object] = dict(
+        nqn=mn.replica_nqn(VOL, "s2"),
+        listener=Listener("tcp", "198.19.121.12", "4420"),
+        host_nqn=HOSTNQN,
+        host_id=HOSTID,
+        nguid=mn.replica_ids(VOL, "s2")[1],
+    )
+    return RemoteSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def mirror(**kw: object) -> MirrorSpec:
+    base: dict[str, object] = dict(
+        mirror_id=mn.mirror_id_for(VOL),
+        members=("/dev/nodeos_p1/v_x", "/dev/nvme1n1", "/dev/nvme2n1"),
+        size_bytes=64 * MIB,
+        data_offset_bytes=mn.MIRROR_DATA_OFFSET,
+        create=True,
+    )
+    return MirrorSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+# ---- names --------------------------------------------------------------------------
+def test_names_are_fixed_by_volume_and_node() -> None:
+    assert mn.volume_nqn(VOL.replace("-", "")) == f"nqn.2014-08.io.nodeos:vol:{VOL}"
+    assert mn.replica_nqn(VOL, "s2") == f"nqn.2014-08.io.nodeos:rep:{VOL}:s2"
+    u2, g2 = mn.replica_ids(VOL, "s2")
+    assert (u2, g2) == mn.replica_ids(VOL.upper(), "s2")  # the same on every node, every time
+    assert g2 == u2.replace("-", "") and len(g2) == 32
+    assert mn.replica_ids(VOL, "s3") != (u2, g2) and g2 != VOL.replace("-", "")
+    mid = mn.mirror_id_for(VOL)
+    assert mid == "nodeos-5b0e7c1d2a3f4e5d8c7b6a5f" and len(mid) <= 32  # md names hold 32 bytes
+    assert mn.mirror_uuid(mid) == mn.mirror_uuid(mid) != mn.mirror_uuid(mn.mirror_id_for(u2))
+
+
+def test_member_size_is_volume_plus_fixed_offset() -> None:
+    assert mn.member_size_bytes(64 * MIB) == 72 * MIB
+    for bad in (0, -MIB, MIB + 512, True):
+        with pytest.raises(BadInput) as e:
+            mn.member_size_bytes(bad)  # type: ignore[arg-type]
+        assert e.value.field == "size_bytes"
+
+
+def test_bad_names_are_refused_with_the_field() -> None:
+    with pytest.raises(BadInput) as e:
+        mn.replica_nqn("not-a-uuid", "s2")
+    assert e.value.field == "vol_uuid"
+    with pytest.raises(BadInput) as e:
+        mn.replica_nqn(VOL, "../etc")
+    assert e.value.field == "node_id"
+    with pytest.raises(BadInput) as e:
+        mn.check_mirror_id("md0")
+    assert e.value.field == "mirror_id" and "nodeos-" in str(e.value.allowed)
+
+
+# ---- initiator ------------------------------------------------------------------------
+def test_connect_string_carries_hostnqn_hostid_and_timeouts() -> None:
+    line = ini.connect_string(remote(keep_alive_tmo=3, ctrl_loss_tmo=30))
+    opts = dict(kv.split("=", 1) for kv in line.split(","))
+    assert opts == {
+        "transport": "tcp",
+        "traddr": "198.19.121.12",
+        "trsvcid": "4420",
+        "nqn": mn.replica_nqn(VOL, "s2"),
+        "hostnqn": HOSTNQN,
+        "hostid": HOSTID,
+        "keep_alive_tmo": "3",
+        "ctrl_loss_tmo": "30",
+        "fast_io_fail_tmo": "0",
+        "reconnect_delay": "2",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        (dict(host_id="nope"), "host_id"),
+        (dict(host_nqn="host1"), "host_nqn"),
+        (dict(nguid="12"), "nguid"),
+        (dict(keep_alive_tmo=-5), "keep_alive_tmo"),
+        (dict(listener=Listener("tcp", "s2.lab", "4420")), "traddr"),
+    ],
+)
+def test_bad_remote_spec_names_the_field(kw: dict[str, object], field: str) -> None:
+    with pytest.raises(BadInput) as e:
+        ini.check_remote_spec(remote(**kw))
+    assert e.value.field == field
+
+
+CTRLS = [
+    ini.Ctrl("nvme0", "nqn.2019-08.org.qemu:NODEOS-s1-1", "pcie", {}, "live", ""),
+    ini.Ctrl(
+        "nvme1",
+        mn.replica_nqn(VOL, "s2"),
+        "tcp",
+        ini.parse_address("traddr=198.19.121.12,trsvcid=4420,src_addr=198.19.121.11\n"),
+        "live",
+        HOSTNQN,
+    ),
+    ini.Ctrl(
+        "nvme2",
+        mn.replica_nqn(VOL, "s3"),
+        "tcp",
+        ini.parse_address("traddr=198.19.121.13,trsvcid=4420,src_addr=198.19.121.11"),
+        "connecting",
+        HOSTNQN,
+    ),
+]
+DISKS = [
+    ini.Disk("nvme0n1", None, ("dm-0",), "nqn.2019-08.org.qemu:NODEOS-s1-1"),
+    ini.Disk("nvme1n1", "3adf4576e81e561f8f253fbd897de684", ("md127",), mn.replica_nqn(VOL, "s2")),
+    ini.Disk("nvme2n1", "db7e457c27e854909e401cc18b7d6c64", (), mn.replica_nqn(VOL, "s3")),
+]
+
+
+def test_controllers_match_by_nqn_and_address() -> None:
+    nqn = mn.replica_nqn(VOL, "s2")
+    assert [c.name for c in ini.controllers_of(CTRLS, nqn)] == ["nvme1"]
+    assert ini.controllers_of(CTRLS, nqn, Listener("tcp", "198.19.121.12", "4420"))[0].name == "nvme1"
+    assert ini.controllers_of(CTRLS, nqn, Listener("tcp", "198.19.121.12", "4421")) == []
+    assert ini.controllers_of(CTRLS, nqn, Listener("rdma", "198.19.121.12", "4420")) == []
+
+
+def test_device_is_found_by_nguid_not_by_name_order() -> None:
+    assert ini.disk_with_nguid(DISKS, "db7e457c-27e8-5490-9e40-1cc18b7d6c64").name == "nvme2n1"  # type: ignore[union-attr]
+    assert ini.disk_with_nguid(list(reversed(DISKS)), "3ADF4576E81E561F8F253FBD897DE684").name == "nvme1n1"  # type: ignore[union-attr]
+    assert ini.disk_with_nguid(DISKS, "00" * 16) is None
+    twice = [*DISKS, ini.Disk("nvme3n1", DISKS[1].nguid, (), None)]
+    with pytest.raises(OperationFailed, match="more than one"):
+        ini.disk_with_nguid(twice, DISKS[1].nguid or "")
+
+
+def test_remotes_list_only_replica_connections() -> None:
+    got = ini.remote_infos(CTRLS, DISKS)
+    assert [(r.nqn, r.state, r.device) for r in got] == [
+        (mn.replica_nqn(VOL, "s2"), "live", "/dev/nvme1n1"),
+        (mn.replica_nqn(VOL, "s3"), "connecting", "/dev/nvme2n1"),
+    ]
+    assert got[0].listener == Listener("tcp", "198.19.121.12", "4420")
+
+
+# ---- md -------------------------------------------------------------------------------
+def test_create_command_fixes_offset_size_bitmap_and_uuid() -> None:
+    spec = mirror()
+    cmd = md.cmd_create(spec, spec.members)
+    assert cmd[:3] == ["mdadm", "--create", "/dev/md/nodeos-5b0e7c1d2a3f4e5d8c7b6a5f"]
+    for opt in (
+        "--metadata=1.2",
+        "--level=1",
+        "--raid-devices=3",
+        "--bitmap=internal",
+        "--assume-clean",
+        "--data-offset=8192",  # KiB: the lab read 16384 sectors back from md/dev-*/offset
+        "--size=65536",  # KiB per member == the volume
+        f"--uuid={mn.mirror_uuid(spec.mirror_id)}",
+        "--run",
+    ):
+        assert opt in cmd
+    assert cmd[-3:] == list(spec.members)  # slot i = members[i], the control plane's order
+    assert "--force" not in cmd and "--force" in md.cmd_create(spec, spec.members[:1])
+
+
+def test_assemble_insists_on_the_array_uuid() -> None:
+    cmd = md.cmd_assemble(mn.mirror_id_for(VOL), ["/dev/a", "/dev/b"])
+    assert f"--uuid={mn.mirror_uuid(mn.mirror_id_for(VOL))}" in cmd and "--run" in cmd
+    assert cmd[-2:] == ["/dev/a", "/dev/b"] and "--create" not in cmd
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        (dict(mirror_id="md0"), "mirror_id"),
+        (dict(members=()), "members"),
+        (dict(members=("/dev/a", "/dev/a")), "members"),
+        (dict(members=("/dev/../etc/passwd",)), "members"),
+        (dict(members=("nvme1n1",)), "members"),
+        (dict(size_bytes=MIB + 1), "size_bytes"),
+        (dict(data_offset_bytes=4096), "data_offset_bytes"),
+    ],
+)
+def test_bad_mirror_spec_names_the_field(kw: dict[str, object], field: str) -> None:
+    with pytest.raises(BadInput) as e:
+        md.check_mirror_spec(mirror(**kw))
+    assert e.value.field == field
+
+
+# /sys/block/md127/md of a 3-leg mirror in the lab (kernel 6.12), as MdMirrors.snapshot reads it.
+CLEAN = {
+    "array_state": "clean",
+    "degraded": "0",
+    "raid_disks": "3",
+    "sync_action": "idle",
+    "sync_completed": "none",
+    "size_sectors": "131072",
+    "devs": {
+        "dev-dm-4": {
+            "state": "in_sync",
+            "slot": "0",
+            "offset": "16384",
+            "device": "/dev/mapper/nodeos_p1-v_x",
+        },
+        "dev-nvme1n1": {"state": "in_sync", "slot": "1", "offset": "16384", "device": "/dev/nvme1n1"},
+        "dev-nvme2n1": {"state": "in_sync", "slot": "2", "offset": "16384", "device": "/dev/nvme2n1"},
+    },
+}
+
+
+def test_clean_mirror_status() -> None:
+    info = md.mirror_info(mn.mirror_id_for(VOL), CLEAN)
+    assert info.size_bytes == 64 * MIB and info.data_offset_bytes == mn.MIRROR_DATA_OFFSET
+    assert not info.degraded and info.sync_action == "idle"
+    assert [(m.slot, m.device, m.state) for m in info.members] == [
+        (0, "/dev/mapper/nodeos_p1-v_x", "in_sync"),
+        (1, "/dev/nvme1n1", "in_sync"),
+        (2, "/dev/nvme2n1", "in_sync"),
+    ]
+
+
+def test_failed_leg_is_faulty_and_its_slot_missing() -> None:
+    # s3 cut off: md failed the leg (state faulty, slot none) and runs on two.
+    snap = {**CLEAN, "degraded": "1", "devs": {**CLEAN["devs"]}}  # type: ignore[dict-item]
+    snap["devs"]["dev-nvme2n1"] = {
+        "state": "faulty",
+        "slot": "none",
+        "offset": "16384",
+        "device": "/dev/nvme2n1",
+    }
+    info = md.mirror_info(mn.mirror_id_for(VOL), snap)
+    assert info.degraded
+    assert [(m.slot, m.device, m.state) for m in info.members] == [
+        (0, "/dev/mapper/nodeos_p1-v_x", "in_sync"),
+        (1, "/dev/nvme1n1", "in_sync"),
+        (2, None, "missing"),
+        (None, "/dev/nvme2n1", "faulty"),
+    ]
+
+
+def test_returning_leg_is_rebuilding_with_progress() -> None:
+    snap = {**CLEAN, "degraded": "1", "sync_action": "recover", "sync_completed": "32768 / 131072"}
+    snap["devs"] = {**CLEAN["devs"]}  # type: ignore[dict-item]
+    snap["devs"]["dev-nvme2n1"] = {"state": "", "slot": "2", "offset": "16384", "device": "/dev/nvme2n1"}
+    info = md.mirror_info(mn.mirror_id_for(VOL), snap)
+    leg = info.members[2]
+    assert (leg.slot, leg.state, leg.progress) == (2, "rebuilding", 0.25)
+
+
+def test_mdadm_export_parsing_and_uuid_forms() -> None:
+    got = md.parse_export(
+        "MD_LEVEL=raid1\nMD_NAME=nodeos-5b0e\nMD_UUID=d494afe3:2c8651c6:9d7fd422:d4b7185a\n"
+    )
+    assert got["MD_NAME"] == "nodeos-5b0e"
+    assert md.same_uuid(got["MD_UUID"], "d494afe3-2c86-51c6-9d7f-d422d4b7185a")
+    assert not md.same_uuid(got["MD_UUID"], "d494afe3-2c86-51c6-9d7f-d422d4b7185b")
+
+
+def test_linear_view_table_and_checks() -> None:
+    assert md.linear_table("253:4", 8 * MIB, 64 * MIB) == "0 131072 linear 253:4 16384"
+    assert md.view_name("5b0e") == "nodeos-view-5b0e"
+    with pytest.raises(BadInput) as e:
+        md.view_name("a/b")
+    assert e.value.field == "view_id"
+    with pytest.raises(BadInput) as e:
+        md.check_view(1000, 64 * MIB)
+    assert e.value.field == "offset_bytes"
+
+
+def test_referral_names_are_per_address() -> None:
+    a = referral_name(PortAddr("tcp", "ipv4", "198.19.121.12", "8009"))
+    b = referral_name(PortAddr("tcp", "ipv4", "198.19.121.13", "8009"))
+    c = referral_name(PortAddr("tcp", "ipv6", "fd00::1", "8009"))
+    assert a != b and "/" not in c and ":" not in c
