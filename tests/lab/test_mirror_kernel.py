@@ -85,7 +85,8 @@ def exported(lab: Lab, mirror: dict[str, Any]) -> str:
         dp(
             lab,
             "s1",
-            f"m = d.mirror_status(mn.mirror_id_for({VOL!r}))\n{front_end_code(lab, 's1', 0, 'm.device', True)}\nout(fe)",
+            f"m = d.mirror_status(mn.mirror_id_for({VOL!r}))\n"
+            f"{front_end_code(lab, 's1', 0, 'm.device', True)}\nout(fe)",
         )
     )
     for i, vm in ((1, "s2"), (2, "s3")):
