@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nodeos.dataplane.base import AnaState, DataPlane, ExportInfo, ExportSpec, PoolInfo, VolumeInfo
 from nodeos.dataplane.kernel.configfs import NVMET_ROOT, ConfigFs
+from nodeos.dataplane.no_mirrors import NoMirrors
 from nodeos.errors import BadInput, EnvironmentProblem, NotSupported
 
 DEFAULT_SPDK_SOCKET = "/var/tmp/spdk.sock"
@@ -73,7 +74,7 @@ def choose(
     )
 
 
-class NoDataPlane:
+class NoDataPlane(NoMirrors):
     """The witness node's data plane: it stores no data and refuses every change clearly."""
 
     name = "none"

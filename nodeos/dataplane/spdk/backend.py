@@ -17,6 +17,7 @@ from typing import Any
 
 from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener, PoolInfo, VolumeInfo
 from nodeos.dataplane.ids import check_id, check_nqn, normalize_nguid, normalize_uuid
+from nodeos.dataplane.no_mirrors import NoMirrors
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
@@ -49,7 +50,7 @@ def check_qos(iops: int | None, mbps: int | None) -> tuple[int, int]:
     return i, m
 
 
-class SpdkDataPlane:
+class SpdkDataPlane(NoMirrors):
     name = "spdk"
 
     def __init__(
@@ -335,6 +336,8 @@ class SpdkDataPlane:
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         check_export_spec(spec)
+        if spec.device is not None:
+            raise NotSupported("the SPDK data plane exports lvols only, not a block device", field="device")
         if spec.ana_state not in rq.ANA_TO_SPDK:
             raise NotSupported(
                 f"ANA state {spec.ana_state!r} is not supported by the SPDK data plane",

@@ -289,3 +289,16 @@ def test_referral_names_are_per_address() -> None:
     b = referral_name(PortAddr("tcp", "ipv4", "198.19.121.13", "8009"))
     c = referral_name(PortAddr("tcp", "ipv6", "fd00::1", "8009"))
     assert a != b and "/" not in c and ":" not in c
+
+
+def test_a_backend_without_mirrors_refuses_clearly() -> None:
+    from nodeos.dataplane.select import NoDataPlane
+    from nodeos.errors import NotSupported
+
+    none = NoDataPlane()
+    with pytest.raises(NotSupported) as e:
+        none.assemble_mirror(mirror())
+    assert e.value.field == "mirror_id" and "not supported by the none data plane" in e.value.message
+    with pytest.raises(NotSupported):
+        none.attach_remote(remote())
+    assert none.list_mirrors() == [] and none.list_remotes() == [] and none.mirror_status("x") is None
