@@ -369,7 +369,8 @@ class KernelDataPlane:
         return self.mirrors.assemble(spec)
 
     def stop_mirror(self, mirror_id: str) -> None:
-        users = [nqn for nqn in self._device_users(f"/dev/md/{mirror_id}")]
+        info = self.mirrors.status(mirror_id)
+        users = self._device_users(info.device) if info else []
         if users:
             raise OperationFailed(f"mirror {mirror_id} is exported as {users[0]}; remove the export first")
         self.mirrors.stop(mirror_id)
