@@ -103,6 +103,10 @@ def controllers_of(ctrls: list[Ctrl], nqn: str, listener: Listener | None = None
     return out
 
 
+def is_live(ctrls: list[Ctrl]) -> bool:
+    return any(c.state == "live" for c in ctrls)
+
+
 def disk_with_nguid(disks: list[Disk], nguid: str) -> Disk | None:
     want = normalize_nguid(nguid)
     found = [d for d in disks if d.nguid == want]
@@ -202,15 +206,19 @@ class Initiator:
             self._connect(spec)
         deadline = time.monotonic() + timeout_s
         while True:
-            # Namespaces are scanned asynchronously after the connect returns.
+            # Namespaces are scanned asynchronously after the connect returns; and a multipath
+            # head outlives its controller's reconnects: only a live path makes the device usable
+            # (md re-adding a leg whose controller is still connecting fails it again at once).
+            ctrls = controllers_of(self.controllers(), spec.nqn, spec.listener)
             disk = disk_with_nguid(self.disks(), spec.nguid)
-            if disk is not None:
+            if disk is not None and is_live(ctrls):
                 return f"/dev/{disk.name}"
             if time.monotonic() > deadline:
+                states = ", ".join(c.state for c in ctrls) or "no controller"
                 raise OperationFailed(
-                    f"connected to {spec.nqn} but no namespace with NGUID {normalize_nguid(spec.nguid)} "
-                    f"appeared within {timeout_s:.0f} s",
-                    field="nguid",
+                    f"{spec.nqn}: no live path with a namespace of NGUID {normalize_nguid(spec.nguid)} "
+                    f"within {timeout_s:.0f} s ({states})",
+                    field="nqn",
                 )
             self.sleep(0.2)
 

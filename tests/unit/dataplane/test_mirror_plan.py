@@ -141,6 +141,14 @@ def test_controllers_match_by_nqn_and_address() -> None:
     assert ini.controllers_of(CTRLS, nqn, Listener("rdma", "198.19.121.12", "4420")) == []
 
 
+def test_only_a_live_controller_makes_the_leg_usable() -> None:
+    # s3 cut off and back: its controller reconnects while the multipath head stays.
+    s3 = ini.controllers_of(CTRLS, mn.replica_nqn(VOL, "s3"))
+    assert [c.state for c in s3] == ["connecting"] and not ini.is_live(s3)
+    assert ini.is_live(ini.controllers_of(CTRLS, mn.replica_nqn(VOL, "s2")))
+    assert not ini.is_live([])
+
+
 def test_device_is_found_by_nguid_not_by_name_order() -> None:
     assert ini.disk_with_nguid(DISKS, "db7e457c-27e8-5490-9e40-1cc18b7d6c64").name == "nvme2n1"  # type: ignore[union-attr]
     assert ini.disk_with_nguid(list(reversed(DISKS)), "3ADF4576E81E561F8F253FBD897DE684").name == "nvme1n1"  # type: ignore[union-attr]
