@@ -96,10 +96,11 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
 )
 @click.option(
     "--storage",
-    type=click.Choice(["memory", "lmdb"]),
+    type=click.Choice(["memory", "lmdb", "logfile"]),
     default="memory",
     show_default=True,
-    help="the nodes' disks: MemoryStorage, or the daemon's LMDB storage reopened after every crash",
+    help="the nodes' disks: MemoryStorage, or the daemon's log file / the LMDB storage, reopened "
+    "after every crash",
 )
 @click.option("--quiet", is_flag=True, help="no progress line")
 def main(

@@ -33,6 +33,7 @@ from ..raft import (
     to_wire,
 )
 from ..raft.storage import MemoryStorage
+from ..raft_logfile import LogFileRaftStorage
 from ..raft_storage import LmdbRaftStorage
 from .disruption import Disruption, DisruptionMixin
 from .events import CLIENT, CRASH, DELIVER, DONE, FAULT, FINAL, HEAL, REJOIN, RESTART, SETTLE, SYNC, TICK
@@ -54,7 +55,8 @@ class SimConfig:
     broken: str | None = None  # a variant from hooks.BROKEN_VARIANTS (self-test only)
     trace: bool = False
     # "lmdb": every node's disk is the daemon's LmdbRaftStorage (on /dev/shm), closed and
-    # reopened from its files at every crash; "memory": a MemoryStorage (fast).
+    # reopened from its files at every crash; "logfile": the same with the daemon's Raft log
+    # file (LogFileRaftStorage); "memory": a MemoryStorage (fast).
     storage: str = "memory"
     skip_idle_ticks: bool = True  # ticks.py: no event for a tick that only counts
     disrupt: bool = True  # run the disruption phase (disruption.py) after the final commit
@@ -150,7 +152,7 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         self.next_tick: dict[int, int] = {}
         self.wake_at: dict[int, int | None] = {}
         self.disk_dir: Path | None = None
-        if cfg.storage == "lmdb":
+        if cfg.storage in ("lmdb", "logfile"):
             shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # fsync is free on tmpfs
             self.disk_dir = Path(tempfile.mkdtemp(prefix=f"nodeos-sim-{seed}-", dir=shm))
         for nid in ids:
@@ -160,6 +162,8 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
                 path = self.disk_dir / f"n{nid}"
 
                 def reopen(path: Path = path) -> MemoryStorage:
+                    if cfg.storage == "logfile":
+                        return LogFileRaftStorage.open(path)  # type: ignore[return-value]
                     return LmdbRaftStorage.open(path)  # type: ignore[return-value]
 
                 disk = reopen()
