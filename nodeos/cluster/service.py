@@ -34,22 +34,21 @@ from typing import Any
 from nodeos import validate
 from nodeos.cluster import tlsca
 from nodeos.cluster import token as tokens
+from nodeos.cluster.credentials import MemberCredentials
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
 from nodeos.cluster.leader_ops import int_param, leader_call, str_param
 from nodeos.cluster.map import check_kv_args
 from nodeos.cluster.raft import NONE, StateRole, bootstrap_storage
+from nodeos.cluster.supervisor import MemberSupervisor
 from nodeos.cluster.token import SECRET_BYTES, decode_token
 from nodeos.cluster.transport import PeerTransport
-from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
-from nodeos.store.lmdb_store import storage_error
+from nodeos.errors import AlreadyExists, BadInput, NodeosError
 
 log = logging.getLogger("nodeosd.cluster")
-RETRY_MIN_S, RETRY_MAX_S = 1.0, 30.0  # restart delays of a failed Raft member
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 META_KEY = "identity"
-TOKENS_KEY = "join_tokens"  # join tokens this node issued: id hex -> {key, expires, created}
 
 
 def _open_raft_storage(path: Path) -> Any:
@@ -58,7 +57,7 @@ def _open_raft_storage(path: Path) -> Any:
     return open_raft_storage(path)
 
 
-class ClusterService:
+class ClusterService(MemberSupervisor, MemberCredentials):
     name = "cluster"
 
     def __init__(self, ctx: Any) -> None:
@@ -121,63 +120,6 @@ class ClusterService:
                     "cluster member %d of cluster %s", self.identity["raft_id"], self.identity["cluster_id"]
                 )
         self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
-
-    def failed(self) -> str | None:
-        """Why this node cannot take part in its cluster right now (None: it can)."""
-        return self.failure
-
-    def _saved_peers(self) -> dict[int, str]:
-        assert self.identity is not None
-        return {int(k): str(v) for k, v in (self.identity.get("peers") or {}).items()}
-
-    async def _member_failed(self, exc: BaseException | str) -> None:
-        if isinstance(exc, str):
-            why = exc
-        else:
-            err = storage_error(exc)
-            why = f"{err.code}: {err.message}" if err else f"{type(exc).__name__}: {exc}"
-        # Failing again while recovering doubles the delay before the next attempt.
-        self._retry_delay = (
-            min(self._retry_delay * 2, RETRY_MAX_S) if self.failure is not None else RETRY_MIN_S
-        )
-        self._retry_at = time.monotonic() + self._retry_delay
-        self.failure = why
-        log.error("cluster member failed, retrying in %.0f s: %s", self._retry_delay, why)
-        await self._stop_member()
-
-    async def _supervise(self) -> None:
-        """Notice a dead Raft loop, take the member down, restart it from disk with backoff.
-
-        A restarted member counts as back only once it knows a leader: a lone node must win an
-        election first, which writes to the disk that failed.
-        """
-        while True:
-            await asyncio.sleep(0.2)  # polling flags: cheap, and unaffected by init/join/leave
-            d = self.driver
-            if d is not None and d._tasks and not d.running:
-                async with self._lock:
-                    if self.driver is d:
-                        await self._member_failed(d.failure or "the raft loop stopped")
-                continue
-            if self.failure is None or self.identity is None:
-                continue
-            if d is not None:
-                if d.leader != NONE:
-                    log.info("cluster member is back (leader %d) after: %s", d.leader, self.failure)
-                    self.failure = None
-                    self._retry_delay = 0.0
-                continue
-            if time.monotonic() < self._retry_at:
-                continue
-            async with self._lock:
-                if self.failure is None or self.identity is None or self.driver is not None:
-                    continue
-                try:
-                    await self._start_member(extra_peers=self._saved_peers())
-                except Exception as exc:
-                    await self._member_failed(exc)
-                else:
-                    log.info("cluster member restarted from disk; waiting to hear from a leader")
 
     async def stop(self) -> None:
         if self._supervisor is not None:
@@ -246,22 +188,6 @@ class ClusterService:
             token_key=self._token_key,
             **self._tls_contexts(),
         )
-
-    def _tls_contexts(self) -> dict[str, Any]:
-        if not self.tls.present():
-            log.warning("this member has no TLS identity (made before TLS): peer traffic is not encrypted")
-            return {}
-        return {"tls_server": self.tls.server_context(), "tls_client": self.tls.client_context()}
-
-    def _make_tls(self, cluster_id: str, raft_id: int) -> None:
-        """The cluster CA and this node's certificate (cluster init)."""
-        shutil.rmtree(self.tls.dir, ignore_errors=True)
-        ca_key, ca_cert = tlsca.make_ca(cluster_id)
-        key, csr = tlsca.make_request(raft_id, cluster_id)
-        self.tls.write("ca.key", ca_key)
-        self.tls.write("ca.pem", ca_cert)
-        self.tls.write("node.key", key)
-        self.tls.write("node.pem", tlsca.sign_request(ca_key, ca_cert, csr, raft_id))
 
     async def _start_member(
         self, extra_peers: dict[int, str], transport: PeerTransport | None = None
@@ -360,57 +286,6 @@ class ClusterService:
         if fd:
             args["failure_domain"] = fd
         return args
-
-    # --- join tokens (kept by the node that issued them) ---
-    def _token_records(self) -> dict[str, Any]:
-        with self.meta.read() as txn:
-            return dict(txn.get("meta", TOKENS_KEY) or {})
-
-    def _token_key(self, token_id: bytes) -> bytes | None:
-        if self.meta is None:
-            return None
-        return tokens.live_key(self._token_records(), token_id, time.time())
-
-    def _issue_token(self, ttl_s: int) -> tokens.JoinToken:
-        ident = self._member()
-        ca = b""
-        if self.tls.present():
-            if not self.tls.is_ca():
-                raise BadInput(
-                    "join tokens are issued by the member holding the cluster CA (the one that ran "
-                    "`cluster init`)",
-                    field="cluster",
-                )
-            ca = self.tls.ca_cert.read_bytes()
-        now = time.time()
-        tok, rec = tokens.issue(ident["cluster_id"], self.advertise, ttl_s, now, ca)
-        with self.meta.write() as txn:
-            recs = tokens.prune(dict(txn.get("meta", TOKENS_KEY) or {}), now)
-            recs[tok.token_id.hex()] = rec
-            txn.put("meta", TOKENS_KEY, recs)
-        log.info("issued join token %s, valid for %d s", tok.token_id.hex(), ttl_s)
-        return tok
-
-    async def api_token(self, params: dict[str, Any]) -> dict[str, Any]:
-        tok = self._issue_token(tokens.check_ttl(params.get("ttl")))
-        return {"token": tok.encode(), "token_id": tok.token_id.hex(), "expires": tok.expires}
-
-    async def api_token_list(self, params: dict[str, Any]) -> dict[str, Any]:
-        self._member()
-        recs = tokens.prune(self._token_records(), time.time())
-        return {"tokens": [{"token_id": k, "expires": v["expires"]} for k, v in sorted(recs.items())]}
-
-    async def api_token_revoke(self, params: dict[str, Any]) -> dict[str, Any]:
-        self._member()
-        tid = str_param(params, "token_id", max_len=64)
-        with self.meta.write() as txn:
-            recs = dict(txn.get("meta", TOKENS_KEY) or {})
-            if tid not in recs:
-                raise NotFound(f"no join token {tid} on this node", field="token_id", allowed=sorted(recs))
-            del recs[tid]
-            txn.put("meta", TOKENS_KEY, recs)
-        log.info("revoked join token %s", tid)
-        return {"revoked": tid}
 
     async def api_join(self, params: dict[str, Any]) -> dict[str, Any]:
         address = params.get("address")
@@ -659,19 +534,8 @@ class ClusterService:
                 raise BadInput("join: node_id differs from the id the peer authenticated as", field="node_id")
             out = await self._at_leader("join", params, timeout=15.0)
             if token_id is not None:
-                key = self._token_key(token_id)
-                if key is None or self.identity is None:
-                    raise BadInput("the join token expired or was revoked during the join", field="token")
-                out = {**out, "secret": tokens.wrap_secret(key, self.identity["secret"])}
-                if self.tls.is_ca() and isinstance(csr, bytes):
-                    cert = await asyncio.to_thread(
-                        tlsca.sign_request,
-                        self.tls.ca_key.read_bytes(),
-                        self.tls.ca_cert.read_bytes(),
-                        csr,
-                        frm,
-                    )
-                    out = {**out, "cert": cert, "ca": self.tls.ca_cert.read_bytes()}
+                creds = await asyncio.to_thread(self._joiner_credentials, token_id, csr, frm)
+                out = {**out, **creds}
             return out
         if method == "cluster.fwd":
             inner, inner_params = params.get("method"), params.get("params") or {}

@@ -46,82 +46,47 @@ Each peer has its own sender task that reconnects with capped exponential backof
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import hmac
-import itertools
 import logging
 import os
-import random
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from nodeos.cluster.errors import PeerUnreachable, remote_error
 from nodeos.cluster.peerauth import NONCE_BYTES, Session, mac, session_keys, transcript
+from nodeos.cluster.peersender import _PeerSender
+from nodeos.cluster.peerwire import (
+    HANDSHAKE_MAX_FRAME,
+    HANDSHAKE_TIMEOUT,
+    LOG_BURST,
+    LOG_WINDOW_S,
+    MAX_HANDSHAKING,
+    MAX_INBOUND,
+    RateLimitedLog,
+    _close,
+    _send_error,
+    parse_address,
+)
 from nodeos.cluster.tlsca import node_cn, peer_cn
 from nodeos.errors import BadInput, NodeosError, OperationFailed
 from nodeos.rpc.framing import DEFAULT_MAX_FRAME, PROTOCOL_VERSION, FrameError, pack, read_frame
 
 log = logging.getLogger(__name__)
-
-HANDSHAKE_MAX_FRAME = 4096
-HANDSHAKE_TIMEOUT = 5.0
-MAX_HANDSHAKING = 32
-MAX_INBOUND = 256
-LOG_BURST, LOG_WINDOW_S = 10, 10.0
-
-
-class RateLimitedLog:
-    """At most `burst` lines per `window` seconds; the next line says how many were dropped."""
-
-    def __init__(self, logger: logging.Logger, burst: int = LOG_BURST, window: float = LOG_WINDOW_S) -> None:
-        self.logger, self.burst, self.window = logger, burst, window
-        self._start = 0.0
-        self._count = 0
-        self.suppressed = 0
-
-    def log(self, level: int, msg: str, *args: Any) -> None:
-        now = time.monotonic()
-        if now - self._start >= self.window:
-            if self.suppressed:
-                self.logger.warning("%d similar peer-port messages suppressed", self.suppressed)
-            self._start, self._count, self.suppressed = now, 0, 0
-        if self._count >= self.burst:
-            self.suppressed += 1
-            return
-        self._count += 1
-        self.logger.log(level, msg, *args)
-
+__all__ = [  # the limits live in peerwire; named here too, where readers of the transport look
+    "LOG_BURST",
+    "LOG_WINDOW_S",
+    "MAX_HANDSHAKING",
+    "MAX_INBOUND",
+    "PeerTransport",
+    "RateLimitedLog",
+    "parse_address",
+]
 
 RaftHandler = Callable[[int, dict[str, Any]], None]
 RequestHandler = Callable[[int, str, dict[str, Any]], Awaitable[Any]]
-
-
-def parse_address(addr: str, field: str = "address") -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BadInput(f"{field} must be HOST:PORT, got {addr!r}", field=field)
-    return host.strip("[]"), int(port)
-
-
-async def _send_error(
-    writer: asyncio.StreamWriter, code: str, message: str, field: str | None = None
-) -> None:
-    err = {"code": code, "message": message}
-    if field is not None:
-        err["field"] = field
-    with contextlib.suppress(Exception):
-        writer.write(pack({"t": "error", "error": err}))
-        await asyncio.wait_for(writer.drain(), 1.0)
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(Exception):
-        writer.close()
-        await asyncio.wait_for(writer.wait_closed(), 1.0)
 
 
 @dataclass
@@ -488,145 +453,3 @@ class PeerTransport:
         except BaseException:
             await _close(writer)
             raise
-
-
-class _PeerSender:
-    """One outbound connection to one peer: bounded Raft queue, requests, reconnects."""
-
-    BACKOFF_MIN = 0.05
-    BACKOFF_MAX = 2.0
-
-    def __init__(self, t: PeerTransport, node_id: int, address: str, one_shot: bool = False) -> None:
-        self.t = t
-        self.node_id = node_id
-        self.address = address
-        self.one_shot = one_shot
-        self.queue: collections.deque[dict[str, Any]] = collections.deque()
-        self.requests: collections.deque[dict[str, Any]] = collections.deque()
-        self.waiting: dict[int, asyncio.Future[Any]] = {}
-        self.wake = asyncio.Event()
-        self.ids = itertools.count(1)
-        self.connected = False
-        self.last_error = ""
-        self.task = asyncio.get_running_loop().create_task(self._run())
-
-    def enqueue(self, msg: dict[str, Any]) -> None:
-        if len(self.queue) >= self.t.queue_limit:
-            self.queue.popleft()
-            self.t.stats.dropped += 1
-            self.t.stats.per_peer_dropped[self.node_id] = (
-                self.t.stats.per_peer_dropped.get(self.node_id, 0) + 1
-            )
-        self.queue.append(msg)
-        self.wake.set()
-
-    async def request(self, method: str, params: dict[str, Any], timeout: float) -> Any:
-        rid = next(self.ids)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.waiting[rid] = fut
-        self.requests.append({"k": "req", "id": rid, "method": method, "params": params})
-        self.wake.set()
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            detail = f" ({self.last_error})" if self.last_error else ""
-            raise PeerUnreachable(f"no answer from {self.address} within {timeout} s{detail}") from None
-        finally:
-            self.waiting.pop(rid, None)
-
-    def stop(self) -> None:
-        self.task.cancel()
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.set_exception(PeerUnreachable(f"connection to {self.address} closed"))
-
-    async def _run(self) -> None:
-        backoff = self.BACKOFF_MIN
-        while True:
-            try:
-                reader, writer, session, _ = await asyncio.wait_for(
-                    self.t.dial(self.address, self.node_id), HANDSHAKE_TIMEOUT
-                )
-            except asyncio.CancelledError:
-                raise
-            except NodeosError as err:
-                self.last_error = err.message
-                if self.one_shot:
-                    self._fail_waiting(err)
-                    return
-            except Exception as exc:
-                self.last_error = f"{exc.__class__.__name__}: {exc}"
-                if self.one_shot:
-                    self._fail_waiting(PeerUnreachable(f"cannot reach {self.address}: {self.last_error}"))
-                    return
-            else:
-                backoff = self.BACKOFF_MIN
-                self.connected = True
-                self.last_error = ""
-                try:
-                    await self._pump(reader, writer, session)
-                except asyncio.CancelledError:
-                    await _close(writer)
-                    raise
-                except Exception as exc:
-                    self.last_error = f"{exc.__class__.__name__}: {exc}"
-                finally:
-                    self.connected = False
-                    await _close(writer)
-                # Requests in flight on a dead connection have an unknown outcome.
-                self._fail_waiting(PeerUnreachable(f"connection to {self.address} lost: {self.last_error}"))
-            await asyncio.sleep(backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, self.BACKOFF_MAX)
-
-    def _fail_waiting(self, err: NodeosError) -> None:
-        self.requests.clear()
-        for fut in self.waiting.values():
-            if not fut.done():
-                fut.set_exception(err)
-
-    async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
-    ) -> None:
-        replies = asyncio.create_task(self._read_replies(reader, session))
-        try:
-            while True:
-                if replies.done():
-                    replies.result()  # re-raise why the connection ended
-                    return
-                if not self.queue and not self.requests:
-                    self.wake.clear()
-                    waiter = asyncio.create_task(self.wake.wait())
-                    try:
-                        await asyncio.wait({waiter, replies}, return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        waiter.cancel()
-                    continue
-                # Requests first: a client waits on them; Raft messages are retransmitted anyway.
-                while self.requests:
-                    writer.write(session.seal(self.requests.popleft()))
-                batch = 0
-                while self.queue and batch < 256:
-                    writer.write(session.seal({"k": "raft", "msg": self.queue.popleft()}))
-                    batch += 1
-                self.t.stats.sent += batch
-                await writer.drain()
-        finally:
-            replies.cancel()
-
-    async def _read_replies(self, reader: asyncio.StreamReader, session: Session) -> None:
-        while True:
-            frame = await read_frame(reader, self.t.max_frame)
-            if frame is None:
-                raise ConnectionResetError("peer closed the connection")
-            if frame.get("t") == "error":
-                raise OperationFailed(
-                    f"peer closed the connection: {(frame.get('error') or {}).get('message')}"
-                )
-            body = session.open(frame)
-            if body.get("k") == "rep":
-                fut = self.waiting.get(body.get("id"))  # type: ignore[arg-type]
-                if fut is not None and not fut.done():
-                    if "error" in body:
-                        fut.set_exception(remote_error(body["error"] or {}))
-                    else:
-                        fut.set_result(body.get("result"))
