@@ -40,3 +40,12 @@ def test_the_sandbox_keeps_what_the_daemon_needs_and_no_more_address_families() 
     families = set(service_section()["RestrictAddressFamilies"].split())
     assert families == {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
     assert service_section()["RestrictNamespaces"] == "yes"
+
+
+def test_capabilities_nothing_in_nodeos_uses_are_dropped() -> None:
+    dropped = service_section()["CapabilityBoundingSet"]
+    assert dropped.startswith("~")
+    for cap in ("CAP_SYS_PTRACE", "CAP_SYS_BOOT", "CAP_BPF", "CAP_AUDIT_WRITE", "CAP_SYS_TIME"):
+        assert cap in dropped.split()
+    for needed in ("CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SYS_RAWIO", "CAP_SYS_MODULE", "CAP_IPC_LOCK"):
+        assert needed not in dropped  # configfs/mounts, DCB, NVMe, modules, LVM's mlock
