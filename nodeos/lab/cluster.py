@@ -3,8 +3,9 @@
 Every storage VM's nodeosd already listens for peers on its lab address (lab-init writes its
 config: `peer_listen = ADDR:7100`, `node_name = VM name`), so forming is only CLI calls: s1
 `cluster init`, the others `cluster join` with s1's address and token, then
-`node label NODE KEY=VALUE...` per VM. The join token carries the cluster secret: it is never
-printed, logged or put into an error message.
+`node label NODE KEY=VALUE...` per VM. The join token (a short-lived credential, not the cluster
+secret) goes to `cluster join` on its stdin: it is never on a command line, printed, logged or
+put into an error message.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ def need_label_command() -> None:
         )
 
 
-def _json_call(lab: Lab, vm: str, argv: list[str], what: str, secret: str = "") -> tuple[int, Any]:
-    r = lab.exec(vm, argv, timeout=CALL_TIMEOUT)
+def _json_call(
+    lab: Lab, vm: str, argv: list[str], what: str, secret: str = "", stdin: str | None = None
+) -> tuple[int, Any]:
+    r = lab.exec(vm, argv, timeout=CALL_TIMEOUT, input=stdin)
     try:
         out = json.loads(r.stdout)
     except ValueError:
@@ -106,7 +109,7 @@ def form(
 def _join(lab: Lab, vm: str, address: str, token: str, deadline: float) -> None:
     """Join, retrying failures that changed nothing (exit 1: peer not answering yet)."""
     while True:
-        rc, out = _json_call(lab, vm, join_argv(address, token), "cluster join", secret=token)
+        rc, out = _json_call(lab, vm, join_argv(address), "cluster join", secret=token, stdin=token)
         if rc == 0:
             return
         # A join whose reply was lost may still have happened: a member must not join again.

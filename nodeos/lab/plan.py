@@ -127,8 +127,9 @@ def init_argv() -> list[str]:
     return ["nodeos", "cluster", "init", "--json"]
 
 
-def join_argv(address: str, token: str) -> list[str]:
-    return ["nodeos", "cluster", "join", address, "--token", token, "--json"]
+def join_argv(address: str) -> list[str]:
+    """The join command; the token goes on its stdin (never on a command line: ps shows it)."""
+    return ["nodeos", "cluster", "join", address, "--token-file", "-", "--json"]
 
 
 def label_argv(node: str, labels: dict[str, str]) -> list[str]:

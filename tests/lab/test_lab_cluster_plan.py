@@ -58,8 +58,8 @@ def test_label_without_cluster_is_bad_input() -> None:
 
 
 def test_cli_calls_are_the_documented_commands() -> None:
-    assert join_argv("198.18.0.11:7100", "TOK") == [
-        "nodeos", "cluster", "join", "198.18.0.11:7100", "--token", "TOK", "--json",
+    assert join_argv("198.18.0.11:7100") == [
+        "nodeos", "cluster", "join", "198.18.0.11:7100", "--token-file", "-", "--json",
     ]  # fmt: skip
     assert label_argv("s2", {"zone": "z", "rack": "b"}) == [
         "nodeos", "node", "label", "s2", "rack=b", "zone=z", "--json",
