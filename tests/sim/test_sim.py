@@ -172,7 +172,8 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
 def test_lmdb_storage_reopened_after_every_crash_no_violation(storage: str) -> None:
     # The daemon's on-disk Raft storage under the simulator: a restarted node reads only
     # its files, so a write the storage forgot (a stale suffix, an old log under a new
-    # snapshot) shows up as a broken invariant. Seeds 18 and 52 catch those two bugs (LMDB).
+    # snapshot) shows up as a broken invariant (LMDB: seed 15 catches the second; the model
+    # test in tests/unit/raft/test_raft_storage.py catches both on every seed).
     # "logfile" is the storage the daemon uses now (raft_logfile.py); "lmdb" the older one.
     totals: dict[str, int] = {}
     for seed in range(1, 61):
