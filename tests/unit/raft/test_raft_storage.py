@@ -25,6 +25,7 @@ from nodeos.cluster.raft import (
     SnapshotOutOfDate,
     UnavailableError,
 )
+from nodeos.cluster.raft_logfile import LogFileRaftStorage
 from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
 
 
@@ -207,15 +208,18 @@ def _observable(s: MemoryStorage | LmdbRaftStorage) -> tuple[object, ...]:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_lmdb_storage_reopened_matches_the_memory_model(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize("on_disk", [LmdbRaftStorage, LogFileRaftStorage])
+def test_disk_storage_reopened_matches_the_memory_model(
+    tmp_path: Path, seed: int, on_disk: type[LmdbRaftStorage] | type[LogFileRaftStorage]
+) -> None:
     # Random Ready-like writes (appends that overwrite a suffix, snapshot installs inside
-    # and past the log, local snapshots and compaction) applied to both storages; the LMDB
+    # and past the log, local snapshots and compaction) applied to both storages; the on-disk
     # one is closed and reopened from its files before every comparison, so nothing kept
     # only in its memory can pass for being on disk.
     rng = random.Random(seed)
     model = MemoryStorage()
     path = tmp_path / "raft"
-    disk = LmdbRaftStorage.open(path)
+    disk = on_disk.open(path)
     term = 1
     for _ in range(60):
         first, last = model.first_index(), model.last_index()
@@ -245,6 +249,6 @@ def test_lmdb_storage_reopened_matches_the_memory_model(tmp_path: Path, seed: in
             model.compact(upto)
             disk.compact(upto)
         disk.close()
-        disk = LmdbRaftStorage.open(path)
+        disk = on_disk.open(path)
         assert _observable(disk) == _observable(model)
     disk.close()
