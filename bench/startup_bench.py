@@ -64,6 +64,21 @@ def import_times(lab: Lab, vm: str, top: int = 8) -> list[tuple[str, float]]:
     return [("nodeos.daemon.main (total)", total), *tops]
 
 
+PROBE = """
+import subprocess, time
+def t(argv):
+    t0 = time.monotonic(); subprocess.run(argv, capture_output=True); return time.monotonic() - t0
+print(t(["python3", "-c", "pass"]), t(["python3", "-c", "import pyroute2"]), t(["ip", "-j", "addr", "show"]))
+"""
+
+
+def probes(lab: Lab, vm: str) -> dict[str, float]:
+    """What the daemon's start used to pay for its addresses: pyroute2's import vs one `ip` call."""
+    r = lab.exec(vm, ["python3", "-c", PROBE], timeout=900, check=True)
+    bare, pyroute2, ip = (float(x) for x in r.stdout.split())
+    return {"python3 -c pass": bare, "python3 -c 'import pyroute2'": pyroute2, "ip -j addr show": ip}
+
+
 def boot_figures(lab: Lab, vm: str) -> dict[str, Any]:
     total = lab.sh(vm, "systemd-analyze 2>&1 | head -1 || true").stdout.strip()
     blame = lab.sh(vm, "systemd-analyze blame --no-pager 2>/dev/null | head -8 || true").stdout
@@ -88,6 +103,7 @@ def run(name: str | None, restarts: int) -> dict[str, Any]:
         lab.sh(vm, f"find {PKG} -name __pycache__ -prune -exec rm -rf {{}} +")
         out["without_bytecode"] = [restart_s(lab, vm) for _ in range(restarts)]
         out["imports_without_bytecode"] = import_times(lab, vm)
+        out["probes"] = probes(lab, vm)
         out["load"] = os.getloadavg()
         return out
     finally:
@@ -135,7 +151,7 @@ def render(label: str, res: dict[str, Any], old: str) -> str:
     # Keep the other label's subsection (before/after live side by side).
     kept = ""
     for part in old.split("\n### ")[1:]:
-        if not part.startswith(label):
+        if part.split("\n", 1)[0].strip() != label:
             kept += "\n### " + part.rstrip("\n") + "\n"
     head = [
         SECTION,
