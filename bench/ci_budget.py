@@ -96,9 +96,11 @@ def main() -> None:
     ap.add_argument("--run", action="store_true")
     ap.add_argument("--out", type=Path, default=PROJECT / "artifacts" / "ci-budget")
     ap.add_argument("--note", default="")
+    ap.add_argument("--wall", action="append", default=[], metavar="TIER=SECONDS",
+                    help="Wall time of a tier run elsewhere (with existing junit files).")  # fmt: skip
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
-    walls: dict[str, float] = {}
+    walls = {k: float(v) for k, v in (w.split("=", 1) for w in a.wall)}
     paths = list(a.junit)
     if a.run:
         a.out.mkdir(parents=True, exist_ok=True)
