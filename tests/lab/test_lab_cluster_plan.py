@@ -118,12 +118,17 @@ def test_lab_init_writes_nodeosd_config_with_vm_name_and_lab_address(tmp_path: P
         "node_name": "s1",
         "peer_listen": f"{s1.addr}:{PEER_PORT}",
         "storage_address": [s1.addr],
+        "metrics_listen": "127.0.0.1:9810",
     }
     # The daemon accepts it as it is.
     from nodeos.daemon import config
 
     loaded, _ = config.load(str(root / "etc/nodeos/nodeosd.toml"), {})
     assert loaded.node_name == "s1" and loaded.peer_listen == f"{s1.addr}:{PEER_PORT}"
+    # ... including where it serves /metrics: never on the storage address.
+    from nodeos.observe.service import listen_address
+
+    assert listen_address(loaded.to_dict(), (s1.addr, PEER_PORT)) == ("127.0.0.1", 9810)
 
 
 def test_labels_need_the_label_command() -> None:

@@ -42,6 +42,9 @@ if [ "$role" = storage ] && [ -n "$peer" ]; then
 node_name = "$name"
 peer_listen = "$peer"
 storage_address = ["${ip%/*}"]
+# The lab has one network, so no management address: /metrics on loopback inside the VM
+# (nodeosd refuses to serve it on a storage address).
+metrics_listen = "127.0.0.1:9810"
 CONF
 fi
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
