@@ -416,7 +416,8 @@ class Lab:
                     break
                 restarts = agent.exec(["systemctl", "show", "-P", "NRestarts", "nodeosd.service"], timeout=30)
                 failures = int(restarts.stdout.strip() or 0) + (state == "failed")
-                if time.monotonic() > deadline or failures >= 3 or state == "inactive":
+                # "failed": systemd gave up (e.g. exit 2, a bad configuration, is never restarted).
+                if time.monotonic() > deadline or failures >= 3 or state in ("inactive", "failed"):
                     log = agent.exec(
                         ["journalctl", "-b", "-u", "nodeosd", "--no-pager", "-n", "40"], timeout=30
                     )

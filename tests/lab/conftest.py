@@ -116,6 +116,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _USERS = pytest.StashKey[dict[str, set[str]]]()
+_BOOT_FAILED = pytest.StashKey[dict[str, str]]()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -164,8 +165,15 @@ def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
 
 def _shared(request: pytest.FixtureRequest, module: Any, shape: str) -> Iterator[Lab]:
     the_lab = Lab(lab_name_for(f"shared.{shape}"))
+    failed = request.config.stash.setdefault(_BOOT_FAILED, {})
+    if shape in failed:  # one failed boot per session, not one per module
+        pytest.fail(f"the shared lab {shape!r} failed to boot earlier in this session: {failed[shape]}")
     if not the_lab.is_up():
-        _boot(the_lab, module.__name__, shared_labs.up_kwargs(shape))
+        try:
+            _boot(the_lab, module.__name__, shared_labs.up_kwargs(shape))
+        except Exception as e:
+            failed[shape] = str(e).splitlines()[0][:300]
+            raise
     users = request.config.stash.get(_USERS, {}).get(shape, set())
     users.discard(module.__name__)
     left: list[str] = []
