@@ -241,6 +241,14 @@ def test_api_refuses_another_user_even_when_the_socket_mode_lets_it_in(daemon: D
     run_dir = Path(tempfile.mkdtemp(prefix="nodeos-test-", dir="/run"))
     sock = run_dir / "api.sock"
     daemon.extra = ["--api-socket", str(sock)]
+    try:
+        check_peer_credentials(daemon, run_dir, sock)
+    finally:
+        daemon.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def check_peer_credentials(daemon: Daemon, run_dir: Path, sock: Path) -> None:
     daemon.start()
     os.chmod(run_dir, 0o755)
     os.chmod(sock, 0o666)  # a mode loosened by hand: the credential check still holds
@@ -268,5 +276,3 @@ def test_api_refuses_another_user_even_when_the_socket_mode_lets_it_in(daemon: D
     )
     assert root.returncode == 0, root.stderr  # root still gets in
     assert json.loads(root.stdout)["api"]["refused"] == 1
-    daemon.terminate()
-    shutil.rmtree(run_dir, ignore_errors=True)
