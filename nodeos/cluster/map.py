@@ -19,9 +19,13 @@ from typing import Any
 
 import msgpack
 
+from nodeos.cluster import storage_map
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 
-SCHEMA_VERSION = 1
+# 2: storage sections (storage_map.SECTIONS) and node labels/state. A version-1 snapshot is
+# read as version 2 with those sections empty.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 ROLES = ("storage", "witness")
 MAX_REJECTED = 64  # rejections kept in the map for operators (oldest dropped)
 MAX_KV_KEY = 256
@@ -61,6 +65,10 @@ def _empty_state() -> dict[str, Any]:
         "placement": {},
         "hosts": {},
         "paths": {},
+        "reports": {},
+        "pools": {},
+        "snapshots": {},
+        "names": {},
         "kv": {},
         "rejected": [],
     }
@@ -140,15 +148,19 @@ class ClusterMap:
             state = msgpack.unpackb(data, raw=False, strict_map_key=False)
         except Exception as exc:
             raise BadInput(f"map snapshot does not decode: {exc}", field="snapshot") from None
-        if not isinstance(state, dict) or state.get("schema") != SCHEMA_VERSION:
+        if not isinstance(state, dict) or state.get("schema") not in READABLE_SCHEMAS:
             raise BadInput(
                 f"map snapshot schema {state.get('schema') if isinstance(state, dict) else None!r} "
                 f"is not supported",
                 field="schema",
-                allowed=[SCHEMA_VERSION],
+                allowed=list(READABLE_SCHEMAS),
             )
         merged = _empty_state()
         merged.update(state)
+        merged["schema"] = SCHEMA_VERSION
+        for node in merged["nodes"].values():
+            node.setdefault("labels", {})
+            node.setdefault("state", "active")
         self.state = merged
 
     def copy(self) -> ClusterMap:
@@ -190,6 +202,8 @@ def _add_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         "addresses": dict(addresses),
         "failure_domain": fd,
         "role": role,
+        "labels": {},
+        "state": "active",
     }
     st["failure_domains"].setdefault(fd, {"name": fd})
     return st["nodes"][nid]
@@ -199,9 +213,29 @@ def _remove_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     nid = _node_id(args)
     if nid not in st["nodes"]:
         raise NotFound(f"node {nid} is not a member", field="node_id")
+    held = sorted(p["name"] for p in st["pools"].values() if p["node"] == nid)
+    if held:
+        raise BadInput(
+            f"node {nid} still holds pools {', '.join(held)}; delete them first", field="node_id"
+        )
     node = st["nodes"].pop(nid)
+    st["reports"].pop(nid, None)
     _drop_unused_domain(st, node["failure_domain"])
     return {"removed": nid}
+
+
+def _node_update_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """New addresses of a member (e.g. a cluster of one opened to others with a peer listener)."""
+    nid = _node_id(args)
+    if nid not in st["nodes"]:
+        raise NotFound(f"node {nid} is not a member", field="node_id")
+    addresses = args.get("addresses", {})
+    if not isinstance(addresses, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in addresses.items()
+    ):
+        raise BadInput("addresses must map names (e.g. 'peer') to 'host:port' strings", field="addresses")
+    st["nodes"][nid].setdefault("addresses", {}).update(addresses)
+    return st["nodes"][nid]
 
 
 def _set_failure_domain_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
@@ -275,7 +309,9 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     "add_node": {1: _add_node_v1},
     "remove_node": {1: _remove_node_v1},
     "set_failure_domain": {1: _set_failure_domain_v1},
+    "node_update": {1: _node_update_v1},
     "kv_put": {1: _kv_put_v1},
     "kv_cas": {1: _kv_cas_v1},
     "kv_get": {1: _kv_get_v1},
+    **storage_map.HANDLERS,
 }

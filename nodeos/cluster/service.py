@@ -37,7 +37,7 @@ from nodeos.cluster import token as tokens
 from nodeos.cluster.credentials import MemberCredentials
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
-from nodeos.cluster.leader_ops import int_param, leader_call, str_param
+from nodeos.cluster.leader_ops import LeaderHandler, int_param, leader_call, str_param
 from nodeos.cluster.map import check_kv_args
 from nodeos.cluster.raft import NONE, StateRole, bootstrap_storage
 from nodeos.cluster.supervisor import MemberSupervisor
@@ -79,6 +79,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         self.transport: PeerTransport | None = None
         self.driver: RaftDriver | None = None
         self._lock = asyncio.Lock()  # one init/join/leave at a time
+        self.leader_handlers: dict[str, LeaderHandler] = {}  # registered by other services
         self.failure: str | None = None  # set while this node's Raft member is down after a fault
         self._supervisor: asyncio.Task[None] | None = None
         self._retry_delay = 0.0
@@ -108,7 +109,9 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         self.meta = Store(self.dir / "meta", dbs=["meta"])
         with self.meta.read() as txn:
             self.identity = txn.get("meta", META_KEY)
-        if self.identity is not None:
+        if self.identity is None:
+            await self._bootstrap(solo=True)  # a lone node is a cluster of one
+        else:
             # A node killed right after joining has no map yet: the join reply's peers let it
             # reach the cluster and catch up.
             try:
@@ -116,6 +119,9 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             except Exception as exc:
                 await self._member_failed(exc)
             else:
+                assert self.driver is not None
+                if set(self.driver.conf_state.voters) == {self.driver.id}:
+                    self.driver.campaign()  # the only voter: no reason to wait out an election timeout
                 log.info(
                     "cluster member %d of cluster %s", self.identity["raft_id"], self.identity["cluster_id"]
                 )
@@ -148,6 +154,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         st = d.node.status()
         return {
             "member": True,
+            "solo": bool(self.identity.get("solo")),
             "cluster_id": self.identity["cluster_id"],
             "node_id": d.id,
             "role": st.soft_state.role.value,
@@ -177,6 +184,37 @@ class ClusterService(MemberSupervisor, MemberCredentials):
                 f"this node already belongs to cluster {self.identity['cluster_id']}", field="cluster"
             )
 
+    def holds_storage(self) -> list[str]:
+        """What this node's map holds that a fresh cluster would lose (pools, volumes, hosts)."""
+        if self.driver is None:
+            return []
+        st = self.driver.map.state
+        return [f"{len(st[k])} {k}" for k in ("pools", "volumes", "snapshots", "hosts") if st.get(k)]
+
+    def _replaceable(self) -> None:
+        """`cluster init` / `cluster join` replace this node's cluster only when it is a cluster
+        of one that holds nothing (a node joins another cluster empty)."""
+        if self.identity is None:
+            return
+        if not self.identity.get("solo"):
+            self._not_member()
+        held = self.holds_storage()
+        if held:
+            raise BadInput(
+                f"this node's cluster of one already holds {', '.join(held)}; a node joins another "
+                "cluster empty (delete them first, or `cluster init` to open this one to others)",
+                field="cluster",
+            )
+
+    async def _drop_solo(self) -> None:
+        """Take this node's (empty) cluster of one down for good: a new one replaces it."""
+        if self.identity is None:
+            return
+        await self._stop_member()
+        await asyncio.to_thread(self._wipe_raft_dir)
+        shutil.rmtree(self.tls.dir, ignore_errors=True)
+        self._save_identity(None)
+
     def _make_transport(self, raft_id: int, cluster_id: str, secret: bytes) -> PeerTransport:
         return PeerTransport(
             raft_id,
@@ -196,8 +234,8 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         assert ident is not None
         if transport is None:
             transport = self._make_transport(ident["raft_id"], ident["cluster_id"], ident["secret"])
-            assert self.peer_listen is not None, "a member needs --peer-listen"
-            await transport.listen(*self.peer_listen)
+            if self.peer_listen is not None:  # a cluster of one without a peer listener is fine
+                await transport.listen(*self.peer_listen)
         self.transport = transport
         # Storage that fails to open (corrupt record) leaves transport/storage set: the caller's
         # _member_failed() takes them down.
@@ -241,40 +279,79 @@ class ClusterService(MemberSupervisor, MemberCredentials):
     # --- API: init / join / leave / token / status ---
     async def api_init(self, params: dict[str, Any]) -> dict[str, Any]:
         async with self._lock:
-            self._not_member()
             self._need_peer_listen()
             raft_id = int_param(params, "node_id") or self._default_raft_id()
             fd = params.get("failure_domain")
             if fd is not None:
                 str_param(params, "failure_domain")
-            cluster_id = uuid.uuid4().hex
-            secret = os.urandom(SECRET_BYTES)
-            # A crash after bootstrap but before the identity is saved leaves a raft dir with
-            # no identity: it belongs to no cluster and is cleared here.
-            await asyncio.to_thread(self._wipe_raft_dir)
-            storage = await asyncio.to_thread(_open_raft_storage, self.dir / "raft")
-            try:
-                bootstrap_storage(storage, [raft_id])
-            finally:
-                storage.close()
-            await asyncio.to_thread(self._make_tls, cluster_id, raft_id)
-            ident = {"cluster_id": cluster_id, "secret": secret, "raft_id": raft_id}
-            self._save_identity(ident)
-            await self._start_member(extra_peers={})
-            assert self.driver is not None
-            self.driver.campaign()
-            await self._at_leader("command", {"cmd": "init_cluster", "args": {"cluster_id": cluster_id}}, 10)
-            await self._at_leader("command", {"cmd": "add_node", "args": self._node_args(raft_id, fd)}, 10)
-            tok = self._issue_token(tokens.check_ttl(params.get("ttl")))
-            log.info("created cluster %s as node %d", cluster_id, raft_id)
+            ttl = tokens.check_ttl(params.get("ttl"))
+            if self.identity is not None and self.identity.get("solo") and self.holds_storage():
+                await self._open_solo(params, fd)
+            else:
+                self._replaceable()
+                await self._drop_solo()
+                await self._bootstrap(solo=False, raft_id=raft_id, fd=fd)
+            assert self.identity is not None and self.driver is not None
+            tok = self._issue_token(ttl)
             return {
-                "cluster_id": cluster_id,
-                "node_id": raft_id,
+                "cluster_id": self.identity["cluster_id"],
+                "node_id": self.driver.id,
                 "token": tok.encode(),
                 "token_id": tok.token_id.hex(),
                 "token_expires": tok.expires,
                 "address": self.advertise,
             }
+
+    async def _open_solo(self, params: dict[str, Any], fd: str | None) -> None:
+        """`cluster init` on a cluster of one that already holds pools or volumes: the same
+        cluster (same ids, same map, same CA) becomes joinable; nothing is re-created."""
+        ident = self.identity
+        assert ident is not None
+        d = self._drv()
+        wanted = params.get("node_id")
+        if wanted is not None and wanted != d.id:
+            raise BadInput(
+                f"this node is already member {d.id} of its own cluster (it holds data); its id cannot change",
+                field="node_id",
+            )
+        if self.transport is not None and not self.transport.listening:
+            assert self.peer_listen is not None
+            await self.transport.listen(*self.peer_listen)
+        addresses = self._node_args(d.id, None)["addresses"]
+        await self._at_leader(
+            "command", {"cmd": "node_update", "args": {"node_id": d.id, "addresses": addresses}}, 10
+        )
+        if fd:
+            await self._at_leader(
+                "command", {"cmd": "set_failure_domain", "args": {"node_id": d.id, "failure_domain": fd}}, 10
+            )
+        self._save_identity({k: v for k, v in ident.items() if k != "solo"})
+        log.info("cluster %s (of one) is open to other nodes now", ident["cluster_id"])
+
+    async def _bootstrap(self, *, solo: bool, raft_id: int | None = None, fd: str | None = None) -> None:
+        """A new one-voter cluster on this node (at first start: its cluster of one)."""
+        raft_id = raft_id or self._default_raft_id()
+        cluster_id = uuid.uuid4().hex
+        secret = os.urandom(SECRET_BYTES)
+        # A crash after bootstrap but before the identity is saved leaves a raft dir with
+        # no identity: it belongs to no cluster and is cleared here.
+        await asyncio.to_thread(self._wipe_raft_dir)
+        storage = await asyncio.to_thread(_open_raft_storage, self.dir / "raft")
+        try:
+            bootstrap_storage(storage, [raft_id])
+        finally:
+            storage.close()
+        await asyncio.to_thread(self._make_tls, cluster_id, raft_id)
+        ident: dict[str, Any] = {"cluster_id": cluster_id, "secret": secret, "raft_id": raft_id}
+        if solo:
+            ident["solo"] = True
+        self._save_identity(ident)
+        await self._start_member(extra_peers={})
+        assert self.driver is not None
+        self.driver.campaign()
+        await self._at_leader("command", {"cmd": "init_cluster", "args": {"cluster_id": cluster_id}}, 10)
+        await self._at_leader("command", {"cmd": "add_node", "args": self._node_args(raft_id, fd)}, 10)
+        log.info("created cluster %s%s as node %d", cluster_id, " (of one)" if solo else "", raft_id)
 
     def _node_args(self, raft_id: int, fd: str | None) -> dict[str, Any]:
         args: dict[str, Any] = {
@@ -292,7 +369,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         validate.host_port(address, "address")
         token = decode_token(params.get("token"))  # type: ignore[arg-type]
         async with self._lock:
-            self._not_member()
+            self._replaceable()
             self._need_peer_listen()
             assert self.peer_listen is not None
             raft_id = int_param(params, "node_id") or self._default_raft_id()
@@ -329,6 +406,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
                 await transport.close()
             secret = tokens.unwrap_secret(token.key, reply.get("secret"))
             members = {int(k): str(v) for k, v in (reply.get("members") or {}).items()}
+            await self._stop_member()  # the cluster of one this node leaves (it holds nothing)
             await asyncio.to_thread(self._wipe_raft_dir)
             shutil.rmtree(self.tls.dir, ignore_errors=True)
             if isinstance(reply.get("cert"), bytes) and isinstance(reply.get("ca"), bytes):
@@ -355,6 +433,11 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             voters = set(d.conf_state.voters)
             if voters == {me} and not d.conf_state.learners:
                 raise BadInput("the last member of a cluster cannot leave it", field="cluster")
+            held = sorted(p["name"] for p in d.map.state["pools"].values() if p["node"] == me)
+            if held:
+                raise BadInput(
+                    f"this node still holds pools {', '.join(held)}; delete them first", field="cluster"
+                )
             if d.role is StateRole.LEADER:
                 await self._hand_over_leadership(d)
             await self._at_leader("remove", {"node_id": me}, timeout=20.0)
@@ -363,6 +446,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             shutil.rmtree(self.tls.dir, ignore_errors=True)
             self._save_identity(None)
             log.info("left cluster %s", ident["cluster_id"])
+            await self._bootstrap(solo=True)
             return {"left": ident["cluster_id"], "node_id": me}
 
     async def _hand_over_leadership(self, d: RaftDriver) -> None:
@@ -412,6 +496,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             )
         return {
             "member": True,
+            "solo": bool(self.identity.get("solo")),
             "cluster_id": self.identity["cluster_id"],
             "node_id": d.id,
             "role": local["role"],
@@ -422,6 +507,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             "last_index": local["last_index"],
             "members": members,
             "rejected_commands": len(d.map.state["rejected"]),
+            "rejected": d.map.state["rejected"][-5:],
             "raft_loop_running": d.running,
             "transport": self._transport_stats(),
         }
@@ -492,6 +578,12 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             raise NotLeader("the cluster service is not running on this node; nothing was done")
         return self.driver
 
+    async def at_leader(
+        self, method: str, params: dict[str, Any], timeout: float, idempotent: bool = False
+    ) -> Any:
+        """Run a leader method at the leader (here or forwarded); for other services."""
+        return await self._at_leader(method, params, timeout, idempotent)
+
     async def _at_leader(
         self, method: str, params: dict[str, Any], timeout: float, idempotent: bool = False
     ) -> Any:
@@ -504,13 +596,16 @@ class ClusterService(MemberSupervisor, MemberCredentials):
                 raise NotLeader(f"no leader could take the request within {timeout} s")
             try:
                 if d.role is StateRole.LEADER:
-                    return await leader_call(d, method, params, remaining)
+                    return await leader_call(d, method, params, remaining, self.leader_handlers)
                 if d.leader == NONE or self.transport is None:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(d.leader_changed.wait(), min(remaining, 0.5))
                     continue
                 return await self.transport.request(
-                    d.leader, "cluster.fwd", {"method": method, "params": params}, timeout=remaining
+                    d.leader,
+                    "cluster.fwd",
+                    {"method": method, "params": params, "timeout": remaining},
+                    timeout=remaining + 1.0,
                 )
             except NotLeader:
                 await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
@@ -539,9 +634,14 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             return out
         if method == "cluster.fwd":
             inner, inner_params = params.get("method"), params.get("params") or {}
-            if inner not in ("command", "kv_get", "join", "remove"):
+            if inner not in ("command", "kv_get", "join", "remove", *self.leader_handlers):
                 raise BadInput(f"unknown forwarded method {inner!r}", field="method")
-            return await leader_call(self._drv(), str(inner), inner_params, 5.0 if inner != "join" else 15.0)
+            timeout = params.get("timeout")
+            if not isinstance(timeout, (int, float)) or not 0 < timeout <= 300:
+                timeout = 5.0 if inner != "join" else 15.0
+            return await leader_call(
+                self._drv(), str(inner), inner_params, float(timeout), self.leader_handlers
+            )
         if method == "cluster.progress":
             return self._drv().status()
         raise BadInput(f"unknown peer method {method!r}", field="method")

@@ -140,6 +140,10 @@ class PeerTransport:
         self.blocked: set[int] = set()
 
     # --- server side ---
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
     async def listen(self, host: str, port: int) -> tuple[str, int]:
         self._server = await asyncio.start_server(
             self._serve,

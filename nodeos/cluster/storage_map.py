@@ -1,0 +1,586 @@
+"""Storage sections of the cluster map: node labels and reports, pools, volumes, snapshots,
+hosts, grants and path states. Pure command handlers, registered by nodeos/cluster/map.py.
+
+Desired state (written through the leader: placement, primary, epoch, grants) and actual
+state (written by each node's agent in `node_report`) live in separate fields, so neither
+overwrites the other. Applying a report is also where the two meet, deterministically: a
+volume becomes `ready` once every replica says so, a `deleting` volume or pool is dropped
+once no node reports it any more.
+
+Shapes (msgpack-safe; ids are ints, uuids strings):
+  nodes[nid]         + labels {k: v}, state active|draining, host_nqn, addresses.storage [addr]
+  reports[nid]       {seq, dataplane {name, healthy, error}, drives {id: {...}},
+                      pools {pool_id: {size_bytes, free_bytes, state, error}},
+                      replicas {vol_uuid: {state, step, error, size_bytes, members {nid: state}}},
+                      snapshots {snap_uuid: {state, error}}}
+  pools["nid/name"]  {name, node, pool_id, drives, devices, state creating|ready|deleting|failed, error}
+  volumes[uuid]      {uuid, name, vol_id, nqn, nguid, serial, size_bytes, replicas, spread,
+                      placement [{node, pool_id}], primary, epoch, state creating|ready|
+                      deleting|failed, error, kind, origin, origin_uuid, hosts [nqn], qos_*}
+  snapshots[uuid]    {uuid, name, snap_id, volume (uuid), volume_name, size_bytes, placement, state}
+  names[name]        {"kind": "volume"|"snapshot", "uuid": uuid}   (one name space for both)
+  hosts[nqn]         {nqn, dhchap_secret, added}
+  paths[uuid]        {nid: ana_state}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
+
+REPLICA_STATES = ("creating", "syncing", "in-sync", "degraded", "failed")
+VOLUME_STATES = ("creating", "ready", "deleting", "failed")
+LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,62})$")
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})$")
+MAX_REPORT_ERROR = 512
+
+SECTIONS = ("reports", "pools", "volumes", "snapshots", "names", "hosts", "paths")
+
+
+# --- argument helpers ------------------------------------------------------------------------
+
+
+def _req(args: dict[str, Any], field: str, kind: type | tuple[type, ...]) -> Any:
+    v = args.get(field)
+    if not isinstance(v, kind) or isinstance(v, bool):
+        raise BadInput(f"{field} is missing or of the wrong type", field=field)
+    return v
+
+
+def _nid(st: dict[str, Any], args: dict[str, Any], field: str = "node_id") -> int:
+    nid = args.get(field)
+    if type(nid) is not int or nid not in st["nodes"]:
+        raise NotFound(f"node {nid!r} is not a member", field=field, allowed=sorted(st["nodes"]) or None)
+    return nid
+
+
+def _short(s: Any) -> str | None:
+    return None if s is None else str(s)[:MAX_REPORT_ERROR]
+
+
+def check_labels(set_: dict[str, Any], remove: list[Any]) -> None:
+    for k, v in set_.items():
+        if not isinstance(k, str) or not LABEL_KEY.match(k):
+            raise BadInput(
+                f"label key {k!r} must be 1-63 lower-case letters, digits, '.', '_', '/', '-'", field="labels"
+            )
+        if not isinstance(v, str) or not LABEL_VALUE.match(v):
+            raise BadInput(
+                f"label value {v!r} (key {k}) must be 1-63 letters, digits, '.', '_', '-'", field="labels"
+            )
+    for k in remove:
+        if not isinstance(k, str) or not LABEL_KEY.match(k):
+            raise BadInput(f"label key {k!r} is not a valid key", field="labels")
+
+
+def volume_by_name(st: dict[str, Any], name: str, field: str = "name") -> dict[str, Any]:
+    ref = st["names"].get(name)
+    if ref is None or ref["kind"] != "volume":
+        raise NotFound(f"volume {name!r} does not exist", field=field)
+    return st["volumes"][ref["uuid"]]
+
+
+def snapshot_by_name(st: dict[str, Any], name: str, field: str = "snapshot") -> dict[str, Any]:
+    ref = st["names"].get(name)
+    if ref is None or ref["kind"] != "snapshot":
+        raise NotFound(f"snapshot {name!r} does not exist", field=field)
+    return st["snapshots"][ref["uuid"]]
+
+
+def _set_paths(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    st["paths"][vol["uuid"]] = {
+        slot["node"]: ("optimized" if slot["node"] == vol["primary"] else "inaccessible")
+        for slot in vol["placement"]
+    }
+
+
+# --- nodes -----------------------------------------------------------------------------------
+
+
+def node_label_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nid = _nid(st, args)
+    set_ = args.get("set") or {}
+    remove = args.get("remove") or []
+    if not isinstance(set_, dict) or not isinstance(remove, list):
+        raise BadInput("set must be a map and remove a list", field="labels")
+    check_labels(set_, remove)
+    node = st["nodes"][nid]
+    labels = dict(node.get("labels") or {})
+    for k in remove:
+        labels.pop(k, None)
+    labels.update(set_)
+    node["labels"] = labels
+    return {"node_id": nid, "labels": labels}
+
+
+def node_set_state_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nid = _nid(st, args)
+    state = args.get("state")
+    if state not in ("active", "draining"):
+        raise BadInput(f"state {state!r} is not allowed", field="state", allowed=["active", "draining"])
+    st["nodes"][nid]["state"] = state
+    return {"node_id": nid, "state": state}
+
+
+def node_report_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """A node's agent says what it really has. Newer reports replace older ones (seq)."""
+    nid = _nid(st, args)
+    seq = _req(args, "seq", int)
+    old = st["reports"].get(nid)
+    if old is not None and old.get("seq", 0) >= seq:
+        return {"node_id": nid, "stale": True}
+    rep: dict[str, Any] = {"seq": seq}
+    for key in ("dataplane", "drives", "pools", "replicas", "snapshots"):
+        v = args.get(key) or {}
+        if not isinstance(v, dict):
+            raise BadInput(f"{key} must be a map", field=key)
+        rep[key] = v
+    for r in rep["replicas"].values():
+        if not isinstance(r, dict) or r.get("state") not in REPLICA_STATES:
+            raise BadInput("replica state is not allowed", field="replicas", allowed=list(REPLICA_STATES))
+        r["error"] = _short(r.get("error"))
+    if args.get("storage_addresses") is not None:
+        st["nodes"][nid].setdefault("addresses", {})["storage"] = list(args["storage_addresses"])
+    if args.get("host_nqn") is not None:
+        st["nodes"][nid]["host_nqn"] = str(args["host_nqn"])
+    st["reports"][nid] = rep
+    _settle(st, nid)
+    return {"node_id": nid, "seq": seq}
+
+
+def _settle(st: dict[str, Any], nid: int) -> None:
+    """Fold node `nid`'s new report into the desired state it concerns."""
+    rep = st["reports"][nid]
+    for key, pool in list(st["pools"].items()):
+        if pool["node"] != nid:
+            continue
+        have = rep["pools"].get(pool["pool_id"])
+        if pool["state"] == "deleting" and have is None:
+            del st["pools"][key]
+        elif pool["state"] == "creating" and have is not None:
+            if have.get("state") == "failed":
+                pool.update(state="failed", error=_short(have.get("error")))
+            elif have.get("state") == "ready":
+                pool.update(state="ready", size_bytes=int(have.get("size_bytes", 0)), error=None)
+    for vol in list(st["volumes"].values()):
+        if any(s["node"] == nid for s in vol["placement"]):
+            _settle_volume(st, vol)
+    for snap in list(st["snapshots"].values()):
+        if any(s["node"] == nid for s in snap["placement"]):
+            _settle_snapshot(st, snap)
+
+
+def replica_view(st: dict[str, Any], vol: dict[str, Any], nid: int) -> dict[str, Any]:
+    """The state of `vol`'s replica on `nid`: what the primary's mirror says of it if it says
+    anything (it sees the member), else what the node itself reports."""
+    own = (st["reports"].get(nid) or {}).get("replicas", {}).get(vol["uuid"])
+    prim = (st["reports"].get(vol["primary"]) or {}).get("replicas", {}).get(vol["uuid"]) or {}
+    member = (prim.get("members") or {}).get(nid) if nid != vol["primary"] else None
+    if own is None:
+        return {"state": "creating", "step": "waiting for the node", "error": None}
+    if member is not None and own.get("state") != "failed":
+        return {**own, "state": member}
+    return own
+
+
+def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    views = {s["node"]: replica_view(st, vol, s["node"]) for s in vol["placement"]}
+    if vol["state"] == "deleting":
+        if all(vol["uuid"] not in ((st["reports"].get(n) or {}).get("replicas") or {}) for n in views):
+            _drop_volume(st, vol)
+        return
+    if vol["state"] == "creating":
+        failed = [(n, v) for n, v in views.items() if v["state"] == "failed"]
+        if failed:
+            n, v = failed[0]
+            vol["state"] = "failed"
+            name = st["nodes"].get(n, {}).get("name", f"node-{n}")
+            vol["error"] = f"node {name}: {v.get('step') or 'create'}: {v.get('error') or 'failed'}"
+        elif all(v["state"] == "in-sync" for v in views.values()):
+            vol["state"] = "ready"
+            vol["error"] = None
+
+
+def _settle_snapshot(st: dict[str, Any], snap: dict[str, Any]) -> None:
+    views = {
+        s["node"]: ((st["reports"].get(s["node"]) or {}).get("snapshots") or {}).get(snap["uuid"])
+        for s in snap["placement"]
+    }
+    if snap["state"] == "deleting":
+        if all(v is None for v in views.values()):
+            del st["snapshots"][snap["uuid"]]
+            st["names"].pop(snap["name"], None)
+        return
+    if snap["state"] == "creating":
+        if any(v is not None and v.get("state") == "failed" for v in views.values()):
+            err = next(v.get("error") for v in views.values() if v is not None and v.get("state") == "failed")
+            snap.update(state="failed", error=_short(err))
+        elif all(v is not None and v.get("state") == "ready" for v in views.values()):
+            snap["state"] = "ready"
+
+
+def _drop_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    del st["volumes"][vol["uuid"]]
+    st["paths"].pop(vol["uuid"], None)
+    if (st["names"].get(vol["name"]) or {}).get("uuid") == vol["uuid"]:
+        del st["names"][vol["name"]]
+
+
+# --- pools -----------------------------------------------------------------------------------
+
+
+def pool_key(nid: int, name: str) -> str:
+    return f"{nid}/{name}"
+
+
+def pool_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nid = _nid(st, args)
+    name = _req(args, "name", str)
+    key = pool_key(nid, name)
+    if key in st["pools"]:
+        raise AlreadyExists(f"pool {name!r} already exists on this node", field="name")
+    drives = _req(args, "drives", list)
+    used = {d for p in st["pools"].values() if p["node"] == nid for d in p["drives"]}
+    taken = sorted(set(drives) & used)
+    if taken:
+        raise BadInput(f"drive(s) {', '.join(taken)} already belong to a pool", field="drives")
+    st["pools"][key] = {
+        "name": name,
+        "node": nid,
+        "pool_id": _req(args, "pool_id", str),
+        "drives": list(drives),
+        "devices": list(_req(args, "devices", list)),
+        "state": "creating",
+        "size_bytes": 0,
+        "error": None,
+        "created": st["applied_index"],
+    }
+    if nid in st["reports"]:
+        _settle(st, nid)
+    return st["pools"][key]
+
+
+def pool_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nid = _nid(st, args)
+    name = _req(args, "name", str)
+    key = pool_key(nid, name)
+    pool = st["pools"].get(key)
+    if pool is None:
+        raise NotFound(f"pool {name!r} does not exist on node {nid}", field="name")
+    users = sorted(
+        v["name"]
+        for v in st["volumes"].values()
+        if any(s["pool_id"] == pool["pool_id"] for s in v["placement"])
+    )
+    users += sorted(
+        s["name"]
+        for s in st["snapshots"].values()
+        if any(x["pool_id"] == pool["pool_id"] for x in s["placement"])
+    )
+    if users:
+        raise OperationFailed(
+            f"pool {name!r} still holds {', '.join(users)}; delete them first", field="name"
+        )
+    pool["state"] = "deleting"
+    if nid in st["reports"]:
+        _settle(st, nid)
+    return {"name": name, "node_id": nid, "state": "deleting"}
+
+
+# --- volumes ---------------------------------------------------------------------------------
+
+
+def _check_placement(st: dict[str, Any], placement: Any, field: str = "placement") -> list[dict[str, Any]]:
+    if not isinstance(placement, list) or not 1 <= len(placement) <= 3:
+        raise BadInput("placement must list 1 to 3 replicas", field=field)
+    out, seen = [], set()
+    pool_ids = {(p["node"], p["pool_id"]): p for p in st["pools"].values()}
+    for slot in placement:
+        nid, pid = slot.get("node"), slot.get("pool_id")
+        if nid in seen:
+            raise BadInput(f"node {nid} holds two replicas", field=field)
+        pool = pool_ids.get((nid, pid))
+        if pool is None or pool["state"] != "ready":
+            raise BadInput(f"pool {pid!r} on node {nid} is not a ready pool", field=field)
+        seen.add(nid)
+        out.append({"node": nid, "pool_id": pid})
+    return out
+
+
+def _name_free(st: dict[str, Any], name: str, field: str = "name") -> None:
+    if name in st["names"]:
+        raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
+
+
+def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Placement was chosen by the leader from this very map; apply re-checks it anyway, so a
+    stale decision (a pool deleted meanwhile) is refused identically everywhere."""
+    name = _req(args, "name", str)
+    _name_free(st, name)
+    uuid = _req(args, "uuid", str)
+    if uuid in st["volumes"]:
+        raise AlreadyExists(f"volume uuid {uuid} exists", field="uuid")
+    placement = _check_placement(st, args.get("placement"))
+    kind = args.get("kind", "volume")
+    origin_uuid = None
+    if kind == "clone":
+        snap = snapshot_by_name(st, _req(args, "origin", str), "snapshot")
+        if snap["state"] != "ready":
+            raise OperationFailed(f"snapshot {snap['name']!r} is {snap['state']}", field="snapshot")
+        origin_uuid = snap["uuid"]
+    vol = {
+        "uuid": uuid,
+        "name": name,
+        "vol_id": "v" + uuid.replace("-", ""),
+        "nqn": _req(args, "nqn", str),
+        "nguid": uuid.replace("-", ""),
+        "serial": uuid.replace("-", "")[:20],
+        "size_bytes": _req(args, "size_bytes", int),
+        "replicas": len(placement),
+        "spread": args.get("spread", "node"),
+        "placement": placement,
+        "primary": placement[0]["node"],
+        "epoch": 1,
+        "state": "creating",
+        "error": None,
+        "kind": kind,
+        "origin": args.get("origin"),
+        "origin_uuid": origin_uuid,
+        "hosts": [],
+        "qos_iops": args.get("qos_iops"),
+        "qos_mbps": args.get("qos_mbps"),
+        "created": st["applied_index"],
+    }
+    st["volumes"][uuid] = vol
+    st["names"][name] = {"kind": "volume", "uuid": uuid}
+    _set_paths(st, vol)
+    _settle_volume(st, vol)
+    return {"uuid": uuid, "name": name}
+
+
+def volume_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Mark the volume deleting; it leaves the map once no replica node reports it. Its
+    snapshots stay (thin snapshots do not depend on their origin)."""
+    vol = volume_by_name(st, _req(args, "name", str))
+    vol["state"] = "deleting"
+    _settle_volume(st, vol)
+    return {"name": vol["name"], "uuid": vol["uuid"], "state": "deleting"}
+
+
+def volume_resize_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    vol = volume_by_name(st, _req(args, "name", str))
+    size = _req(args, "size_bytes", int)
+    if size < vol["size_bytes"]:
+        raise BadInput("volumes only grow", field="size", allowed=f">= {vol['size_bytes']} bytes")
+    vol["size_bytes"] = size
+    return {"name": vol["name"], "size_bytes": size}
+
+
+def volume_hosts_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Grant (`add: true`) or revoke a host on a volume."""
+    vol = volume_by_name(st, _req(args, "name", str))
+    host = _req(args, "host", str)
+    if host not in st["hosts"]:
+        raise NotFound(f"host {host!r} is not registered; add it with `nodeos host add`", field="host")
+    hosts = list(vol["hosts"])
+    if args.get("add"):
+        if host in hosts:
+            return {"name": vol["name"], "host": host, "changed": False}
+        hosts.append(host)
+    else:
+        if host not in hosts:
+            raise NotFound(f"host {host!r} has no grant on volume {vol['name']!r}", field="host")
+        hosts.remove(host)
+    vol["hosts"] = hosts
+    return {"name": vol["name"], "host": host, "changed": True}
+
+
+# --- snapshots -------------------------------------------------------------------------------
+
+
+def snapshot_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    vol = volume_by_name(st, _req(args, "volume", str), "name")
+    if vol["state"] != "ready":
+        raise OperationFailed(f"volume {vol['name']!r} is {vol['state']}", field="name")
+    name = _req(args, "name", str)
+    _name_free(st, name, "snapshot")
+    uuid = _req(args, "uuid", str)
+    snap = {
+        "uuid": uuid,
+        "name": name,
+        "snap_id": "s" + uuid.replace("-", ""),
+        "volume": vol["uuid"],
+        "volume_name": vol["name"],
+        "size_bytes": vol["size_bytes"],
+        "placement": [dict(s) for s in vol["placement"]],
+        "epoch": vol["epoch"],
+        "state": "creating",
+        "error": None,
+        "created": st["applied_index"],
+    }
+    st["snapshots"][uuid] = snap
+    st["names"][name] = {"kind": "snapshot", "uuid": uuid}
+    _settle_snapshot(st, snap)
+    return {"uuid": uuid, "name": name}
+
+
+def snapshot_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    snap = snapshot_by_name(st, _req(args, "name", str), "name")
+    clones = sorted(v["name"] for v in st["volumes"].values() if v.get("origin_uuid") == snap["uuid"])
+    if clones and not args.get("force"):
+        raise OperationFailed(
+            f"snapshot {snap['name']!r} is the origin of {', '.join(clones)}; "
+            "use --force to delete it anyway",
+            field="name",
+        )
+    snap["state"] = "deleting"
+    _settle_snapshot(st, snap)
+    return {"name": snap["name"], "deleted": True, "kind": "snapshot"}
+
+
+# --- hosts -----------------------------------------------------------------------------------
+
+
+def host_add_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nqn = _req(args, "nqn", str)
+    if nqn in st["hosts"]:
+        raise AlreadyExists(f"host {nqn!r} is already registered", field="host")
+    secret = args.get("dhchap_secret")
+    if secret is not None and not isinstance(secret, str):
+        raise BadInput("dhchap_secret must be a string", field="dhchap_secret")
+    st["hosts"][nqn] = {"nqn": nqn, "dhchap_secret": secret, "added": args.get("added")}
+    return {"nqn": nqn, "dhchap": bool(secret), "added": args.get("added")}
+
+
+def host_remove_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nqn = _req(args, "nqn", str)
+    if nqn not in st["hosts"]:
+        raise NotFound(f"host {nqn!r} is not registered", field="host")
+    granted = sorted(v["name"] for v in st["volumes"].values() if nqn in v["hosts"])
+    if granted:
+        raise OperationFailed(
+            f"host {nqn!r} still has grants on {', '.join(granted)}; revoke them first", field="host"
+        )
+    del st["hosts"][nqn]
+    return {"nqn": nqn, "removed": True}
+
+
+# --- upgrade: a node's single-node records brought into the map ------------------------------
+
+
+def import_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Adopt what a node held before the map owned it (see docs/cluster.md, "Upgrade").
+
+    Objects already in the map (same pool key, same volume/snapshot uuid, same host) are left
+    as they are, so a node that repeats the import after a crash changes nothing twice. A
+    name taken by another object is reported, not overwritten."""
+    nid = _nid(st, args)
+    imported: dict[str, list[str]] = {"pools": [], "volumes": [], "snapshots": [], "hosts": [], "skipped": []}
+    for h in args.get("hosts") or []:
+        if h["nqn"] not in st["hosts"]:
+            st["hosts"][h["nqn"]] = {
+                "nqn": h["nqn"],
+                "dhchap_secret": h.get("dhchap_secret"),
+                "added": h.get("added"),
+            }
+            imported["hosts"].append(h["nqn"])
+    for p in args.get("pools") or []:
+        key = pool_key(nid, p["name"])
+        if key not in st["pools"]:
+            st["pools"][key] = {
+                "name": p["name"],
+                "node": nid,
+                "pool_id": p["pool_id"],
+                "drives": list(p["drives"]),
+                "devices": list(p["devices"]),
+                "state": "ready",
+                "size_bytes": int(p.get("size_bytes", 0)),
+                "error": None,
+                "created": st["applied_index"],
+            }
+            imported["pools"].append(p["name"])
+    pools = {p["name"]: p for p in st["pools"].values() if p["node"] == nid}
+    for v in args.get("volumes") or []:
+        if v["uuid"] in st["volumes"]:
+            continue
+        if v["name"] in st["names"] or v["pool"] not in pools:
+            imported["skipped"].append(v["name"])
+            continue
+        vol = {
+            "uuid": v["uuid"],
+            "name": v["name"],
+            "vol_id": v["vol_id"],
+            "nqn": v["nqn"],
+            "nguid": v["nguid"],
+            "serial": v["serial"],
+            "size_bytes": int(v["size_bytes"]),
+            "replicas": 1,
+            "spread": "node",
+            "placement": [{"node": nid, "pool_id": pools[v["pool"]]["pool_id"]}],
+            "primary": nid,
+            "epoch": 1,
+            "state": "ready",
+            "error": None,
+            "kind": v.get("kind", "volume"),
+            "origin": v.get("origin"),
+            "origin_uuid": None,
+            "hosts": [h for h in v.get("hosts", []) if h in st["hosts"]],
+            "qos_iops": v.get("qos_iops"),
+            "qos_mbps": v.get("qos_mbps"),
+            "created": st["applied_index"],
+        }
+        st["volumes"][vol["uuid"]] = vol
+        st["names"][vol["name"]] = {"kind": "volume", "uuid": vol["uuid"]}
+        _set_paths(st, vol)
+        imported["volumes"].append(vol["name"])
+    by_name = {v["name"]: v for v in st["volumes"].values()}
+    for s in args.get("snapshots") or []:
+        uuid = s["uuid"]
+        if uuid in st["snapshots"]:
+            continue
+        vol = by_name.get(s["volume"])
+        if s["name"] in st["names"] or vol is None:
+            imported["skipped"].append(s["name"])
+            continue
+        st["snapshots"][uuid] = {
+            "uuid": uuid,
+            "name": s["name"],
+            "snap_id": s["snap_id"],
+            "volume": vol["uuid"],
+            "volume_name": vol["name"],
+            "size_bytes": int(s["size_bytes"]),
+            "placement": [dict(x) for x in vol["placement"]],
+            "epoch": 1,
+            "state": "ready",
+            "error": None,
+            "created": st["applied_index"],
+        }
+        st["names"][s["name"]] = {"kind": "snapshot", "uuid": uuid}
+        imported["snapshots"].append(s["name"])
+    for v in st["volumes"].values():
+        if v["kind"] == "clone" and v.get("origin") and v["origin_uuid"] is None:
+            ref = st["names"].get(v["origin"])
+            if ref is not None and ref["kind"] == "snapshot":
+                v["origin_uuid"] = ref["uuid"]
+    return imported
+
+
+HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] = {
+    "node_label": {1: node_label_v1},
+    "node_set_state": {1: node_set_state_v1},
+    "node_report": {1: node_report_v1},
+    "pool_create": {1: pool_create_v1},
+    "pool_delete": {1: pool_delete_v1},
+    "volume_create": {1: volume_create_v1},
+    "volume_delete": {1: volume_delete_v1},
+    "volume_resize": {1: volume_resize_v1},
+    "volume_hosts": {1: volume_hosts_v1},
+    "snapshot_create": {1: snapshot_create_v1},
+    "snapshot_delete": {1: snapshot_delete_v1},
+    "host_add": {1: host_add_v1},
+    "host_remove": {1: host_remove_v1},
+    "import_node": {1: import_node_v1},
+}
