@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "pool": "nodeos.cli.node:pool",
     "volume": "nodeos.cli.node:volume",
     "host": "nodeos.cli.node:host",
+    "node": "nodeos.cli.nodes:node",
     "cluster": "nodeos.cli.cluster:cluster",
     "net": "nodeos.cli.net:net",
     "events": "nodeos.cli.events:events",

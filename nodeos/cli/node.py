@@ -6,6 +6,8 @@ costs no round trip and exits 2), then calls nodeosd over the API socket.
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,10 @@ import click
 from nodeos import validate
 from nodeos.cli.output import command_runner, json_option, table
 from nodeos.cli.render import status_human
-from nodeos.errors import BadInput
+from nodeos.errors import BadInput, NotFound, OperationFailed
 from nodeos.rpc.client import Client
+
+WAIT_OPTION_HELP = "Seconds to wait until every replica is ready (progress shown on a terminal)."
 
 
 def _client(ctx: click.Context) -> Client:
@@ -25,6 +29,46 @@ def _client(ctx: click.Context) -> Client:
 
 def _size(n: Any) -> str:
     return validate.format_size(int(n)) if isinstance(n, int) else "-"
+
+
+def _progress_line(v: dict[str, Any]) -> str:
+    reps = ", ".join(
+        f"{r['node']} {r['state']}" + (f" ({r['step']})" if r.get("step") else "")
+        for r in v.get("replicas") or []
+    )
+    return f"{v.get('kind', 'volume')} {v['name']}: {v['state']}" + (f" - {reps}" if reps else "")
+
+
+def await_ready(client: Client, name: str, timeout: float, as_json: bool) -> dict[str, Any]:
+    """Poll `volume show` until NAME is ready, showing each replica's state on a terminal.
+    Fails (exit 1) naming the node and the step when a replica cannot get there."""
+    tty = sys.stderr.isatty() and not as_json
+    deadline = time.monotonic() + timeout
+    shown = ""
+    try:
+        while True:
+            try:
+                v = client.call("volume.show", {"name": name})
+            except NotFound:
+                raise OperationFailed(
+                    f"{name} could not be created (it was rolled back)", field="name"
+                ) from None
+            if v["state"] == "ready":
+                return v
+            if v["state"] == "failed":
+                raise OperationFailed(f"{name} could not be created: {v.get('error')}", field="name")
+            if time.monotonic() >= deadline:
+                raise OperationFailed(
+                    f"{name} is not ready after {timeout:.0f} s: {_progress_line(v)}", field="name"
+                )
+            line = _progress_line(v)
+            if tty and line != shown:
+                click.echo("\r\033[K" + line, err=True, nl=False)
+                shown = line
+            time.sleep(0.3)
+    finally:
+        if tty and shown:
+            click.echo("\r\033[K", err=True, nl=False)
 
 
 # --- status -------------------------------------------------------------------------------
@@ -70,18 +114,25 @@ def pool() -> None:
     """Storage pools (thin pools over drives)."""
 
 
+node_option = click.option("--node", default=None, help="The node (name or id); default: this node.")
+
+
 @pool.command("create")
 @click.argument("name")
 @click.option("--drives", required=True, help="Comma-separated drive ids from `nodeos drive list`, or `all`.")
+@node_option
 @json_option
 @click.pass_context
 @command_runner
-def pool_create(ctx: click.Context, name: str, drives: str, as_json: bool) -> tuple[Any, Any]:
-    """Create pool NAME over the given drives (their contents are lost)."""
+def pool_create(
+    ctx: click.Context, name: str, drives: str, node: str | None, as_json: bool
+) -> tuple[Any, Any]:
+    """Create pool NAME over the given drives of a node (their contents are lost)."""
     validate.name(name, "name")
     validate.drive_ids(drives, "drives")
-    p = _client(ctx).call("pool.create", {"name": name, "drives": drives}, progress=f"creating pool {name}")
-    return p, f"pool {p['name']} created: {_size(p['size_bytes'])} on {', '.join(p['drives'])}"
+    params = {"name": name, "drives": drives, "node": node}
+    p = _client(ctx).call("pool.create", params, progress=f"creating pool {name}")
+    return p, f"pool {p['name']} created on {p['node']}: {_size(p['size_bytes'])} on {', '.join(p['drives'])}"
 
 
 def _pool_rows(rows: list[dict[str, Any]]) -> str:
@@ -91,7 +142,7 @@ def _pool_rows(rows: list[dict[str, Any]]) -> str:
         )
         for r in rows
     ]
-    return table(view, ["name", "state", "size", "free", "drives"])
+    return table(view, ["node", "name", "state", "size", "free", "drives"])
 
 
 @pool.command("list")
@@ -105,14 +156,15 @@ def pool_list(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
 
 @pool.command("delete")
 @click.argument("name")
+@node_option
 @json_option
 @click.pass_context
 @command_runner
-def pool_delete(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
-    """Delete an empty pool."""
+def pool_delete(ctx: click.Context, name: str, node: str | None, as_json: bool) -> tuple[Any, Any]:
+    """Delete an empty pool of a node."""
     validate.name(name, "name")
-    r = _client(ctx).call("pool.delete", {"name": name}, progress=f"deleting pool {name}")
-    return r, f"pool {name} deleted"
+    r = _client(ctx).call("pool.delete", {"name": name, "node": node}, progress=f"deleting pool {name}")
+    return r, f"pool {name} deleted on {r['node']}"
 
 
 # --- volumes ------------------------------------------------------------------------------
@@ -137,8 +189,17 @@ def _vol_human(v: dict[str, Any]) -> str:
         lines.append(f"origin     {v['origin']}")
     if v.get("qos_iops") or v.get("qos_mbps"):
         lines.append(f"qos        iops {v.get('qos_iops') or '-'}  MB/s {v.get('qos_mbps') or '-'}")
+    if v.get("replicas"):
+        lines.append(f"primary    {v.get('primary')}   epoch {v.get('epoch')}   spread {v.get('spread')}")
+        for r in v["replicas"]:
+            extra = f"  ({r['step']})" if r.get("step") else ""
+            extra += f"  error: {r['error']}" if r.get("error") else ""
+            lines.append(f"replica    {r['node']:<12} {r['state']:<9} ANA {r.get('ana_state') or '-'}{extra}")
+    if v.get("error"):
+        lines.append(f"error      {v['error']}")
     for li in v.get("listeners", []):
-        lines.append(f"listener   {li['trtype']} {li['traddr']}:{li['trsvcid']}")
+        at = f"  ({li['node']})" if li.get("node") else ""
+        lines.append(f"listener   {li['trtype']} {li['traddr']}:{li['trsvcid']}{at}")
     if "hosts" in v:
         lines.append(f"hosts      {', '.join(v['hosts']) or '(none granted)'}")
     if v.get("connected_hosts"):
@@ -154,8 +215,23 @@ def _vol_human(v: dict[str, Any]) -> str:
 @click.option(
     "--pool", "pool_name", default=None, help="Pool (default: the healthy pool with most free space)."
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 3),
+    default=1,
+    show_default=True,
+    help="Copies, each on its own failure domain.",
+)
+@click.option(
+    "--spread",
+    type=click.Choice(["node", "rack", "switch"]),
+    default="node",
+    show_default=True,
+    help="Failure domain level the replicas are spread over (node labels rack=, switch=).",
+)
 @click.option("--qos-iops", type=int, default=None, help="IOPS limit (multiple of 1000; SPDK only).")
 @click.option("--qos-mbps", type=int, default=None, help="Bandwidth limit in MB/s (SPDK only).")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help=WAIT_OPTION_HELP)
 @json_option
 @click.pass_context
 @command_runner
@@ -164,20 +240,27 @@ def volume_create(
     name: str,
     size: str,
     pool_name: str | None,
+    replicas: int,
+    spread: str,
     qos_iops: int | None,
     qos_mbps: int | None,
+    timeout: float,
     as_json: bool,
 ) -> tuple[Any, Any]:
-    """Create a thin volume, exported to no host until granted."""
+    """Create a thin volume with 1-3 replicas, exported to no host until granted."""
     params = {
         "name": validate.name(name, "name"),
         "size": validate.size(size, "size"),
         "pool": validate.name(pool_name, "pool") if pool_name is not None else None,
+        "replicas": replicas,
+        "spread": spread,
         "qos_iops": validate.qos_iops(qos_iops),
         "qos_mbps": validate.qos_mbps(qos_mbps),
+        "wait": 0,
     }
-    v = _client(ctx).call("volume.create", params, progress=f"creating volume {name}")
-    return v, _vol_human
+    client = _client(ctx)
+    client.call("volume.create", params, progress=f"placing volume {name}")
+    return await_ready(client, name, timeout, as_json), _vol_human
 
 
 @volume.command("list")
@@ -194,10 +277,11 @@ def volume_list(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
                 size=_size(r.get("size_bytes")),
                 hosts=len(r.get("hosts") or []),
                 origin=r.get("origin") or "-",
+                primary=r.get("primary") or "-",
             )
             for r in rows
         ]
-        return table(view, ["name", "kind", "pool", "size", "state", "hosts", "origin"])
+        return table(view, ["name", "kind", "size", "state", "health", "primary", "hosts", "origin"])
 
     return _client(ctx).call("volume.list"), human
 
@@ -246,21 +330,34 @@ def volume_delete(ctx: click.Context, name: str, force: bool, as_json: bool) -> 
 @command_runner
 def volume_snapshot(ctx: click.Context, name: str, snapshot: str, as_json: bool) -> tuple[Any, Any]:
     """Take snapshot SNAPSHOT of volume NAME."""
-    params = {"name": validate.name(name, "name"), "snapshot": validate.name(snapshot, "snapshot")}
-    r = _client(ctx).call("volume.snapshot", params, progress=f"snapshotting {name}")
-    return r, f"snapshot {snapshot} of {name} taken"
+    params = {"name": validate.name(name, "name"), "snapshot": validate.name(snapshot, "snapshot"), "wait": 0}
+    client = _client(ctx)
+    client.call("volume.snapshot", params, progress=f"snapshotting {name}")
+    return await_ready(client, snapshot, 300.0, as_json), f"snapshot {snapshot} of {name} taken"
 
 
 @volume.command("clone")
 @click.argument("snapshot")
 @click.argument("new")
+@click.option(
+    "--replicas", type=click.IntRange(1, 3), default=None, help="Default: as many as the snapshot has."
+)
 @json_option
 @click.pass_context
 @command_runner
-def volume_clone(ctx: click.Context, snapshot: str, new: str, as_json: bool) -> tuple[Any, Any]:
-    """Create volume NEW from snapshot SNAPSHOT."""
-    params = {"snapshot": validate.name(snapshot, "snapshot"), "name": validate.name(new, "name")}
-    return _client(ctx).call("volume.clone", params, progress=f"cloning {snapshot}"), _vol_human
+def volume_clone(
+    ctx: click.Context, snapshot: str, new: str, replicas: int | None, as_json: bool
+) -> tuple[Any, Any]:
+    """Create volume NEW from snapshot SNAPSHOT (on the snapshot's nodes)."""
+    params = {
+        "snapshot": validate.name(snapshot, "snapshot"),
+        "name": validate.name(new, "name"),
+        "replicas": replicas,
+        "wait": 0,
+    }
+    client = _client(ctx)
+    client.call("volume.clone", params, progress=f"cloning {snapshot}")
+    return await_ready(client, new, 300.0, as_json), _vol_human
 
 
 @volume.command("grant")

@@ -6,6 +6,7 @@ having done nothing, when this node is not (or no longer) the leader.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodeos import validate
@@ -32,10 +33,24 @@ def str_param(params: dict[str, Any], field: str, max_len: int = 256) -> str:
     return v
 
 
-async def leader_call(d: RaftDriver, method: str, params: dict[str, Any], timeout: float) -> Any:
+# Leader-side handlers other services register (e.g. "control": the volume/pool/host API);
+# each gets (driver, params, timeout) on the leader.
+LeaderHandler = Callable[[RaftDriver, dict[str, Any], float], Awaitable[Any]]
+
+
+async def leader_call(
+    d: RaftDriver,
+    method: str,
+    params: dict[str, Any],
+    timeout: float,
+    handlers: dict[str, LeaderHandler] | None = None,
+) -> Any:
     """Run one leader-only operation on this node, which must be the leader."""
     if d.role is not StateRole.LEADER:
         raise NotLeader(f"node {d.id} is not the leader")
+    handler = (handlers or {}).get(method)
+    if handler is not None:
+        return await handler(d, params, timeout)
     if method == "command":
         return await d.propose(encode_command(params["cmd"], params.get("args") or {}), timeout)
     if method == "kv_get":
@@ -75,6 +90,9 @@ async def leader_remove(d: RaftDriver, params: dict[str, Any], timeout: float) -
     if nid == d.id:
         # A leader does not remove itself: it hands over first (see api_leave).
         raise NotLeader("the leader is leaving; retry at the next leader")
+    held = sorted(p["name"] for p in d.map.state["pools"].values() if p["node"] == nid)
+    if held:
+        raise BadInput(f"node {nid} still holds pools {', '.join(held)}; delete them first", field="node_id")
     in_raft = nid in d.conf_state.voters or nid in d.conf_state.learners
     if not in_raft and nid not in d.map.nodes:
         raise NotFound(f"node {nid} is not a member", field="node_id")

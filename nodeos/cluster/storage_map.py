@@ -216,8 +216,9 @@ def _settle_snapshot(st: dict[str, Any], snap: dict[str, Any]) -> None:
         return
     if snap["state"] == "creating":
         if any(v is not None and v.get("state") == "failed" for v in views.values()):
-            err = next(v.get("error") for v in views.values() if v is not None and v.get("state") == "failed")
-            snap.update(state="failed", error=_short(err))
+            # A snapshot not taken at its moment is worth nothing later: it is dropped.
+            del st["snapshots"][snap["uuid"]]
+            st["names"].pop(snap["name"], None)
         elif all(v is not None and v.get("state") == "ready" for v in views.values()):
             snap["state"] = "ready"
 

@@ -25,9 +25,11 @@ if TYPE_CHECKING:
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 # Order matters: services start in this order and stop in reverse.
+# The cluster comes first: the node service reconciles from its map, the control API runs on it.
 SERVICE_FACTORIES: list[str] = [
-    "nodeos.node.service:create_service",
     "nodeos.cluster.service:create_service",
+    "nodeos.node.service:create_service",
+    "nodeos.control.service:create_service",
     "nodeos.observe:create_service",
 ]
 
@@ -79,7 +81,7 @@ class DaemonContext:
     config: dict[str, Any] = field(default_factory=dict)  # the merged config (flags over file)
     # Runs a blocking call in the daemon's single data plane worker thread.
     run_blocking: Callable[..., Awaitable[Any]] | None = None
-    # Read-only views for observers (nodeos.observe): the services by name, filled once all are
-    # created, and the API's request/error counters.
+    # Every service by name, filled once all are created and before any starts: collaborators
+    # (control -> cluster, node -> cluster) and observers (nodeos.observe) find each other here.
     services: dict[str, Any] = field(default_factory=dict)
     api_counters: Callable[[], dict[str, Any]] | None = None

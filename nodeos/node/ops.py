@@ -35,8 +35,10 @@ class Ops:
         dataplane: Any,
         run_blocking: Callable[..., Awaitable[Any]],
         listeners: Callable[[], tuple[Listener, ...]],
+        hosts: Callable[[], dict[str, dict[str, Any]]] | None = None,
     ) -> None:
         self.store = store
+        self._hosts = hosts
         self.dp = dataplane
         self.run_blocking = run_blocking
         self.listeners = listeners
@@ -80,8 +82,12 @@ class Ops:
         return {h["nqn"]: h for _, h in txn.items("hosts")}
 
     def spec_for(self, vol: dict[str, Any]) -> Any:
-        with self.store.read() as txn:
-            hosts = self.hosts(txn)
+        """The export a volume record asks for; host secrets come from the cluster map."""
+        if self._hosts is not None:
+            hosts = self._hosts()
+        else:
+            with self.store.read() as txn:
+                hosts = self.hosts(txn)
         return model.export_spec(vol, self.listeners(), hosts)
 
     # --- the intent engine ------------------------------------------------------------
@@ -138,7 +144,13 @@ class Ops:
             data["op"] = op
             how = model.RECOVERY.get(op, "forward")
             step = self.forward[op] if how == "forward" else self.compensate[op]
-            entry = {"seq": intent["seq"], "op": op, "name": data.get("name"), "action": how}
+            entry = {
+                "seq": intent["seq"],
+                "op": op,
+                "name": data.get("name"),
+                "uuid": data.get("uuid"),
+                "action": how,
+            }
             try:
                 await step(data)
                 entry["result"] = "ok"

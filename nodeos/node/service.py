@@ -1,39 +1,37 @@
-"""The local node service: the API of pools, volumes, snapshots, clones, hosts and grants.
+"""The node service: this node's data plane under durable operations, and its agent.
 
-Each handler validates its whole request first (nothing changes on bad input), then runs the
-change as a durable operation (ops.Ops: intent -> data plane -> final state). Mutations are
-serialized by one lock: on one node they also share one data plane worker thread, so the
-lock costs nothing and keeps "validate, then record" atomic.
+Desired state lives in the cluster map (nodeos/cluster/storage_map.py); the API that changes
+it is the control service (nodeos/control/). Here: the node's own records of what its data
+plane holds (bookkeeping for reconcile), the durable operations that change the data plane
+(ops.Ops: intent -> data plane -> final state), recovery of interrupted operations at start,
+re-exporting after a reboot, and the agent (nodeos/agent/) that drives the operations from
+the map. All data plane changes are serialized by one lock and one worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from pathlib import Path
 from typing import Any
 
-from nodeos import validate
-from nodeos.daemon.logsetup import fields
 from nodeos.daemon.service import DaemonContext, Handler
-from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
+from nodeos.errors import NotSupported
 
 from . import crash, inventory, model
-from .base import LOG, _param
-from .hosts import HostsMixin
+from .base import LOG, NodeBase
 from .ops import Ops
-from .pools import PoolsMixin
 
 RETRY_INTERVAL_S = 30.0
 STARTUP_RECONCILE_TRIES = 12
 STARTUP_RECONCILE_PAUSE_S = 5.0
+MAP_CATCH_UP_S = 30.0
 
 
 def create_service(ctx: DaemonContext) -> NodeService:
     return NodeService(ctx)
 
 
-class NodeService(PoolsMixin, HostsMixin):
+class NodeService(NodeBase):
     name = "node"
 
     def __init__(self, ctx: DaemonContext) -> None:
@@ -46,7 +44,9 @@ class NodeService(PoolsMixin, HostsMixin):
         self.recovery: list[dict[str, Any]] = []
         self.reconcile_report: dict[str, Any] = {}
         self._retry_task: asyncio.Task[None] | None = None
-        self.ops = Ops(self.store, self.dp, self._run_blocking, lambda: self._listeners)
+        self.cluster: Any = None
+        self.agent: Any = None
+        self.ops = Ops(self.store, self.dp, self._run_blocking, lambda: self._listeners, self._map_hosts)
 
     async def _run_blocking(self, fn: Any, *args: Any) -> Any:
         assert self.ctx.run_blocking is not None
@@ -54,30 +54,59 @@ class NodeService(PoolsMixin, HostsMixin):
 
     def methods(self) -> dict[str, Handler]:
         return {
-            "drive.list": self.drive_list,
-            "pool.create": self.pool_create,
-            "pool.list": self.pool_list,
-            "pool.delete": self.pool_delete,
-            "volume.create": self.volume_create,
-            "volume.list": self.volume_list,
-            "volume.show": self.volume_show,
-            "volume.resize": self.volume_resize,
-            "volume.delete": self.volume_delete,
-            "volume.snapshot": self.volume_snapshot,
-            "volume.clone": self.volume_clone,
-            "volume.grant": self.volume_grant,
-            "volume.revoke": self.volume_revoke,
-            "host.add": self.host_add,
-            "host.list": self.host_list,
-            "host.remove": self.host_remove,
             "node.reconcile": self.node_reconcile,
             "node.crash_points": self.crash_points,
         }
 
+    def _map_hosts(self) -> dict[str, dict[str, Any]]:
+        d = getattr(self.cluster, "driver", None)
+        return dict(d.map.state["hosts"]) if d is not None else {}
+
+    def records(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """This node's records: (pools, volumes, snapshots) by name."""
+        return self._all("pools"), self._all("volumes"), self._all("snapshots")
+
+    def listeners_json(self) -> list[dict[str, str]]:
+        return model.listeners_json(self._listeners)
+
+    async def drive_inventory(self) -> dict[str, dict[str, Any]]:
+        drives = await asyncio.to_thread(inventory.list_drives)
+        keep = ("path", "model", "serial", "size_bytes", "health")
+        return {d["id"]: {k: d.get(k) for k in keep} for d in drives}
+
+    async def import_legacy_once(self, cluster: Any) -> None:
+        """Upgrade: records a node kept before the map owned pools, volumes and hosts are
+        brought into the map once (docs/cluster.md, "Upgrade"); nothing is re-created."""
+        with self.store.read() as txn:
+            if txn.get("meta", "map_import") is not None:
+                return
+            hosts = [h for _, h in txn.items("hosts")]
+        pools, vols, snaps = self.records()
+        args = {
+            "node_id": cluster.driver.id,
+            "pools": [p for p in pools.values() if p["state"] == "ready"],
+            "volumes": [v for v in vols.values() if v["state"] == "ready"],
+            "snapshots": [s for s in snaps.values() if s["state"] == "ready"],
+            "hosts": hosts,
+        }
+        if any(args[k] for k in ("pools", "volumes", "snapshots", "hosts")):
+            out = await cluster.at_leader("command", {"cmd": "import_node", "args": args}, 30.0)
+            LOG.warning("upgrade: brought this node's records into the cluster map: %s", out)
+        with self.store.write() as txn:
+            txn.put("meta", "map_import", {"cluster_id": cluster.identity["cluster_id"]})
+
     # --- life cycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.cluster = self.ctx.services.get("cluster")
+        await self._map_caught_up()
+        if self.cluster is not None:
+            from nodeos.agent.agent import Agent
+
+            self.agent = Agent(self, self.cluster)
         if not self.has_dataplane:
+            if self.agent is not None:
+                self.agent.start()
             return
         self.describe = dict(await self._run_blocking(self.dp.describe))  # type: ignore[union-attr]
         transports = [str(t) for t in self.describe.get("transports", ["tcp"])]  # type: ignore[union-attr]
@@ -96,8 +125,22 @@ class NodeService(PoolsMixin, HostsMixin):
                     break
                 await asyncio.sleep(STARTUP_RECONCILE_PAUSE_S)
         self._retry_task = asyncio.create_task(self._retry_loop())
+        if self.agent is not None:
+            self.agent.start()
+
+    async def _map_caught_up(self) -> None:
+        """Exports carry grants from the map: let the local map apply what is committed first."""
+        d = getattr(self.cluster, "driver", None)
+        if d is None:
+            return
+        target = d.node.status().hard_state.commit
+        deadline = asyncio.get_running_loop().time() + MAP_CATCH_UP_S
+        while d.map.applied_index < target and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
+        if self.agent is not None:
+            await self.agent.stop()
         if self._retry_task is not None:
             self._retry_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -173,287 +216,13 @@ class NodeService(PoolsMixin, HostsMixin):
             "reconcile": self.reconcile_report,
         }
 
-    # --- reading state ----------------------------------------------------------------
-
-    async def _connected(self, nqn: str) -> list[str]:
-        info_fn = getattr(self.dp, "export_info", None)
-        if info_fn is not None:
-            info = await self.ops.call("export_info", nqn)
-            return list(info.connected_hosts) if info is not None else []
-        for e in await self.ops.call("list_exports"):
-            if e.nqn == nqn:
-                return list(e.connected_hosts)
-        return []
-
-    def _connections_visible(self) -> bool:
-        """Whether the data plane reports live host connections. The kernel target shows them
-        only through nvmet's debugfs (CONFIG_NVME_TARGET_DEBUGFS), which not every kernel has."""
-        seen = self.describe.get("connections_visible")
-        if seen is not None:
-            return bool(seen)
-        if getattr(self.dp, "name", "") == "kernel":
-            return Path("/sys/kernel/debug/nvmet").is_dir()
-        return True
-
-    def _name_free(self, name: str, field: str = "name") -> None:
-        if self._get("volumes", name) is not None or self._get("snapshots", name) is not None:
-            raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
-
-    def _volume(self, name: str, field: str = "name", *, ready: bool = True) -> dict[str, Any]:
-        vol = self._get("volumes", name)
-        if vol is None:
-            raise NotFound(f"volume {name!r} does not exist", field=field)
-        if ready and vol["state"] != "ready":
-            raise OperationFailed(
-                f"volume {name!r} is {vol['state']}: an interrupted operation is pending (see nodeos status)",
-                field=field,
-            )
-        return vol
-
-    # --- volumes ----------------------------------------------------------------------
-
-    async def volume_create(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        size = validate.size(_param(params, "size"), "size")
-        pool_name = validate.name(params["pool"], "pool") if params.get("pool") is not None else None
-        qi = validate.qos_iops(params.get("qos_iops"))
-        qm = validate.qos_mbps(params.get("qos_mbps"))
-        self._need_dataplane()
-        if (qi or qm) and not self.describe.get("qos"):
-            raise NotSupported(
-                f"QoS limits are not supported by the {self.dp.name} data plane",  # type: ignore[union-attr]
-                field="qos_iops" if qi else "qos_mbps",
-            )
-        async with self.lock:
-            self._name_free(name)
-            cap = {i.pool_id: (i.size_bytes, i.free_bytes) for i in await self.ops.call("list_pools")}
-            choice = model.choose_pool(self._all("pools"), cap, await self._drives(), pool_name, size)
-            vol = model.new_volume(name, choice.pool, size, qos_iops=qi, qos_mbps=qm)
-            await self.ops.run("volume.create", {"name": name}, lambda txn: txn.put("volumes", name, vol))
-        LOG.info("volume %s created in pool %s", name, choice.pool["name"], extra=fields(volume=name))
-        return await self.volume_show({"name": name})
-
-    async def volume_clone(self, params: dict[str, Any]) -> dict[str, Any]:
-        snap_name = validate.name(_param(params, "snapshot"), "snapshot")
-        name = validate.name(_param(params, "name"), "name")
-        self._need_dataplane()
-        async with self.lock:
-            snap = self._get("snapshots", snap_name)
-            if snap is None:
-                raise NotFound(f"snapshot {snap_name!r} does not exist", field="snapshot")
-            if snap["state"] != "ready":
-                raise OperationFailed(f"snapshot {snap_name!r} is {snap['state']}", field="snapshot")
-            self._name_free(name)
-            pool = self._get("pools", snap["pool"])
-            assert pool is not None
-            vol = model.new_volume(name, pool, snap["size_bytes"], kind="clone", origin=snap_name)
-            await self.ops.run(
-                "volume.clone",
-                {"name": name, "snap_id": snap["snap_id"]},
-                lambda txn: txn.put("volumes", name, vol),
-            )
-        return await self.volume_show({"name": name})
-
-    async def volume_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        out = [
-            {
-                "name": v["name"],
-                "kind": v["kind"],
-                "pool": v["pool"],
-                "size_bytes": v["size_bytes"],
-                "state": v["state"],
-                "nqn": v["nqn"],
-                "vol_id": v["vol_id"],
-                "hosts": list(v.get("hosts", [])),
-                "origin": v.get("origin"),
-            }
-            for v in self._all("volumes").values()
-        ]
-        out += [
-            {
-                "name": s["name"],
-                "kind": "snapshot",
-                "pool": s["pool"],
-                "size_bytes": s["size_bytes"],
-                "state": s["state"],
-                "nqn": None,
-                "vol_id": s["snap_id"],
-                "hosts": [],
-                "origin": s["volume"],
-            }
-            for s in self._all("snapshots").values()
-        ]
-        return sorted(out, key=lambda r: r["name"])
-
-    async def volume_show(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        vol = self._get("volumes", name)
-        if vol is None:
-            snap = self._get("snapshots", name)
-            if snap is None:
-                raise NotFound(f"volume {name!r} does not exist", field="name")
-            return {**snap, "kind": "snapshot", "listeners": [], "nqn": None}
-        connected: list[str] = []
-        if self.has_dataplane and vol["state"] == "ready":
-            with contextlib.suppress(Exception):
-                connected = await self._connected(vol["nqn"])
-        keep = (
-            "name",
-            "uuid",
-            "vol_id",
-            "nqn",
-            "nguid",
-            "serial",
-            "pool",
-            "size_bytes",
-            "state",
-            "kind",
-            "origin",
-            "hosts",
-            "qos_iops",
-            "qos_mbps",
-            "created",
-        )
-        out = {k: vol.get(k) for k in keep}
-        out["listeners"] = model.listeners_json(self._listeners) if vol["state"] == "ready" else []
-        out["connected_hosts"] = connected
-        out["snapshots"] = sorted(s["name"] for s in self._all("snapshots").values() if s["volume"] == name)
-        return out
-
-    async def volume_resize(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        size = validate.size(_param(params, "size"), "size")
-        self._need_dataplane()
-        async with self.lock:
-            vol = self._volume(name)
-            if size < vol["size_bytes"]:
-                raise BadInput(
-                    f"volume {name!r} is {vol['size_bytes']} bytes; volumes only grow "
-                    "(shrinking would cut off data)",
-                    field="size",
-                    allowed=f">= {vol['size_bytes']} bytes",
-                )
-            if size > vol["size_bytes"]:
-                cap = {i.pool_id: i for i in await self.ops.call("list_pools")}
-                pinfo = cap.get(vol["pool_id"])
-                if pinfo is not None and size > pinfo.size_bytes:
-                    raise BadInput(
-                        f"size of {size} bytes is larger than pool {vol['pool']!r}",
-                        field="size",
-                        allowed=f"<= {pinfo.size_bytes} bytes",
-                    )
-                await self.ops.run(
-                    "volume.resize",
-                    {"name": name, "size_bytes": size},
-                    lambda txn: txn.put("volumes", name, dict(vol, state="resizing")),
-                )
-        return await self.volume_show({"name": name})
-
-    async def volume_delete(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        force = bool(params.get("force", False))
-        self._need_dataplane()
-        async with self.lock:
-            snap = self._get("snapshots", name)
-            if snap is not None and self._get("volumes", name) is None:
-                clones = [v["name"] for v in self._all("volumes").values() if v.get("origin") == name]
-                if clones and not force:
-                    raise OperationFailed(
-                        f"snapshot {name!r} is the origin of {', '.join(clones)}; "
-                        "use --force to delete it anyway",
-                        field="name",
-                    )
-                await self.ops.run(
-                    "snapshot.delete",
-                    {"name": name},
-                    lambda txn: txn.put("snapshots", name, dict(snap, state="deleting")),
-                )
-                return {"name": name, "deleted": True, "kind": "snapshot"}
-            vol = self._volume(name, ready=False)
-            if vol["state"] == "ready":
-                connected = await self._connected(vol["nqn"])
-                if connected and not force:
-                    raise OperationFailed(
-                        f"volume {name!r} has connected hosts ({', '.join(connected)}); "
-                        "disconnect them or use --force",
-                        field="name",
-                    )
-                if vol.get("hosts") and not force and not self._connections_visible():
-                    # Blind to connections: a granted host may be connected, so play safe.
-                    raise OperationFailed(
-                        f"volume {name!r} may have connected hosts: it is granted to "
-                        f"{', '.join(vol['hosts'])} and this data plane cannot show connections "
-                        "(no nvmet debugfs); revoke the hosts or use --force",
-                        field="name",
-                    )
-            elif not force:
-                raise OperationFailed(
-                    f"volume {name!r} is {vol['state']}: an operation is pending; "
-                    "use --force to delete it anyway",
-                    field="name",
-                )
-            await self.ops.run(
-                "volume.delete",
-                {"name": name},
-                lambda txn: txn.put("volumes", name, dict(vol, state="deleting")),
-            )
-        LOG.info("volume %s deleted", name, extra=fields(volume=name))
-        return {"name": name, "deleted": True, "kind": vol["kind"]}
-
-    async def volume_snapshot(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        snap_name = validate.name(_param(params, "snapshot"), "snapshot")
-        self._need_dataplane()
-        async with self.lock:
-            vol = self._volume(name)
-            self._name_free(snap_name, "snapshot")
-            snap = model.new_snapshot(snap_name, vol)
-            await self.ops.run(
-                "volume.snapshot",
-                {"name": snap_name, "vol_id": vol["vol_id"]},
-                lambda txn: txn.put("snapshots", snap_name, snap),
-            )
-        return await self.volume_show({"name": snap_name})
-
-    async def _set_hosts(self, op: str, name: str, host: str) -> dict[str, Any]:
-        self._need_dataplane()
-        async with self.lock:
-            vol = self._volume(name)
-            if self._get("hosts", host) is None:
-                raise NotFound(
-                    f"host {host!r} is not registered; add it with `nodeos host add`", field="host"
-                )
-            old = list(vol.get("hosts", []))
-            if op == "volume.grant":
-                if host in old:
-                    return {"name": name, "host": host, "changed": False}
-                new = [*old, host]
-            else:
-                if host not in old:
-                    raise NotFound(f"host {host!r} has no grant on volume {name!r}", field="host")
-                new = [h for h in old if h != host]
-            await self.ops.run(
-                op,
-                {"name": name, "old_hosts": old},
-                lambda txn: txn.put("volumes", name, dict(vol, hosts=new, state="exporting")),
-            )
-        LOG.info("%s %s host %s", op, name, host, extra=fields(volume=name, host=host))
-        return {"name": name, "host": host, "changed": True}
-
-    async def volume_grant(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        host = validate.host_nqn(_param(params, "host"), "host")
-        return await self._set_hosts("volume.grant", name, host)
-
-    async def volume_revoke(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        host = validate.host_nqn(_param(params, "host"), "host")
-        return await self._set_hosts("volume.revoke", name, host)
-
     # --- maintenance ------------------------------------------------------------------
 
     async def node_reconcile(self, params: dict[str, Any]) -> dict[str, Any]:
-        self._need_dataplane()
+        if not self.has_dataplane:
+            raise NotSupported(
+                f"this node runs without a data plane ({self.ctx.dataplane_reason})", field="dataplane"
+            )
         async with self.lock:
             rec = await self.ops.recover()
             self.recovery = (self.recovery + rec)[-50:]

@@ -101,7 +101,10 @@ def test_form_join_status_kv_leave(nodes: Any) -> None:
     follower = next(n for n in (n1, n2, n3) if n.raft_id != st["leader"])
     out = cli_json(follower, "leave")
     assert out["node_id"] == follower.raft_id
-    assert cli_json(follower, "status")["member"] is False
+    # a node that left is a cluster of one again (its own, new cluster)
+    alone = cli_json(follower, "status")
+    assert alone["solo"] is True and len(alone["members"]) == 1
+    assert alone["cluster_id"] != st["cluster_id"]
     rest = next(n for n in (n1, n2, n3) if n is not follower)
     wait_status(rest, lambda s: follower.raft_id not in [m["node_id"] for m in s["members"]])
     cli_json(follower, "join", rest.address, "--token", token, "--node-id", str(follower.raft_id))
@@ -122,6 +125,8 @@ def test_bad_joins_are_refused_and_change_nothing(nodes: Any) -> None:
     token = cli_json(n1, "init", "--node-id", "1")["token"]
     cli_json(n2, "join", n1.address, "--token", token, "--node-id", "2")
     before = wait_status(n1, lambda s: voters(s) == [1, 2])
+    n4_before = cli_json(n4, "status")
+    assert n4_before["solo"] is True  # a lone node is a cluster of one
 
     # a node id that is already taken
     r = cli(n4, "join", n1.address, "--token", token, "--node-id", "2")
@@ -151,18 +156,18 @@ def test_bad_joins_are_refused_and_change_nothing(nodes: Any) -> None:
     assert exc.value.field == "value"
 
     # nothing changed anywhere
-    assert cli_json(n4, "status")["member"] is False
+    n4_after = cli_json(n4, "status")
+    assert n4_after["solo"] is True and n4_after["cluster_id"] == n4_before["cluster_id"]
     after = cli_json(n1, "status")
     assert [m["node_id"] for m in after["members"]] == [m["node_id"] for m in before["members"]]
-    assert after["rejected_commands"] == 0
+    assert after["rejected_commands"] == 0, after["rejected"]
 
-    # init on a member, leave on a non-member, kv on a non-member
+    # init on a member; a cluster of one cannot be left, and its map is its own
     r = cli(n1, "init")
     assert r.returncode == 2 and "already belongs" in r.stderr
     r = cli(n4, "leave")
-    assert r.returncode == 2 and "not a member" in r.stderr
-    r = cli(n4, "kv", "get", "x")
-    assert r.returncode == 2
+    assert r.returncode == 2 and "last member" in r.stderr
+    assert cli_json(n4, "kv", "get", "color")["value"] is None
     # a single-member cluster cannot lose its last member
     r = cli(n5, "leave")
     assert r.returncode == 2 and "last member" in r.stderr

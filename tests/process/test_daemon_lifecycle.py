@@ -23,7 +23,8 @@ def test_ready_reaches_notify_socket_and_status_reports_the_node(daemon: Daemon)
     daemon.notify.wait_for("WATCHDOG", "1")  # type: ignore[union-attr]
     st = daemon.cli_json("status")
     assert st["node_name"] == "n1"
-    assert len(st["node_id"]) == 32
+    assert len(st["node_uuid"]) == 32
+    assert st["node_id"] == st["cluster"]["node_id"]  # a lone node is a cluster of one
     assert st["dataplane"]["name"] == "none"
     assert "witness" in st["dataplane"]["reason"]
     assert st["node"]["pending_intents"] == []

@@ -1,0 +1,222 @@
+"""The node agent: makes this node's data plane match the cluster map, reports what it has.
+
+Runs inside nodeosd on every node. A pass: read the local copy of the map, plan
+(nodeos/agent/plan.py, pure), run each step as a durable operation (nodeos/node/ops.py:
+intent first, so `kill -9` at any step is finished or rolled back at the next start), then
+report the node's actual state to the map in one `node_report` command, only when it
+changed and at most every REPORT_MIN_INTERVAL_S. Passes run when the map changes, after a
+failure (with a pause) and every IDLE_PASS_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from nodeos.agent.plan import Step, plan
+from nodeos.errors import NodeosError
+
+LOG = logging.getLogger("nodeosd.agent")
+POLL_S = 0.1
+IDLE_PASS_S = 10.0
+RETRY_PAUSE_S = 5.0
+REPORT_MIN_INTERVAL_S = 0.3
+DRIVES_EVERY_S = 60.0
+
+
+class Agent:
+    def __init__(self, node: Any, cluster: Any) -> None:
+        self.node = node  # the NodeService: store, ops, lock, data plane, listeners
+        self.cluster = cluster
+        self.errors: dict[str, dict[str, Any]] = {}  # "volume:NAME" -> {step, error, uuid}
+        self._task: asyncio.Task[None] | None = None
+        self._last_report: dict[str, Any] | None = None
+        self._last_seq = 0
+        self._last_target: tuple[int, int, Any] | None = None
+        self._last_report_at = 0.0
+        self._drives: dict[str, Any] = {}
+        self._drives_at = -DRIVES_EVERY_S
+        self.wake = asyncio.Event()
+        self.passes = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _driver(self) -> Any:
+        return getattr(self.cluster, "driver", None)
+
+    async def _run(self) -> None:
+        seen = -1
+        next_pass = 0.0
+        while True:
+            d = self._driver()
+            now = time.monotonic()
+            due = (
+                d is not None
+                and d.id in d.map.nodes
+                and (d.map.applied_index != seen or now >= next_pass or self.wake.is_set())
+            )
+            if not due:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), POLL_S)
+                continue
+            self.wake.clear()
+            seen = d.map.applied_index
+            try:
+                retry = await self.run_pass()
+            except Exception:
+                LOG.exception("agent pass failed")
+                retry = True
+            next_pass = time.monotonic() + (RETRY_PAUSE_S if retry else IDLE_PASS_S)
+
+    async def run_pass(self) -> bool:
+        """One reconcile pass and report; True when something should be retried soon."""
+        d = self._driver()
+        me = d.id
+        retry = False
+        if self.node.has_dataplane:
+            await self.node.import_legacy_once(self.cluster)
+            async with self.node.lock:
+                st = d.map.state
+                recs = self.node.records()
+                self._forget_errors(st)
+                for step in plan(st, me, *recs, skip=set(self.errors)):
+                    try:
+                        await self._run_step(step)
+                    except NodeosError as err:
+                        key = _key(step)
+                        uuid = (step.record or {}).get("uuid") or (step.record or {}).get("pool_id")
+                        self.errors[key] = {"step": step.op, "error": err.message, "uuid": uuid}
+                        LOG.error("%s %s failed: %s", step.op, step.name, err.message)
+                        retry = True
+        self.passes += 1
+        await self._report(d)
+        return retry
+
+    async def _run_step(self, step: Step) -> None:
+        rec, db = step.record, step.db
+
+        def prepare(txn: Any) -> None:
+            if rec is not None:
+                txn.put(db, step.name, rec)
+
+        await self.node.ops.run(step.op, dict(step.data), prepare)
+
+    def _forget_errors(self, st: dict[str, Any]) -> None:
+        """An error is kept while the map still wants the same object in the same way."""
+        for key, err in list(self.errors.items()):
+            kind, name = key.split(":", 1)
+            if kind == "pool":
+                obj = next((p for p in st["pools"].values() if p["name"] == name), None)
+                alive = obj is not None and obj["pool_id"] == err["uuid"] and obj["state"] == "creating"
+            else:
+                ref = st["names"].get(name)
+                alive = ref is not None and ref["uuid"] == err["uuid"]
+                if alive and err["step"] in ("volume.grant", "volume.resize"):
+                    alive = False  # exports and resizes are retried at the next pass
+            if not alive:
+                del self.errors[key]
+
+    # --- reporting ------------------------------------------------------------------------
+
+    async def _report(self, d: Any) -> None:
+        body = await self._report_body(d)
+        # A new cluster (joined, left) or a map that lost our report (restored) gets it again.
+        target = (id(d), d.id, (d.map.state["reports"].get(d.id) or {}).get("seq"))
+        if body == self._last_report and target == self._last_target:
+            return
+        wait = self._last_report_at + REPORT_MIN_INTERVAL_S - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if self._driver() is not d or d.id not in d.map.nodes:
+            return  # this node joined or left a cluster meanwhile: the next pass reports there
+        old = (d.map.state["reports"].get(d.id) or {}).get("seq", 0)
+        seq = max(old, self._last_seq) + 1
+        args = {"node_id": d.id, "seq": seq, **body}
+        try:
+            await self.cluster.at_leader("command", {"cmd": "node_report", "args": args}, 10.0)
+        except NodeosError as err:
+            LOG.warning("report not delivered (%s); will retry", err.message)
+            self.wake.set()
+            return
+        self._last_report = body
+        self._last_seq = seq
+        self._last_target = (id(d), d.id, seq)
+        self._last_report_at = time.monotonic()
+
+    async def _report_body(self, d: Any) -> dict[str, Any]:
+        node = self.node
+        dp: dict[str, Any] = {"name": "none", "listeners": []}
+        pools: dict[str, Any] = {}
+        replicas: dict[str, Any] = {}
+        snapshots: dict[str, Any] = {}
+        if node.has_dataplane:
+            dp = {
+                "name": node.dp.name,
+                "qos": bool(node.describe.get("qos")),
+                "listeners": node.listeners_json(),
+                "error": None,
+            }
+            precs, vrecs, srecs = node.records()
+            cap: dict[str, Any] = {}
+            try:
+                cap = {i.pool_id: i for i in await node.ops.call("list_pools")}
+            except NodeosError as err:
+                dp["error"] = err.message
+            for name, p in precs.items():
+                info = cap.get(p["pool_id"])
+                state = "ready" if p["state"] == "ready" else "creating"
+                pools[p["pool_id"]] = {
+                    "name": name,
+                    "state": state,
+                    "size_bytes": info.size_bytes if info else p.get("size_bytes", 0),
+                    "free_bytes": info.free_bytes if info else 0,
+                }
+            for v in vrecs.values():
+                if v["state"] == "deleting":
+                    continue
+                replicas[v["uuid"]] = {
+                    "state": "in-sync" if v["state"] in ("ready", "exporting", "resizing") else "creating",
+                    "step": None if v["state"] == "ready" else v["state"],
+                    "size_bytes": v["size_bytes"],
+                    "hosts": sorted(v.get("hosts") or []) if v["state"] == "ready" else None,
+                }
+            for s in srecs.values():
+                if s["state"] != "deleting" and s.get("uuid"):
+                    snapshots[s["uuid"]] = {"state": "ready" if s["state"] == "ready" else "creating"}
+            for key, err in self.errors.items():
+                kind = key.split(":", 1)[0]
+                if kind == "pool":
+                    pools[err["uuid"]] = {"state": "failed", "error": f"{err['step']}: {err['error']}"}
+                elif kind == "volume" and err["step"] in ("volume.create", "volume.clone"):
+                    replicas[err["uuid"]] = {"state": "failed", "step": err["step"], "error": err["error"]}
+                elif kind == "snapshot":
+                    snapshots[err["uuid"]] = {"state": "failed", "error": err["error"]}
+            if time.monotonic() - self._drives_at >= DRIVES_EVERY_S:
+                with contextlib.suppress(Exception):
+                    self._drives = await node.drive_inventory()
+                    self._drives_at = time.monotonic()
+        return {
+            "dataplane": dp,
+            "drives": self._drives,
+            "pools": pools,
+            "replicas": replicas,
+            "snapshots": snapshots,
+            "storage_addresses": list(node.ctx.storage_addresses),
+        }
+
+
+def _key(step: Step) -> str:
+    kind = {"pool": "pool", "volume": "volume", "snapshot": "snapshot"}[step.op.split(".")[0]]
+    if step.op == "volume.snapshot":
+        kind = "snapshot"
+    return f"{kind}:{step.name}"

@@ -1,0 +1,196 @@
+"""What a node's agent must do to make its data plane match the cluster map (pure).
+
+Input: the map's state, this node's member id, and the node's own records (what its data
+plane has, as recorded by the durable operations in nodeos/node/ops.py). Output: an ordered
+list of steps, each one durable operation. Deletions of volumes and snapshots come before
+creations (a name may be reused once the map dropped the old object), pools are created
+first and deleted last. Objects the map marks `failed` are left alone: the operator decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeos.control.views import pool_of
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str  # an Ops operation: "pool.create", "volume.create", ...
+    name: str  # the local record's key (pool / volume / snapshot name)
+    data: dict[str, Any] = field(default_factory=dict)  # the intent's data
+    record: dict[str, Any] | None = None  # the transient local record written with the intent
+    db: str = ""  # where `record` goes
+
+
+def _mine(objs: dict[str, Any], me: int) -> dict[str, dict[str, Any]]:
+    return {o["name"]: o for o in objs.values() if any(s["node"] == me for s in o["placement"])}
+
+
+def _slot(obj: dict[str, Any], me: int) -> dict[str, Any]:
+    return next(s for s in obj["placement"] if s["node"] == me)
+
+
+def local_volume(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str, Any]:
+    """The local record of `vol`'s replica on this node, as nodeos/node/ops.py keeps it."""
+    slot = _slot(vol, me)
+    pool = pool_of(st, me, slot["pool_id"]) or {"name": "?"}
+    return {
+        "name": vol["name"],
+        "uuid": vol["uuid"],
+        "vol_id": vol["vol_id"],
+        "pool": pool["name"],
+        "pool_id": slot["pool_id"],
+        "size_bytes": vol["size_bytes"],
+        "nqn": vol["nqn"],
+        "nguid": vol["nguid"],
+        "serial": vol["serial"],
+        "kind": vol["kind"],
+        "origin": vol.get("origin"),
+        "state": "creating",
+        "hosts": list(vol["hosts"]),
+        "qos_iops": vol.get("qos_iops"),
+        "qos_mbps": vol.get("qos_mbps"),
+        "created": vol.get("created"),
+    }
+
+
+def plan(
+    st: dict[str, Any],
+    me: int,
+    pools: dict[str, dict[str, Any]],
+    vols: dict[str, dict[str, Any]],
+    snaps: dict[str, dict[str, Any]],
+    skip: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[Step]:
+    """`pools`/`vols`/`snaps`: this node's records by name; `skip`: keys ("volume:NAME", ...)
+    whose last attempt failed and wait for the map to change."""
+    steps: list[Step] = []
+    want_pools = {p["name"]: p for p in st["pools"].values() if p["node"] == me}
+    want_vols = _mine(st["volumes"], me)
+    want_snaps = _mine(st["snapshots"], me)
+
+    # 1. what the map no longer wants: snapshots, then volumes
+    for name, s in snaps.items():
+        w = want_snaps.get(name)
+        if s["state"] != "deleting" and (w is None or w["uuid"] != s.get("uuid") or w["state"] == "deleting"):
+            steps.append(
+                Step("snapshot.delete", name, {"name": name}, dict(s, state="deleting"), "snapshots")
+            )
+    for name, v in vols.items():
+        w = want_vols.get(name)
+        if v["state"] != "deleting" and (w is None or w["uuid"] != v["uuid"] or w["state"] == "deleting"):
+            steps.append(Step("volume.delete", name, {"name": name}, dict(v, state="deleting"), "volumes"))
+
+    # 2. pools the map wants
+    for name, p in want_pools.items():
+        if name not in pools and p["state"] == "creating" and f"pool:{name}" not in skip:
+            rec = {
+                "name": name,
+                "pool_id": p["pool_id"],
+                "drives": list(p["drives"]),
+                "devices": list(p["devices"]),
+                "state": "creating",
+                "size_bytes": 0,
+                "created": p.get("created"),
+            }
+            steps.append(Step("pool.create", name, {"name": name}, rec, "pools"))
+
+    # 3. volumes the map wants: create, grow, re-export
+    for name, w in want_vols.items():
+        if w["state"] in ("deleting", "failed") or f"volume:{name}" in skip:
+            continue
+        have = vols.get(name)
+        if have is not None and have["uuid"] != w["uuid"]:
+            continue  # the old one is deleted first (step 1); created on the next pass
+        if have is None:
+            if w["state"] != "creating" or (
+                _slot(w, me)["pool_id"] not in {p["pool_id"] for p in pools.values()}
+            ):
+                continue  # the pool is not there yet
+            rec = local_volume(st, w, me)
+            if w["kind"] == "clone":
+                snap = st["snapshots"].get(w.get("origin_uuid") or "")
+                if snap is None:
+                    continue
+                steps.append(
+                    Step("volume.clone", name, {"name": name, "snap_id": snap["snap_id"]}, rec, "volumes")
+                )
+            else:
+                steps.append(Step("volume.create", name, {"name": name}, rec, "volumes"))
+            continue
+        if have["state"] != "ready":
+            continue  # an interrupted operation is being recovered
+        if w["size_bytes"] > have["size_bytes"]:
+            steps.append(
+                Step(
+                    "volume.resize",
+                    name,
+                    {"name": name, "size_bytes": w["size_bytes"]},
+                    dict(have, state="resizing"),
+                    "volumes",
+                )
+            )
+        elif sorted(w["hosts"]) != sorted(have.get("hosts") or []) or have.get("secrets") != secrets_digest(
+            st, w
+        ):
+            steps.append(
+                Step(
+                    "volume.grant",
+                    name,
+                    {"name": name, "old_hosts": list(have.get("hosts") or [])},
+                    dict(have, hosts=list(w["hosts"]), secrets=secrets_digest(st, w), state="exporting"),
+                    "volumes",
+                )
+            )
+
+    # 4. snapshots the map wants
+    for name, w in want_snaps.items():
+        if name in snaps or w["state"] != "creating" or f"snapshot:{name}" in skip:
+            continue
+        vol = st["volumes"].get(w["volume"])
+        local = vols.get(w["volume_name"])
+        if vol is None or local is None or local["state"] != "ready":
+            continue
+        rec = {
+            "name": name,
+            "uuid": w["uuid"],
+            "snap_id": w["snap_id"],
+            "volume": w["volume_name"],
+            "volume_uuid": w["volume"],
+            "pool": local["pool"],
+            "pool_id": local["pool_id"],
+            "size_bytes": w["size_bytes"],
+            "state": "creating",
+            "created": w.get("created"),
+        }
+        steps.append(
+            Step(
+                "volume.snapshot",
+                name,
+                {"name": name, "vol_id": local["vol_id"], "uuid": w["uuid"]},
+                rec,
+                "snapshots",
+            )
+        )
+
+    # 5. pools the map no longer wants, once nothing of ours lives in them
+    for name, p in pools.items():
+        w = want_pools.get(name)
+        if p["state"] == "deleting" or not (
+            w is None or w["pool_id"] != p["pool_id"] or w["state"] == "deleting"
+        ):
+            continue
+        if any(v["pool_id"] == p["pool_id"] for v in vols.values()) or any(
+            s["pool_id"] == p["pool_id"] for s in snaps.values()
+        ):
+            continue
+        steps.append(Step("pool.delete", name, {"name": name}, dict(p, state="deleting"), "pools"))
+    return steps
+
+
+def secrets_digest(st: dict[str, Any], vol: dict[str, Any]) -> list[bool]:
+    """Which granted hosts carry a DH-HMAC-CHAP secret (a change re-applies the export). The
+    secrets themselves never go into local records or reports."""
+    return [bool((st["hosts"].get(h) or {}).get("dhchap_secret")) for h in sorted(vol["hosts"])]

@@ -1,0 +1,119 @@
+"""Console commands for the cluster's nodes: list, show, label."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from nodeos import validate
+from nodeos.cli.node import _client
+from nodeos.cli.output import command_runner, json_option, table
+from nodeos.errors import BadInput
+
+
+def _labels(d: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(d.items())) or "-"
+
+
+def _size(n: Any) -> str:
+    return validate.format_size(int(n)) if isinstance(n, int) else "-"
+
+
+@click.group()
+def node() -> None:
+    """The cluster's nodes: addresses, labels (failure domains), role, state, capacity, health."""
+
+
+@node.command("list")
+@json_option
+@click.pass_context
+@command_runner
+def node_list(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
+    """List every node of the cluster."""
+
+    def human(rows: list[dict[str, Any]]) -> str:
+        view = [
+            dict(
+                r,
+                peer=r["addresses"].get("peer") or "-",
+                labels=_labels(r["labels"]),
+                raft=r["raft"] + (" (leader)" if r.get("leader") else ""),
+                capacity=_size(r.get("capacity_bytes")),
+                free=_size(r.get("free_bytes")),
+            )
+            for r in rows
+        ]
+        cols = ["name", "id", "peer", "labels", "role", "raft", "state", "capacity", "free", "health"]
+        return table(view, cols)
+
+    return _client(ctx).call("node.list"), human
+
+
+@node.command("show")
+@click.argument("name")
+@json_option
+@click.pass_context
+@command_runner
+def node_show(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
+    """Show one node: addresses, labels, pools, drives, health."""
+
+    def human(n: dict[str, Any]) -> str:
+        lines = [
+            f"name       {n['name']} (id {n['id']})",
+            f"role       {n['role']}   raft {n['raft']}{' (leader)' if n.get('leader') else ''}",
+            f"state      {n['state']}",
+            f"peer       {n['addresses'].get('peer') or '-'}",
+            f"storage    {', '.join(n['addresses'].get('storage') or []) or '-'}",
+            f"labels     {_labels(n['labels'])}",
+            f"dataplane  {n.get('dataplane') or '-'}",
+            f"capacity   {_size(n.get('capacity_bytes'))}   free {_size(n.get('free_bytes'))}",
+            f"health     {n['health']}",
+            f"replicas   {n['replicas']}",
+        ]
+        for p in n.get("pool_list") or []:
+            lines.append(
+                f"pool       {p['name']} {p['state']} {_size(p['size_bytes'])} free {_size(p['free_bytes'])}"
+            )
+        for d in n.get("drive_list") or []:
+            lines.append(
+                f"drive      {d['id']} {d.get('path') or '-'} {_size(d.get('size_bytes'))} {d.get('health')}"
+            )
+        return "\n".join(lines)
+
+    return _client(ctx).call("node.show", {"node": name}), human
+
+
+def parse_labels(items: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """KEY=VALUE sets a label, KEY- removes it."""
+    set_: dict[str, str] = {}
+    remove: list[str] = []
+    for it in items:
+        if it.endswith("-") and "=" not in it:
+            remove.append(it[:-1])
+        elif "=" in it:
+            k, v = it.split("=", 1)
+            set_[k] = v
+        else:
+            raise BadInput(
+                f"{it!r} is neither KEY=VALUE nor KEY-", field="labels", allowed="KEY=VALUE or KEY-"
+            )
+    if not set_ and not remove:
+        raise BadInput("give at least one KEY=VALUE or KEY-", field="labels", allowed="KEY=VALUE or KEY-")
+    return set_, remove
+
+
+@node.command("label")
+@click.argument("name")
+@click.argument("labels", nargs=-1)
+@json_option
+@click.pass_context
+@command_runner
+def node_label(ctx: click.Context, name: str, labels: tuple[str, ...], as_json: bool) -> tuple[Any, Any]:
+    """Set (KEY=VALUE) or remove (KEY-) labels of node NAME, e.g. `rack=a switch=sw1`."""
+    from nodeos.cluster.storage_map import check_labels
+
+    set_, remove = parse_labels(labels)
+    check_labels(set_, remove)
+    r = _client(ctx).call("node.label", {"node": name, "set": set_, "remove": remove})
+    return r, f"node {name}: labels {_labels(r['labels'])}"

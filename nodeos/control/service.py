@@ -1,0 +1,502 @@
+"""The control plane API: pools, volumes, snapshots, clones, hosts, grants and node labels.
+
+One code path for one node and fifty (a lone node is a cluster of one): every request is
+validated here, on the node whose console asked (bad input never reaches the leader), then
+run at the Raft leader (here or forwarded): a read barrier, a decision from the map
+(nodeos/control/decide.py), one proposed command. The agents on the chosen nodes see the
+committed desired state and make their data planes match it; this node then waits, on its
+own copy of the map, until the object is ready or has failed (the error names the node and
+the step), or until the request's `wait` runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid as uuidlib
+from typing import Any
+
+from nodeos import validate
+from nodeos.cluster.map import encode_command
+from nodeos.cluster.placement import SPREADS
+from nodeos.cluster.storage_map import check_labels
+from nodeos.control import decide, views
+from nodeos.daemon.service import DaemonContext, Handler
+from nodeos.errors import BadInput, NotFound, NotSupported, OperationFailed
+from nodeos.node import crash
+
+LOG = logging.getLogger("nodeosd.control")
+DEFAULT_WAIT_S = 300.0
+LEADER_TIMEOUT_S = 15.0
+
+
+def _param(params: dict[str, Any], key: str, field: str | None = None) -> Any:
+    if params.get(key) is None:
+        raise BadInput(f"{field or key} is required", field=field or key)
+    return params[key]
+
+
+def _wait_param(params: dict[str, Any]) -> float:
+    w = params.get("wait", DEFAULT_WAIT_S)
+    if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0 <= w <= 3600:
+        raise BadInput("wait must be a number of seconds in [0, 3600]", field="wait")
+    return float(w)
+
+
+def _replicas(v: Any) -> int:
+    if v is None:
+        return 1
+    if type(v) is not int or not 1 <= v <= 3:
+        raise BadInput(f"replicas must be 1, 2 or 3, not {v!r}", field="replicas", allowed=[1, 2, 3])
+    return v
+
+
+class ControlService:
+    name = "control"
+
+    def __init__(self, ctx: DaemonContext) -> None:
+        self.ctx = ctx
+        self.cluster: Any = None
+
+    # --- Service protocol -----------------------------------------------------------------
+
+    def methods(self) -> dict[str, Handler]:
+        return {
+            "drive.list": self.drive_list,
+            "pool.create": self.pool_create,
+            "pool.list": self.reader("pool.list"),
+            "pool.delete": self.pool_delete,
+            "volume.create": self.volume_create,
+            "volume.list": self.reader("volume.list"),
+            "volume.show": self.volume_show,
+            "volume.resize": self.volume_resize,
+            "volume.delete": self.volume_delete,
+            "volume.snapshot": self.volume_snapshot,
+            "volume.clone": self.volume_clone,
+            "volume.grant": self.volume_grant,
+            "volume.revoke": self.volume_revoke,
+            "host.add": self.host_add,
+            "host.list": self.reader("host.list"),
+            "host.remove": self.host_remove,
+            "node.list": self.reader("node.list"),
+            "node.show": self.node_show,
+            "node.label": self.node_label,
+        }
+
+    async def start(self) -> None:
+        self.cluster = self.ctx.services.get("cluster")
+        if self.cluster is None:
+            raise OperationFailed("the control plane needs the cluster service", field="cluster")
+        self.cluster.leader_handlers["control"] = self._at_leader
+
+    async def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.leader_handlers.pop("control", None)
+
+    def status(self) -> dict[str, Any]:
+        d = self._driver_or_none()
+        if d is None:
+            return {}
+        st = d.map.state
+        return {
+            "pools": sum(1 for p in st["pools"].values() if p["node"] == d.id),
+            "volumes": len(st["volumes"]),
+            "snapshots": len(st["snapshots"]),
+            "hosts": len(st["hosts"]),
+        }
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _driver_or_none(self) -> Any:
+        return getattr(self.cluster, "driver", None)
+
+    def _map(self) -> dict[str, Any]:
+        d = self._driver_or_none()
+        if d is None:
+            raise OperationFailed("the cluster service is not running on this node", field="cluster")
+        return d.map.state
+
+    def _me(self) -> int:
+        return int(self.cluster.driver.id)
+
+    def _local_dataplane(self) -> bool:
+        return self.ctx.dataplane is not None and getattr(self.ctx.dataplane, "name", "none") != "none"
+
+    def _need_storage(self) -> None:
+        """A node without a data plane can still run the console for its cluster, as long as
+        the cluster has a storage node; alone, it says why nothing can be stored."""
+        if self._local_dataplane():
+            return
+        d = self._driver_or_none()
+        st = d.map.state if d is not None else {"reports": {}}
+        storage = [
+            r for r in st["reports"].values() if (r.get("dataplane") or {}).get("name") not in (None, "none")
+        ]
+        if not storage:
+            raise NotSupported(
+                f"this node runs without a data plane ({self.ctx.dataplane_reason}) and no storage node "
+                "is in its cluster: pools and volumes live on storage nodes",
+                field="dataplane",
+            )
+
+    async def _run(self, op: str, params: dict[str, Any]) -> Any:
+        return await self.cluster.at_leader(
+            "control", {"op": op, "params": params}, LEADER_TIMEOUT_S, idempotent=op in READS
+        )
+
+    def reader(self, op: str) -> Handler:
+        async def handler(params: dict[str, Any]) -> Any:
+            return await self._run(op, {})
+
+        return handler
+
+    async def _at_leader(self, d: Any, params: dict[str, Any], timeout: float) -> Any:
+        """Runs on the leader: read barrier, decide from the map, propose."""
+        op, p = params.get("op"), params.get("params") or {}
+        await d.read_barrier(min(timeout, 5.0))
+        st = d.map.state
+        if op in READS:
+            return READS[op](st, p, d)
+        fn = decide.WRITES.get(str(op))
+        if fn is None:
+            raise BadInput(f"unknown control operation {op!r}", field="method")
+        if op in decide.NEEDS_ID:
+            new_id = ("p" + uuidlib.uuid4().hex[:16]) if op == "pool.create" else str(uuidlib.uuid4())
+            cmd, args = fn(st, p, new_id)
+        else:
+            cmd, args = fn(st, p)
+        return await d.propose(encode_command(cmd, args), max(1.0, timeout - 0.5))
+
+    async def _wait(self, check: Any, wait: float, what: str) -> Any:
+        """Poll this node's own copy of the map until `check(state)` returns non-None."""
+        deadline = time.monotonic() + wait
+        while True:
+            out = check(self._map())
+            if out is not None:
+                return out
+            if time.monotonic() >= deadline:
+                raise OperationFailed(
+                    f"{what}: still not done after {wait:.0f} s (it goes on; see `nodeos status`)"
+                )
+            await asyncio.sleep(0.1)
+
+    # --- drives and pools -----------------------------------------------------------------
+
+    async def drive_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        from nodeos.node import inventory
+
+        drives = await asyncio.to_thread(inventory.list_drives)
+        d = self._driver_or_none()
+        used: dict[str, str] = {}
+        if d is not None:
+            used = {
+                dr: p["name"]
+                for p in d.map.state["pools"].values()
+                if p["node"] == d.id
+                for dr in p["drives"]
+            }
+        return [dict(x, pool=used.get(x["id"])) for x in drives]
+
+    async def _target_node(self, params: dict[str, Any]) -> tuple[int, str]:
+        st = self._map()
+        ref = params.get("node")
+        if ref is None:
+            return self._me(), views.node_name(st, self._me())
+        nid = views.node_by_ref(st, ref)
+        if nid is None:
+            names = sorted(str(n.get("name")) for n in st["nodes"].values())
+            raise NotFound(
+                f"node {ref!r} is not a member of this cluster", field="node", allowed=names or None
+            )
+        return nid, views.node_name(st, nid)
+
+    async def pool_create(self, params: dict[str, Any]) -> dict[str, Any]:
+        from nodeos.node import inventory, model
+
+        name = validate.name(_param(params, "name"), "name")
+        requested = validate.drive_ids(_param(params, "drives"), "drives")
+        wait = _wait_param(params)
+        nid, node = await self._target_node(params)
+        st = self._map()
+        if nid == self._me():
+            if not self._local_dataplane():
+                raise NotSupported(
+                    f"this node runs without a data plane ({self.ctx.dataplane_reason}): "
+                    "pools and volumes live on storage nodes",
+                    field="dataplane",
+                )
+            drives = {x["id"]: x for x in await asyncio.to_thread(inventory.list_drives)}
+        else:
+            drives = dict(((st["reports"].get(nid) or {}).get("drives")) or {})
+        used = {dr: p["name"] for p in st["pools"].values() if p["node"] == nid for dr in p["drives"]}
+        chosen = model.pick_drives(requested, drives, used)
+        req = {
+            "node": nid,
+            "name": name,
+            "drives": [x["id"] for x in chosen],
+            "devices": [x["path"] for x in chosen],
+        }
+        await self._run("pool.create", req)
+        key = f"{nid}/{name}"
+
+        def done(st: dict[str, Any]) -> Any:
+            p = st["pools"].get(key)
+            if p is None:
+                raise OperationFailed(f"pool {name!r} on {node} is gone", field="name")
+            if p["state"] == "failed":
+                raise OperationFailed(
+                    f"pool {name!r} on {node}: {p.get('error') or 'create failed'}", field="name"
+                )
+            return views.pool_view(st, p) if p["state"] == "ready" else None
+
+        out = await self._wait(done, wait, f"pool {name} on {node}")
+        LOG.info("pool %s created on %s", name, node)
+        return out
+
+    async def pool_delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        wait = _wait_param(params)
+        nid, node = await self._target_node(params)
+        self._need_storage()
+        await self._run("pool.delete", {"node": nid, "name": name})
+        key = f"{nid}/{name}"
+        await self._wait(
+            lambda st: True if key not in st["pools"] else None, wait, f"deleting pool {name} on {node}"
+        )
+        return {"name": name, "node": node, "deleted": True}
+
+    # --- volumes --------------------------------------------------------------------------
+
+    async def _wait_volume(self, name: str, wait: float) -> dict[str, Any]:
+        """Wait until volume/snapshot `name` is ready; `wait` 0: return its view at once (the
+        console then shows progress itself)."""
+        if wait == 0:
+            await self._wait(lambda st: True if name in st["names"] else None, 10.0, f"volume {name}")
+            st = self._map()
+            ref = st["names"][name]
+            if ref["kind"] == "snapshot":
+                return views.snapshot_view(st, st["snapshots"][ref["uuid"]])
+            return views.volume_view(st, st["volumes"][ref["uuid"]])
+
+        def done(st: dict[str, Any]) -> Any:
+            ref = st["names"].get(name)
+            if ref is None:
+                raise OperationFailed(f"volume {name!r} disappeared", field="name")
+            if ref["kind"] == "snapshot":
+                snap = st["snapshots"][ref["uuid"]]
+                if snap["state"] == "failed":
+                    raise OperationFailed(f"snapshot {name!r}: {snap.get('error') or 'failed'}", field="name")
+                return views.snapshot_view(st, snap) if snap["state"] == "ready" else None
+            vol = st["volumes"][ref["uuid"]]
+            if vol["state"] == "failed":
+                raise OperationFailed(
+                    f"volume {name!r} could not be created: {vol.get('error')}", field="name"
+                )
+            return views.volume_view(st, vol) if vol["state"] == "ready" else None
+
+        return await self._wait(done, wait, f"volume {name}")
+
+    async def volume_create(self, params: dict[str, Any]) -> dict[str, Any]:
+        req = {
+            "name": validate.name(_param(params, "name"), "name"),
+            "size": validate.size(_param(params, "size"), "size"),
+            "pool": validate.name(params["pool"], "pool") if params.get("pool") is not None else None,
+            "replicas": _replicas(params.get("replicas")),
+            "spread": validate.choice(params.get("spread") or "node", list(SPREADS), "spread"),
+            "qos_iops": validate.qos_iops(params.get("qos_iops")),
+            "qos_mbps": validate.qos_mbps(params.get("qos_mbps")),
+        }
+        wait = _wait_param(params)
+        self._need_storage()
+        if (req["qos_iops"] or req["qos_mbps"]) and not self._qos_everywhere():
+            raise NotSupported(
+                "QoS limits are not supported by the kernel data plane",
+                field="qos_iops" if req["qos_iops"] else "qos_mbps",
+            )
+        await self._run("volume.create", req)
+        LOG.info("volume %s placed", req["name"])
+        return await self._wait_volume(req["name"], wait)
+
+    def _qos_everywhere(self) -> bool:
+        st = self._map()
+        reps = [
+            r for r in st["reports"].values() if (r.get("dataplane") or {}).get("name") not in (None, "none")
+        ]
+        return bool(reps) and all((r.get("dataplane") or {}).get("qos") for r in reps)
+
+    async def volume_clone(self, params: dict[str, Any]) -> dict[str, Any]:
+        req = {
+            "snapshot": validate.name(_param(params, "snapshot"), "snapshot"),
+            "name": validate.name(_param(params, "name"), "name"),
+            "replicas": _replicas(params["replicas"]) if params.get("replicas") is not None else None,
+        }
+        wait = _wait_param(params)
+        self._need_storage()
+        await self._run("volume.clone", req)
+        return await self._wait_volume(req["name"], wait)
+
+    async def volume_show(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        return await self._run("volume.show", {"name": name})
+
+    async def volume_resize(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        size = validate.size(_param(params, "size"), "size")
+        wait = _wait_param(params)
+        self._need_storage()
+        await self._run("volume.resize", {"name": name, "size": size})
+
+        def done(st: dict[str, Any]) -> Any:
+            vol = st["volumes"][st["names"][name]["uuid"]]
+            reps = [
+                (st["reports"].get(s["node"]) or {}).get("replicas", {}).get(vol["uuid"]) or {}
+                for s in vol["placement"]
+            ]
+            ok = all(int(r.get("size_bytes") or 0) >= size for r in reps)
+            return views.volume_view(st, vol) if ok else None
+
+        return await self._wait(done, wait, f"resizing volume {name}")
+
+    async def volume_delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        wait = _wait_param(params)
+        ref = self._map()["names"].get(name)
+        kind = "snapshot" if ref and ref["kind"] == "snapshot" else None
+        self._need_storage()
+        await self._run("volume.delete", {"name": name, "force": bool(params.get("force", False))})
+        if kind is None:
+            kind = self._map()["volumes"].get((ref or {}).get("uuid"), {}).get("kind", "volume")
+        await self._wait(lambda st: True if name not in st["names"] else None, wait, f"deleting {name}")
+        LOG.info("%s %s deleted", kind, name)
+        return {"name": name, "deleted": True, "kind": kind}
+
+    async def volume_snapshot(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        snap = validate.name(_param(params, "snapshot"), "snapshot")
+        wait = _wait_param(params)
+        self._need_storage()
+        await self._run("volume.snapshot", {"name": name, "snapshot": snap})
+        return await self._wait_volume(snap, wait)
+
+    async def _hosts(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
+        name = validate.name(_param(params, "name"), "name")
+        host = validate.host_nqn(_param(params, "host"), "host")
+        wait = _wait_param(params)
+        self._need_storage()
+        out = await self._run(op, {"name": name, "host": host})
+
+        def applied(st: dict[str, Any]) -> Any:
+            # Done once every node exporting the volume says its export carries the new grants.
+            vol = st["volumes"][st["names"][name]["uuid"]]
+            want = sorted(vol["hosts"])
+            for s in vol["placement"]:
+                rep = ((st["reports"].get(s["node"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+                if rep.get("state") == "failed":
+                    raise OperationFailed(
+                        f"volume {name!r} on {views.node_name(st, s['node'])}: {rep.get('error')}",
+                        field="name",
+                    )
+                if sorted(rep.get("hosts") or []) != want:
+                    return None
+            return True
+
+        await self._wait(applied, wait, f"{op} {name} {host}")
+        LOG.info("%s %s host %s", op, name, host)
+        return out
+
+    async def volume_grant(self, params: dict[str, Any]) -> dict[str, Any]:
+        return await self._hosts("volume.grant", params)
+
+    async def volume_revoke(self, params: dict[str, Any]) -> dict[str, Any]:
+        return await self._hosts("volume.revoke", params)
+
+    # --- hosts and nodes ------------------------------------------------------------------
+
+    async def host_add(self, params: dict[str, Any]) -> dict[str, Any]:
+        nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
+        secret = validate.dhchap_secret(params.get("dhchap_secret"))
+        out = await self._run("host.add", {"nqn": nqn, "dhchap_secret": secret, "added": time.time()})
+        crash.point("host.add:done")
+        LOG.info("host %s added", nqn)
+        return out
+
+    async def host_remove(self, params: dict[str, Any]) -> dict[str, Any]:
+        nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
+        out = await self._run("host.remove", {"nqn": nqn})
+        crash.point("host.remove:done")
+        return out
+
+    async def node_show(self, params: dict[str, Any]) -> dict[str, Any]:
+        ref = _param(params, "node")
+        if not isinstance(ref, (str, int)):
+            raise BadInput("node must be a node name or id", field="node")
+        return await self._run("node.show", {"node": ref})
+
+    async def node_label(self, params: dict[str, Any]) -> dict[str, Any]:
+        ref = _param(params, "node")
+        set_ = params.get("set") or {}
+        remove = params.get("remove") or []
+        if not isinstance(set_, dict) or not isinstance(remove, list):
+            raise BadInput("labels are KEY=VALUE to set and KEY- to remove", field="labels")
+        if not set_ and not remove:
+            raise BadInput("give at least one KEY=VALUE or KEY-", field="labels")
+        check_labels(set_, remove)
+        return await self._run("node.label", {"node": ref, "set": set_, "remove": remove})
+
+
+# --- reads at the leader (after the read barrier) --------------------------------------------
+
+
+def _show(st: dict[str, Any], p: dict[str, Any], d: Any) -> dict[str, Any]:
+    name = p.get("name")
+    ref = st["names"].get(name)
+    if ref is None:
+        raise NotFound(f"volume {name!r} does not exist", field="name")
+    if ref["kind"] == "snapshot":
+        return views.snapshot_view(st, st["snapshots"][ref["uuid"]])
+    return views.volume_view(st, st["volumes"][ref["uuid"]])
+
+
+def _raft_roles(d: Any) -> dict[int, str]:
+    cs = d.conf_state
+    return {**{n: "learner" for n in cs.learners}, **{n: "voter" for n in cs.voters}}
+
+
+def _node_list(st: dict[str, Any], p: dict[str, Any], d: Any) -> list[dict[str, Any]]:
+    roles = _raft_roles(d)
+    out = []
+    for nid in sorted(st["nodes"]):
+        v = views.node_view(st, nid, roles)
+        v["leader"] = nid == d.id
+        out.append(v)
+    return out
+
+
+def _node_show(st: dict[str, Any], p: dict[str, Any], d: Any) -> dict[str, Any]:
+    nid = views.node_by_ref(st, p.get("node"))
+    if nid is None:
+        names = sorted(str(n.get("name")) for n in st["nodes"].values())
+        raise NotFound(f"node {p.get('node')!r} is not a member of this cluster", field="node", allowed=names)
+    v = views.node_view(st, nid, _raft_roles(d))
+    v["leader"] = nid == d.id
+    rep = st["reports"].get(nid) or {}
+    v["drive_list"] = [dict(x, id=k) for k, x in sorted((rep.get("drives") or {}).items())]
+    v["pool_list"] = [views.pool_view(st, p) for p in st["pools"].values() if p["node"] == nid]
+    return v
+
+
+READS: dict[str, Any] = {
+    "volume.list": lambda st, p, d: views.volume_rows(st),
+    "volume.show": _show,
+    "pool.list": lambda st, p, d: sorted(
+        (views.pool_view(st, x) for x in st["pools"].values()), key=lambda r: (r["node"], r["name"])
+    ),
+    "host.list": lambda st, p, d: views.host_rows(st),
+    "node.list": _node_list,
+    "node.show": _node_show,
+}
+
+
+def create_service(ctx: DaemonContext) -> ControlService:
+    return ControlService(ctx)

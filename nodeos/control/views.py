@@ -1,0 +1,216 @@
+"""What the console shows, computed from the cluster map (pure).
+
+Every view is built from one map state, so a `volume show` answered by any node after a read
+barrier at the leader shows the same thing. Secrets never appear in a view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeos.cluster.storage_map import replica_view
+
+
+def node_name(st: dict[str, Any], nid: int) -> str:
+    return str((st["nodes"].get(nid) or {}).get("name") or f"node-{nid}")
+
+
+def node_by_ref(st: dict[str, Any], ref: str | int) -> int | None:
+    """A node named by its name or its member id."""
+    for nid, n in st["nodes"].items():
+        if n.get("name") == ref or str(nid) == str(ref):
+            return int(nid)
+    return None
+
+
+def pool_of(st: dict[str, Any], nid: int, pool_id: str) -> dict[str, Any] | None:
+    for p in st["pools"].values():
+        if p["node"] == nid and p["pool_id"] == pool_id:
+            return p
+    return None
+
+
+def node_listeners(st: dict[str, Any], nid: int) -> list[dict[str, Any]]:
+    rep = st["reports"].get(nid) or {}
+    return [dict(li, node=node_name(st, nid)) for li in (rep.get("dataplane") or {}).get("listeners") or []]
+
+
+def replica_health(st: dict[str, Any], vol: dict[str, Any]) -> str:
+    """One word for `volume list`: how many replicas are in sync, e.g. "3/3"."""
+    good = sum(1 for s in vol["placement"] if replica_view(st, vol, s["node"])["state"] == "in-sync")
+    return f"{good}/{len(vol['placement'])}"
+
+
+def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
+    prim = vol["primary"]
+    pool = pool_of(st, prim, next(s["pool_id"] for s in vol["placement"] if s["node"] == prim))
+    replicas = []
+    for s in vol["placement"]:
+        r = replica_view(st, vol, s["node"])
+        p = pool_of(st, s["node"], s["pool_id"])
+        replicas.append(
+            {
+                "node": node_name(st, s["node"]),
+                "node_id": s["node"],
+                "pool": p["name"] if p else None,
+                "state": r["state"],
+                "step": r.get("step"),
+                "error": r.get("error"),
+                "ana_state": (st["paths"].get(vol["uuid"]) or {}).get(s["node"]),
+            }
+        )
+    listeners = []
+    if vol["state"] != "deleting":
+        for s in vol["placement"]:
+            listeners += node_listeners(st, s["node"])
+    return {
+        "name": vol["name"],
+        "uuid": vol["uuid"],
+        "vol_id": vol["vol_id"],
+        "nqn": vol["nqn"],
+        "nguid": vol["nguid"],
+        "serial": vol["serial"],
+        "pool": pool["name"] if pool else None,
+        "size_bytes": vol["size_bytes"],
+        "state": vol["state"],
+        "error": vol.get("error"),
+        "kind": vol["kind"],
+        "origin": vol.get("origin"),
+        "hosts": list(vol["hosts"]),
+        "qos_iops": vol.get("qos_iops"),
+        "qos_mbps": vol.get("qos_mbps"),
+        "created": vol.get("created"),
+        "replica_count": vol["replicas"],
+        "spread": vol.get("spread", "node"),
+        "replicas": replicas,
+        "health": replica_health(st, vol),
+        "primary": node_name(st, prim),
+        "epoch": vol["epoch"],
+        "listeners": listeners,
+        "snapshots": sorted(s["name"] for s in st["snapshots"].values() if s["volume"] == vol["uuid"]),
+    }
+
+
+def snapshot_view(st: dict[str, Any], snap: dict[str, Any]) -> dict[str, Any]:
+    first = snap["placement"][0]
+    pool = pool_of(st, first["node"], first["pool_id"])
+    return {
+        "name": snap["name"],
+        "uuid": snap["uuid"],
+        "snap_id": snap["snap_id"],
+        "kind": "snapshot",
+        "volume": snap["volume_name"],
+        "volume_uuid": snap["volume"],
+        "pool": pool["name"] if pool else None,
+        "size_bytes": snap["size_bytes"],
+        "state": snap["state"],
+        "error": snap.get("error"),
+        "created": snap.get("created"),
+        "nodes": [node_name(st, s["node"]) for s in snap["placement"]],
+        "nqn": None,
+        "listeners": [],
+    }
+
+
+def volume_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for v in st["volumes"].values():
+        view = volume_view(st, v)
+        rows.append(
+            {
+                "name": v["name"],
+                "kind": v["kind"],
+                "pool": view["pool"],
+                "size_bytes": v["size_bytes"],
+                "state": v["state"],
+                "nqn": v["nqn"],
+                "vol_id": v["vol_id"],
+                "uuid": v["uuid"],
+                "hosts": list(v["hosts"]),
+                "origin": v.get("origin"),
+                "replicas": [{"node": r["node"], "state": r["state"]} for r in view["replicas"]],
+                "health": view["health"],
+                "primary": view["primary"],
+            }
+        )
+    for s in st["snapshots"].values():
+        view = snapshot_view(st, s)
+        rows.append(
+            {
+                "name": s["name"],
+                "kind": "snapshot",
+                "pool": view["pool"],
+                "size_bytes": s["size_bytes"],
+                "state": s["state"],
+                "nqn": None,
+                "vol_id": s["snap_id"],
+                "uuid": s["uuid"],
+                "hosts": [],
+                "origin": s["volume_name"],
+                "replicas": [{"node": n, "state": s["state"]} for n in view["nodes"]],
+                "health": "-",
+                "primary": None,
+            }
+        )
+    return sorted(rows, key=lambda r: r["name"])
+
+
+def pool_view(st: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
+    rep = ((st["reports"].get(p["node"]) or {}).get("pools") or {}).get(p["pool_id"]) or {}
+    return {
+        "name": p["name"],
+        "node": node_name(st, p["node"]),
+        "node_id": p["node"],
+        "pool_id": p["pool_id"],
+        "state": p["state"],
+        "error": p.get("error"),
+        "drives": list(p["drives"]),
+        "size_bytes": rep.get("size_bytes", p.get("size_bytes", 0)),
+        "free_bytes": rep.get("free_bytes"),
+    }
+
+
+def host_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
+    vols = st["volumes"].values()
+    return [
+        {
+            "nqn": h["nqn"],
+            "dhchap": bool(h.get("dhchap_secret")),
+            "added": h.get("added"),
+            "volumes": sorted(v["name"] for v in vols if h["nqn"] in v["hosts"]),
+        }
+        for h in sorted(st["hosts"].values(), key=lambda h: h["nqn"])
+    ]
+
+
+def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) -> dict[str, Any]:
+    n = st["nodes"][nid]
+    rep = st["reports"].get(nid) or {}
+    pools = [pool_view(st, p) for p in st["pools"].values() if p["node"] == nid]
+    drives = rep.get("drives") or {}
+    dp = rep.get("dataplane") or {}
+    health = "unknown"
+    if rep:
+        failing = [d for d, v in drives.items() if (v or {}).get("health") == "failing"]
+        health = "failing drives: " + ", ".join(sorted(failing)) if failing else "ok"
+        if dp.get("error"):
+            health = f"data plane: {dp['error']}"
+    return {
+        "name": n.get("name"),
+        "id": nid,
+        "addresses": {
+            "peer": (n.get("addresses") or {}).get("peer"),
+            "storage": list((n.get("addresses") or {}).get("storage") or []),
+        },
+        "labels": dict(n.get("labels") or {}),
+        "role": n.get("role"),
+        "raft": (raft or {}).get(nid, "none"),
+        "state": n.get("state", "active"),
+        "dataplane": dp.get("name"),
+        "capacity_bytes": sum(int(p["size_bytes"] or 0) for p in pools),
+        "free_bytes": sum(int(p["free_bytes"] or 0) for p in pools),
+        "pools": [p["name"] for p in pools],
+        "drives": len(drives),
+        "health": health,
+        "replicas": sum(1 for v in st["volumes"].values() if any(s["node"] == nid for s in v["placement"])),
+    }
