@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from nodeos.agent.plan import Step, plan
+from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
 
 LOG = logging.getLogger("nodeosd.agent")
@@ -25,6 +26,7 @@ IDLE_PASS_S = 10.0
 RETRY_PAUSE_S = 5.0
 REPORT_MIN_INTERVAL_S = 0.3
 DRIVES_EVERY_S = 60.0
+DISCOVERY_SVCID = "8009"
 
 
 class Agent:
@@ -40,9 +42,19 @@ class Agent:
         self._drives: dict[str, Any] = {}
         self._drives_at = -DRIVES_EVERY_S
         self.wake = asyncio.Event()
+        self._referrals_set: tuple[Any, Any] | None = None
         self.passes = 0
 
     def start(self) -> None:
+        # A snapshot rolled back by recovery lost its moment: report it failed (the map drops
+        # it) rather than take it again later.
+        for rec in self.node.recovery:
+            if rec.get("op") == "volume.snapshot" and rec.get("action") == "backward" and rec.get("uuid"):
+                self.errors[f"snapshot:{rec['name']}"] = {
+                    "step": "volume.snapshot",
+                    "error": "interrupted by a restart of nodeosd; the snapshot's moment is lost",
+                    "uuid": rec["uuid"],
+                }
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
@@ -89,6 +101,7 @@ class Agent:
                 st = d.map.state
                 recs = self.node.records()
                 self._forget_errors(st)
+                retry |= await self._referrals(st, me)
                 for step in plan(st, me, *recs, skip=set(self.errors)):
                     try:
                         await self._run_step(step)
@@ -101,6 +114,36 @@ class Agent:
         self.passes += 1
         await self._report(d)
         return retry
+
+    async def _referrals(self, st: dict[str, Any], me: int) -> bool:
+        """Point this node's discovery port at every other storage node's, so `nvme connect-all`
+        against any node finds every path (each node's log lists only what the host may use)."""
+        node = self.node
+        if not hasattr(node.dp, "set_referrals"):
+            return False
+        mine = [li for li in node.listeners_json() if li["trtype"] == "tcp"]
+        others = sorted(
+            {
+                (li["traddr"], li.get("adrfam", "ipv4"))
+                for nid, rep in st["reports"].items()
+                if nid != me
+                for li in ((rep.get("dataplane") or {}).get("listeners") or [])
+                if li.get("trtype") == "tcp"
+            }
+        )
+        want = (tuple((li["traddr"], li["adrfam"]) for li in mine), tuple(others))
+        if want == self._referrals_set:
+            return False
+        refs = tuple(Listener("tcp", a, DISCOVERY_SVCID, fam) for a, fam in others)  # type: ignore[arg-type]
+        try:
+            for li in mine:
+                port = Listener("tcp", li["traddr"], DISCOVERY_SVCID, li["adrfam"])  # type: ignore[arg-type]
+                await node.ops.call("set_referrals", port, refs)
+        except NodeosError as err:
+            LOG.warning("discovery referrals not set: %s", err.message)
+            return True
+        self._referrals_set = want
+        return False
 
     async def _run_step(self, step: Step) -> None:
         rec, db = step.record, step.db
@@ -153,6 +196,35 @@ class Agent:
         self._last_target = (id(d), d.id, seq)
         self._last_report_at = time.monotonic()
 
+    async def _replica_report(self, v: dict[str, Any]) -> dict[str, Any]:
+        """One local replica as the map should see it. A secondary that exports its replica is
+        "syncing" until the primary's mirror says its leg is in sync (members)."""
+        usable = v["state"] in ("ready", "exporting", "resizing")
+        out: dict[str, Any] = {
+            "state": "in-sync" if usable else "creating",
+            "step": None if v["state"] == "ready" else v["state"],
+            "size_bytes": v["size_bytes"],
+            "hosts": sorted(v.get("hosts") or []) if v["state"] == "ready" else None,
+        }
+        if int(v.get("replicas") or 1) > 1:
+            if v.get("role") == "secondary" and usable:
+                out["state"] = "syncing"
+            elif v.get("role") == "primary" and v["state"] == "ready":
+                from nodeos.dataplane.mirror_names import mirror_id_for
+
+                try:
+                    info = await self.node.ops.call("mirror_status", mirror_id_for(v["uuid"]))
+                except NodeosError as err:
+                    out.update(state="degraded", error=err.message)
+                    return out
+                if info is None:
+                    out.update(state="failed", error="the mirror is not assembled")
+                else:
+                    out["members"] = self.node.ops.mirrors.mirror_members(info, v)
+                    if info.degraded:
+                        out["state"] = "degraded"
+        return out
+
     async def _report_body(self, d: Any) -> dict[str, Any]:
         node = self.node
         dp: dict[str, Any] = {"name": "none", "listeners": []}
@@ -184,12 +256,7 @@ class Agent:
             for v in vrecs.values():
                 if v["state"] == "deleting":
                     continue
-                replicas[v["uuid"]] = {
-                    "state": "in-sync" if v["state"] in ("ready", "exporting", "resizing") else "creating",
-                    "step": None if v["state"] == "ready" else v["state"],
-                    "size_bytes": v["size_bytes"],
-                    "hosts": sorted(v.get("hosts") or []) if v["state"] == "ready" else None,
-                }
+                replicas[v["uuid"]] = await self._replica_report(v)
             for s in srecs.values():
                 if s["state"] != "deleting" and s.get("uuid"):
                     snapshots[s["uuid"]] = {"state": "ready" if s["state"] == "ready" else "creating"}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeos.control.views import pool_of
+from nodeos.node import replicas
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,14 @@ def local_volume(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str, 
         "qos_iops": vol.get("qos_iops"),
         "qos_mbps": vol.get("qos_mbps"),
         "created": vol.get("created"),
+        **replicas.record_fields(st, vol, me),
     }
+
+
+def _exported(st: dict[str, Any], vol: dict[str, Any], nid: int) -> bool:
+    """A secondary's replica is exported (its own report says syncing or in-sync)."""
+    rep = ((st["reports"].get(nid) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    return rep.get("state") in ("syncing", "in-sync")
 
 
 def plan(
@@ -119,6 +127,14 @@ def plan(
                 )
             else:
                 steps.append(Step("volume.create", name, {"name": name}, rec, "volumes"))
+            continue
+        if have["state"] == "standby":
+            if w["primary"] != me:
+                rec = dict(have, state="exporting")
+                steps.append(Step("volume.replica", name, {"name": name, "me": me}, rec, "volumes"))
+            elif all(_exported(st, w, s["node"]) for s in w["placement"] if s["node"] != me):
+                rec = dict(have, **replicas.record_fields(st, w, me), state="assembling")
+                steps.append(Step("volume.mirror", name, {"name": name, "me": me}, rec, "volumes"))
             continue
         if have["state"] != "ready":
             continue  # an interrupted operation is being recovered

@@ -21,6 +21,8 @@ STEPS: dict[str, tuple[str, ...]] = {
     "volume.snapshot": ("intent", "snapshot-created", "done"),
     "snapshot.delete": ("intent", "snapshot-deleted", "done"),
     "volume.grant": ("intent", "export-applied", "done"),
+    "volume.replica": ("intent", "replica-exported", "front-exported", "done"),
+    "volume.mirror": ("intent", "remotes-attached", "mirror-assembled", "front-exported", "done"),
     "volume.revoke": ("intent", "export-applied", "done"),
     "host.add": ("done",),
     "host.remove": ("done",),

@@ -29,6 +29,8 @@ RECOVERY: dict[str, str] = {
     "snapshot.delete": "forward",
     "volume.grant": "forward",
     "volume.revoke": "forward",
+    "volume.replica": "forward",
+    "volume.mirror": "forward",
 }
 
 
@@ -116,6 +118,10 @@ def export_spec(
     access = tuple(
         HostAccess(h, (hosts.get(h) or {}).get("dhchap_secret")) for h in vol.get("hosts", []) if h in hosts
     )
+    if int(vol.get("replicas") or 1) > 1:
+        from nodeos.node import replicas
+
+        return replicas.front_spec(vol, lst, access, str(vol["device"]))
     return ExportSpec(
         nqn=vol["nqn"],
         serial=vol["serial"],

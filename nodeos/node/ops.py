@@ -22,7 +22,8 @@ from nodeos.daemon.logsetup import fields
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError, OperationFailed
 
-from . import crash, model
+from . import crash, model, replicas
+from .mirror_ops import MirrorOps
 
 LOG = logging.getLogger("nodeosd.node")
 Step = Callable[[dict[str, Any]], Awaitable[None]]
@@ -39,6 +40,7 @@ class Ops:
     ) -> None:
         self.store = store
         self._hosts = hosts
+        self.mirrors = MirrorOps(self)
         self.dp = dataplane
         self.run_blocking = run_blocking
         self.listeners = listeners
@@ -53,6 +55,8 @@ class Ops:
             "snapshot.delete": self._snapshot_delete,
             "volume.grant": self._volume_export,
             "volume.revoke": self._volume_export,
+            "volume.replica": self.mirrors.replica_export,
+            "volume.mirror": self.mirrors.assemble,
         }
         self.compensate: dict[str, Step] = {
             "pool.create": self._undo_pool_create,
@@ -65,6 +69,9 @@ class Ops:
             "snapshot.delete": self._restore("snapshots", "name"),
             "volume.grant": self._undo_volume_export,
             "volume.revoke": self._undo_volume_export,
+            # Nothing to undo: the record stays "standby" and the agent's next pass tries again.
+            "volume.replica": self.mirrors.back_to_standby,
+            "volume.mirror": self.mirrors.back_to_standby,
         }
 
     # --- edges ------------------------------------------------------------------------
@@ -236,8 +243,14 @@ class Ops:
             info = await self.call("clone_snapshot", vol["pool_id"], d["snap_id"], vol["vol_id"])
             crash.point("volume.clone:clone-created")
         else:
-            info = await self.call("create_volume", vol["pool_id"], vol["vol_id"], vol["size_bytes"])
+            info = await self.call("create_volume", vol["pool_id"], vol["vol_id"], replicas.lv_size(vol))
             crash.point("volume.create:volume-created")
+        if replicas.replicated(vol):
+            # Exported by volume.replica / volume.mirror once the other replicas are there.
+            with self.store.write() as txn:
+                txn.put("volumes", d["name"], dict(vol, state="standby", lv_device=info.device))
+                self.end(txn, d)
+            return
         vol = dict(vol, size_bytes=info.size_bytes)
         await self.call("apply_export", self.spec_for(vol))
         crash.point("volume.clone:export-applied" if d.get("snap_id") else "volume.create:export-applied")
@@ -250,6 +263,8 @@ class Ops:
             vol = txn.get("volumes", d["name"])
         if vol is not None:
             await self.call("remove_export", vol["nqn"])
+            if replicas.replicated(vol):
+                await self.mirrors.teardown(vol)
             await self.call("delete_volume", vol["pool_id"], vol["vol_id"])
         with self.store.write() as txn:
             txn.delete("volumes", d["name"])
@@ -280,6 +295,8 @@ class Ops:
             return self._drop(d)
         await self.call("remove_export", vol["nqn"])
         crash.point("volume.delete:export-removed")
+        if replicas.replicated(vol):
+            await self.mirrors.teardown(vol)
         await self.call("delete_volume", vol["pool_id"], vol["vol_id"])
         crash.point("volume.delete:volume-deleted")
         with self.store.write() as txn:

@@ -1,0 +1,142 @@
+"""The data plane objects of a replicated volume on one node, from its local record (pure).
+
+A volume with replicas > 1 lives on 2-3 nodes (slot 0 = the primary, in the map's placement
+order). Every replica node holds an LV of `member_size_bytes(size)`: the md superblock and
+write-intent bitmap in front, the volume's data at MIRROR_DATA_OFFSET. Then:
+- a secondary exports its LV as the replica subsystem (fixed uuid/nguid) to the primary's
+  initiator only, and exports the volume's front end (same NQN, serial, uuid, nguid on every
+  node) from a linear view of its LV at the data offset, ANA inaccessible;
+- the primary attaches the secondaries' replica namespaces, assembles md raid1 over its LV and
+  them (members in slot order), and exports the front end from the md device, ANA optimized.
+Each node's controllers get their own id range (by slot) so the host tells the paths apart.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+from nodeos.dataplane import mirror_names as names
+from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MirrorSpec, RemoteSpec
+
+NODE_NQN_PREFIX = "nqn.2014-08.io.nodeos:node:"
+CNTLID_SPAN = 16000  # controller ids per slot: 3 slots fit under nvmet's 0xFFEF
+_HOSTID_NS = uuidlib.UUID("6e6f6465-6f73-486f-7374-496400000000")
+
+
+def node_host_nqn(cluster_id: str, node_id: int) -> str:
+    """This node's initiator identity, the only host a replica subsystem admits."""
+    return f"{NODE_NQN_PREFIX}{cluster_id}:{node_id}"
+
+
+def node_host_id(host_nqn: str) -> str:
+    """A host id of its own per host NQN (a shared one makes the kernel refuse the connect)."""
+    return str(uuidlib.uuid5(_HOSTID_NS, host_nqn))
+
+
+def replicated(vol: dict[str, Any]) -> bool:
+    return int(vol.get("replicas") or 1) > 1
+
+
+def lv_size(vol: dict[str, Any]) -> int:
+    return names.member_size_bytes(vol["size_bytes"]) if replicated(vol) else int(vol["size_bytes"])
+
+
+def cntlid_range(slot: int) -> tuple[int, int]:
+    return slot * CNTLID_SPAN + 1, (slot + 1) * CNTLID_SPAN
+
+
+def front_spec(
+    vol: dict[str, Any], listeners: tuple[Listener, ...], hosts: tuple[HostAccess, ...], device: str
+) -> ExportSpec:
+    primary = vol["role"] == "primary"
+    lo, hi = cntlid_range(int(vol["slot"]))
+    return ExportSpec(
+        nqn=vol["nqn"],
+        serial=vol["serial"],
+        pool_id=vol["pool_id"],
+        vol_id=vol["vol_id"],
+        uuid=vol["uuid"],
+        nguid=vol["nguid"],
+        listeners=listeners,
+        hosts=hosts,
+        ana_group=names.ANA_GROUP_OPTIMIZED if primary else names.ANA_GROUP_INACCESSIBLE,
+        ana_state="optimized" if primary else "inaccessible",
+        cntlid_min=lo,
+        cntlid_max=hi,
+        device=device,
+    )
+
+
+def replica_spec(vol: dict[str, Any], me: int, listeners: tuple[Listener, ...]) -> ExportSpec:
+    """A secondary's LV, exported to the primary's initiator alone."""
+    ruuid, rnguid = names.replica_ids(vol["uuid"], str(me))
+    return ExportSpec(
+        nqn=names.replica_nqn(vol["uuid"], str(me)),
+        serial=rnguid[:20],
+        pool_id=vol["pool_id"],
+        vol_id=vol["vol_id"],
+        uuid=ruuid,
+        nguid=rnguid,
+        listeners=listeners,
+        hosts=(HostAccess(vol["primary_host_nqn"]),),
+    )
+
+
+def remote_specs(vol: dict[str, Any]) -> list[RemoteSpec]:
+    """The primary's view of its secondaries, in slot order."""
+    out = []
+    for r in vol.get("remotes") or []:
+        _, rnguid = names.replica_ids(vol["uuid"], str(r["node"]))
+        out.append(
+            RemoteSpec(
+                nqn=names.replica_nqn(vol["uuid"], str(r["node"])),
+                listener=Listener(r["trtype"], r["traddr"], r["trsvcid"], r.get("adrfam", "ipv4")),
+                host_nqn=vol["host_nqn"],
+                host_id=node_host_id(vol["host_nqn"]),
+                nguid=rnguid,
+            )
+        )
+    return out
+
+
+def mirror_spec(vol: dict[str, Any], members: list[str], create: bool) -> MirrorSpec:
+    return MirrorSpec(
+        mirror_id=names.mirror_id_for(vol["uuid"]),
+        members=tuple(members),
+        size_bytes=int(vol["size_bytes"]),
+        data_offset_bytes=names.MIRROR_DATA_OFFSET,
+        create=create,
+    )
+
+
+def view_id(vol: dict[str, Any]) -> str:
+    return names.view_id_for(names.mirror_id_for(vol["uuid"]))
+
+
+def record_fields(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str, Any]:
+    """What a replicated volume's local record keeps of the map: role, slot, the primary's
+    identity (secondary) or the secondaries' addresses (primary)."""
+    if int(vol.get("replicas") or 1) <= 1:
+        return {"replicas": 1}
+    cid = str(st["cluster_id"])
+    slots = [s["node"] for s in vol["placement"]]
+    out: dict[str, Any] = {
+        "replicas": len(slots),
+        "me": me,
+        "slot": slots.index(me),
+        "role": "primary" if vol["primary"] == me else "secondary",
+        "epoch": vol["epoch"],
+        "primary_host_nqn": node_host_nqn(cid, vol["primary"]),
+    }
+    if out["role"] == "primary":
+        out["host_nqn"] = node_host_nqn(cid, me)
+        remotes = []
+        for nid in slots:
+            if nid == me:
+                continue
+            lst = ((st["reports"].get(nid) or {}).get("dataplane") or {}).get("listeners") or []
+            tcp = next((li for li in lst if li.get("trtype") == "tcp"), None)
+            remotes.append({"node": nid, **(tcp or {"trtype": "tcp", "traddr": "", "trsvcid": "4420"})})
+        out["remotes"] = remotes
+    return out
