@@ -100,6 +100,11 @@ _BY_CODE: dict[str, type[NodeosError]] = {
 }
 
 
+# Codes of BadInput subclasses defined elsewhere (a client need not import their modules):
+# they keep exit code 2 end to end.
+FOREIGN_BAD_INPUT_CODES = frozenset({"placement_refused"})
+
+
 def error_from_dict(d: dict[str, Any]) -> NodeosError:
     """Rebuild an error sent over RPC as `{code, message, field?, allowed?}`.
 
@@ -107,7 +112,7 @@ def error_from_dict(d: dict[str, Any]) -> NodeosError:
     is kept as it came: a script must be able to tell "nothing done" from "may be applied".
     """
     code = str(d.get("code", "failed"))
-    cls = _BY_CODE.get(code, OperationFailed)
+    cls = _BY_CODE.get(code, BadInput if code in FOREIGN_BAD_INPUT_CODES else OperationFailed)
     err = cls(str(d.get("message", "unknown error")), field=d.get("field"), allowed=d.get("allowed"))
     if code != cls.code:
         err.code = code

@@ -131,8 +131,12 @@ class Agent:
                 if li.get("trtype") == "tcp"
             }
         )
+        if not self.node.records()[1]:
+            # A node that exports nothing keeps no discovery port (an empty node leaves nvmet
+            # empty): hosts are referred once it holds a volume.
+            others = []
         want = (tuple((li["traddr"], li["adrfam"]) for li in mine), tuple(others))
-        if want == self._referrals_set:
+        if want == self._referrals_set or (self._referrals_set is None and not others):
             return False
         refs = tuple(Listener("tcp", a, DISCOVERY_SVCID, fam) for a, fam in others)  # type: ignore[arg-type]
         try:

@@ -44,3 +44,13 @@ def test_storage_failures_get_their_own_codes() -> None:
     assert storage_error(lmdb.MapFullError("full")).code == "no_space"  # type: ignore[union-attr]
     assert CorruptRecord("meta", b"identity", "checksum mismatch").to_dict()["code"] == "corrupt_record"
     assert storage_error(ValueError("a bug")) is None
+
+
+def test_a_placement_refusal_keeps_exit_code_2_across_rpc() -> None:
+    from nodeos.cluster.placement import PlacementRefused
+    from nodeos.errors import EXIT_BAD_INPUT, error_from_dict
+
+    err = error_from_dict(
+        PlacementRefused("3 replicas spread by rack need 3 racks", field="replicas").to_dict()
+    )
+    assert err.exit_code == EXIT_BAD_INPUT and err.code == "placement_refused" and err.field == "replicas"
