@@ -240,16 +240,83 @@ def check(cond: bool, what: str) -> None:
     say(f"OK: {what}")
 
 
+MIRROR_OFFSET_MIB = 8  # nodeos.dataplane.mirror_names.MIRROR_DATA_OFFSET
+
+
+def multipath_device(
+    lab: Lab, host: str, nqn: str, paths: int, timeout: float = 300
+) -> tuple[str, list[str]]:
+    """The host's one block device for `nqn` once it has `paths` live paths; (device, ANA states)."""
+    script = f"""
+for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+  [ "$(cat $s/subsysnqn)" = {shlex.quote(nqn)} ] || continue
+  for c in $s/nvme[0-9]*; do
+    [ "$(cat $c/state 2>/dev/null)" = live ] || continue
+    echo "P $(cat $c/nvme*c*n1/ana_state 2>/dev/null || echo none)"
+  done
+  for n in $s/nvme*n1; do [ -e $n ] && echo "D $(basename $n)"; done
+done"""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [ln.split() for ln in lab.sh(host, script).stdout.splitlines()]
+        states = [x[1] for x in lines if x[0] == "P" and x[1] in ("optimized", "inaccessible")]
+        devs = [x[1] for x in lines if x[0] == "D"]
+        if len(states) >= paths and devs:
+            return f"/dev/{devs[0]}", states
+        if time.monotonic() > deadline:
+            raise OperationFailed(f"{host}: no multipath device with {paths} paths for {nqn}: {lines}")
+        time.sleep(2)
+
+
+def replicated_part(lab: Lab, hostnqn: str) -> None:
+    """Three storage VMs on racks a/b/c: a 3-replica volume, one device with three paths on h1."""
+    nodeos = NodeosExporter()
+    for vm in ("s2", "s3"):
+        nodeos._nodeos(lab, vm, "pool", "create", NodeosExporter.POOL, "--drives", "all")
+    nodes = nodeos._nodeos(lab, "s2", "node", "list", quiet=True)
+    say(
+        "cluster: "
+        + ", ".join(f"{n['name']} rack={n['labels'].get('rack', '-')} ({n['raft']})" for n in nodes)
+    )
+    vol = nodeos._nodeos(lab, "s2", "volume", "create", "rvol", "--size", "64MiB", "--replicas", "3",
+                         "--spread", "rack")  # fmt: skip
+    reps = ", ".join(f"{r['node']} {r['state']} ANA {r['ana_state']}" for r in vol["replicas"])
+    say(f"rvol: primary {vol['primary']}, replicas {reps}")
+    nodeos._nodeos(lab, "s2", "volume", "grant", "rvol", "--host", hostnqn)
+    other = next(r["node"] for r in vol["replicas"] if r["node"] != vol["primary"])
+    say(f"h1: nvme connect-all against {other} only (its discovery refers to the others)")
+    opts = "--keep-alive-tmo=5 --ctrl-loss-tmo=30"
+    lab.sh("h1", f"nvme connect-all -t tcp -a {lab.addr(other)} -s 8009 {opts}", timeout=300)
+    dev, states = multipath_device(lab, "h1", vol["nqn"], 3)
+    check(sorted(states) == ["inaccessible", "inaccessible", "optimized"],
+          f"h1 sees rvol as one device {dev} with 3 paths (one optimized)")  # fmt: skip
+    sha = write_random(lab, "h1", dev)
+    check(read_sha(lab, "h1", dev) == sha, f"h1 reads back through the multipath device ({sha[:16]}...)")
+    for r in vol["replicas"]:
+        lv = lab.sh(r["node"], f"lvs --noheadings -o lv_path -S lv_name=v_{vol['vol_id']}").stdout.strip()
+        check(read_sha(lab, r["node"], lv, skip_mib=MIRROR_OFFSET_MIB) == sha,
+              f"{r['node']}'s replica holds what h1 wrote")  # fmt: skip
+    disconnect(lab, "h1", vol["nqn"])
+    nodeos._nodeos(lab, "s2", "volume", "delete", "rvol", "--force")
+
+
 def run_demo(name: str = "demo", *, keep: bool = False, exporter: Exporter | None = None) -> None:
-    """Boot s1 (2 drives) + h1, export over TCP and RDMA, verify data from h1 both ways."""
+    """Boot s1 (2 drives) + h1, export over TCP and RDMA, verify data from h1 both ways; with
+    the daemon (not --by-hand), also s2 and s3: a cluster on racks a/b/c and a 3-replica volume
+    the host sees as one device with three paths."""
+    replicated = exporter is None
     exporter = exporter or NodeosExporter()
     lab = Lab(name)
     if lab.is_up():
         say(f"lab {name} is up from an earlier run: taking it down first")
         lab.down()
     t0 = time.monotonic()
-    say("building or refreshing the image, then booting s1 (2 NVMe drives) and h1 (GPU node)")
-    lab.up(storage=1, drives=2, hosts=1)
+    if replicated:
+        say("building or refreshing the image, then booting s1..s3 (2 NVMe drives each, one cluster) and h1")
+        lab.up(storage=3, drives=2, hosts=1, cluster=True)
+    else:
+        say("building or refreshing the image, then booting s1 (2 NVMe drives) and h1 (GPU node)")
+        lab.up(storage=1, drives=2, hosts=1)
     ok = False
     try:
         say(f"lab up in {time.monotonic() - t0:.0f} s: s1 {lab.addr('s1')}, h1 {lab.addr('h1')}")
@@ -279,10 +346,13 @@ def run_demo(name: str = "demo", *, keep: bool = False, exporter: Exporter | Non
             and read_sha(lab, "s1", exp.device, skip_mib=DEMO_MIB) == sha2,
             f"s1's volume {exp.device} holds exactly what h1 wrote",
         )
+        if replicated:
+            replicated_part(lab, hostnqn)
         ok = True
         say(
             f"done in {time.monotonic() - t0:.0f} s: the storage VM served a drive-backed volume "
             "over NVMe/TCP and NVMe/RDMA"
+            + ("; three storage VMs served a 3-replica volume as one multipath device" if replicated else "")
         )
     finally:
         if keep:
