@@ -27,6 +27,7 @@ RETRY_PAUSE_S = 5.0
 REPORT_MIN_INTERVAL_S = 0.3
 DRIVES_EVERY_S = 60.0
 DISCOVERY_SVCID = "8009"
+CAP_EVERY_S = 15.0
 
 
 class Agent:
@@ -43,6 +44,10 @@ class Agent:
         self._drives_at = -DRIVES_EVERY_S
         self.wake = asyncio.Event()
         self._referrals_set: tuple[Any, Any] | None = None
+        self._cap: dict[str, Any] = {}
+        self._cap_error: str | None = None
+        self._cap_at = -CAP_EVERY_S
+        self._cap_dirty = True
         self.passes = 0
 
     def start(self) -> None:
@@ -112,8 +117,7 @@ class Agent:
                         LOG.error("%s %s failed: %s", step.op, step.name, err.message)
                         retry = True
         self.passes += 1
-        await self._report(d)
-        return retry
+        return not await self._report(d) or retry
 
     async def _referrals(self, st: dict[str, Any], me: int) -> bool:
         """Point this node's discovery port at every other storage node's, so `nvme connect-all`
@@ -150,6 +154,7 @@ class Agent:
         return False
 
     async def _run_step(self, step: Step) -> None:
+        self._cap_dirty = True
         rec, db = step.record, step.db
 
         def prepare(txn: Any) -> None:
@@ -175,30 +180,32 @@ class Agent:
 
     # --- reporting ------------------------------------------------------------------------
 
-    async def _report(self, d: Any) -> None:
+    async def _report(self, d: Any) -> bool:
+        """Send the node's actual state when it changed; False when it could not be delivered
+        (the pass is then retried after RETRY_PAUSE_S, never at once)."""
         body = await self._report_body(d)
         # A new cluster (joined, left) or a map that lost our report (restored) gets it again.
         target = (id(d), d.id, (d.map.state["reports"].get(d.id) or {}).get("seq"))
         if body == self._last_report and target == self._last_target:
-            return
+            return True
         wait = self._last_report_at + REPORT_MIN_INTERVAL_S - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
         if self._driver() is not d or d.id not in d.map.nodes:
-            return  # this node joined or left a cluster meanwhile: the next pass reports there
+            return False  # this node joined or left a cluster meanwhile: the next pass reports there
         old = (d.map.state["reports"].get(d.id) or {}).get("seq", 0)
         seq = max(old, self._last_seq) + 1
         args = {"node_id": d.id, "seq": seq, **body}
         try:
             await self.cluster.at_leader("command", {"cmd": "node_report", "args": args}, 10.0)
         except NodeosError as err:
-            LOG.warning("report not delivered (%s); will retry", err.message)
-            self.wake.set()
-            return
+            LOG.warning("report not delivered (%s); will retry in %.0f s", err.message, RETRY_PAUSE_S)
+            return False
         self._last_report = body
         self._last_seq = seq
         self._last_target = (id(d), d.id, seq)
         self._last_report_at = time.monotonic()
+        return True
 
     async def _replica_report(self, v: dict[str, Any]) -> dict[str, Any]:
         """One local replica as the map should see it. A secondary that exports its replica is
@@ -243,11 +250,16 @@ class Agent:
                 "error": None,
             }
             precs, vrecs, srecs = node.records()
-            cap: dict[str, Any] = {}
-            try:
-                cap = {i.pool_id: i for i in await node.ops.call("list_pools")}
-            except NodeosError as err:
-                dp["error"] = err.message
+            # Pool capacity costs an LVM/SPDK round trip: read after a change, else every CAP_EVERY_S.
+            if self._cap_dirty or time.monotonic() - self._cap_at >= CAP_EVERY_S:
+                try:
+                    self._cap = {i.pool_id: i for i in await node.ops.call("list_pools")}
+                    self._cap_error = None
+                except NodeosError as err:
+                    self._cap_error = err.message
+                self._cap_at, self._cap_dirty = time.monotonic(), False
+            cap = self._cap
+            dp["error"] = self._cap_error
             for name, p in precs.items():
                 info = cap.get(p["pool_id"])
                 state = "ready" if p["state"] == "ready" else "creating"
