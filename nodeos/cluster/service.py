@@ -312,7 +312,8 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         wanted = params.get("node_id")
         if wanted is not None and wanted != d.id:
             raise BadInput(
-                f"this node is already member {d.id} of its own cluster (it holds data); its id cannot change",
+                f"this node is already member {d.id} of its own cluster (it holds data); "
+                "its id cannot change",
                 field="node_id",
             )
         if self.transport is not None and not self.transport.listening:
