@@ -33,6 +33,7 @@ SHORT_HELP: dict[str, str] = {
     "pool": "Storage pools (thin pools over drives).",
     "volume": "Thin volumes, snapshots, clones and their grants.",
     "host": "Hosts (GPU nodes) by host NQN.",
+    "node": "The cluster's nodes: addresses, labels (failure domains), role, state, capacity, health.",
     "cluster": "Form, join, leave and inspect the cluster.",
     "net": "Lossless network: PFC/ETS/DSCP/ECN, addresses, routes, MTU (no daemon needed).",
     "events": "The cluster's event log: what happened and why (--follow to watch).",

@@ -84,7 +84,6 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         self._supervisor: asyncio.Task[None] | None = None
         self._retry_delay = 0.0
         self._retry_at = 0.0
-        self.leader_handlers: dict[str, LeaderHandler] = {}  # registered by other services
 
     # --- Service protocol ---
     def methods(self) -> dict[str, Handler]:
