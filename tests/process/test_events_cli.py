@@ -32,7 +32,7 @@ def test_events_on_a_fresh_node_and_metrics_where_status_says(lone: Daemon) -> N
     with urllib.request.urlopen(url, timeout=10) as r:
         text = r.read().decode()
     assert 'nodeos_dataplane_info{dataplane="none"} 1.0' in text
-    assert "nodeos_cluster_member 0.0" in text
+    assert "nodeos_cluster_member 1.0" in text  # a lone node is a cluster of one
 
 
 BAD_PARAMS: list[tuple[dict[str, Any], str]] = [

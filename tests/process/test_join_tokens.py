@@ -90,7 +90,8 @@ def test_tokens_are_not_the_secret_come_from_files_and_can_be_revoked(nodes: Any
     assert r.returncode == 2, (r.stdout, r.stderr)
     err = json.loads(r.stdout)["error"]
     assert err["field"] == "token" and "revoked" in err["message"]
-    assert ok(cli(n3, "status"))["member"] is False
+    alone = ok(cli(n3, "status"))
+    assert alone["solo"] is True and alone["cluster_id"] != ok(cli(n1, "status"))["cluster_id"]
     assert [m["node_id"] for m in ok(cli(n1, "status"))["members"]] == [1, 2]
 
     # A fresh token on stdin works for n3.
