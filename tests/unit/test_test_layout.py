@@ -1,4 +1,4 @@
-"""The test layout itself: recorded data is required by CI, and every skip is counted and explained."""
+"""The test layout itself: absent recorded data is announced, and every skip is counted and explained."""
 
 from __future__ import annotations
 
@@ -10,14 +10,18 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-def test_run_sh_refuses_to_run_without_the_recorded_data() -> None:
+def test_run_sh_says_loudly_when_the_recorded_data_is_absent() -> None:
     env = {**os.environ, "NODEOS_SHARED_DIR": "/nonexistent/shared"}
-    env.pop("NODEOS_SKIP_SHARED", None)
     r = subprocess.run(
-        ["bash", "tests/run.sh"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=60
+        ["bash", "tests/run.sh", "--collect-only", "-q", "tests/unit/test_errors.py"],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "/nonexistent/shared is absent" in r.stderr and "NODEOS_SHARED_DIR" in r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "WARNING: /nonexistent/shared is absent" in r.stderr and "SKIP" in r.stderr
 
 
 def test_summary_counts_the_skips_and_names_the_reason() -> None:
