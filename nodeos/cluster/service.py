@@ -487,6 +487,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
                     "address": (node.get("addresses") or {}).get("peer"),
                     "role": node.get("role"),
                     "failure_domain": node.get("failure_domain"),
+                    "labels": dict(node.get("labels") or {}),
                     "raft": "voter"
                     if nid in d.conf_state.voters
                     else ("learner" if nid in d.conf_state.learners else "none"),
