@@ -35,7 +35,7 @@ nodeos host list --json 2>&1 || true
 echo @@
 lvs --noheadings -o vg_name,lv_name 2>/dev/null || true
 echo @@
-find /sys/kernel/config/nvmet/subsystems /sys/kernel/config/nvmet/ports -mindepth 1 -maxdepth 1 2>/dev/null || true
+cd /sys/kernel/config/nvmet 2>/dev/null && find subsystems ports -mindepth 1 -maxdepth 1 || true
 """
 
 
