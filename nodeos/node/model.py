@@ -118,11 +118,7 @@ def export_spec(
     access = tuple(
         HostAccess(h, (hosts.get(h) or {}).get("dhchap_secret")) for h in vol.get("hosts", []) if h in hosts
     )
-    if int(vol.get("replicas") or 1) > 1:
-        from nodeos.node import replicas
-
-        return replicas.front_spec(vol, lst, access, str(vol["device"]))
-    return ExportSpec(
+    spec = ExportSpec(
         nqn=vol["nqn"],
         serial=vol["serial"],
         pool_id=vol["pool_id"],
@@ -134,6 +130,11 @@ def export_spec(
         qos_iops=vol.get("qos_iops"),
         qos_mbps=vol.get("qos_mbps"),
     )
+    if int(vol.get("replicas") or 1) > 1:
+        from nodeos.node import replicas
+
+        return replicas.front_end(vol, spec)
+    return spec
 
 
 def listeners_json(lst: tuple[Listener, ...]) -> list[dict[str, str]]:

@@ -13,6 +13,7 @@ Each node's controllers get their own id range (by slot) so the host tells the p
 
 from __future__ import annotations
 
+import dataclasses
 import uuid as uuidlib
 from typing import Any
 
@@ -46,25 +47,18 @@ def cntlid_range(slot: int) -> tuple[int, int]:
     return slot * CNTLID_SPAN + 1, (slot + 1) * CNTLID_SPAN
 
 
-def front_spec(
-    vol: dict[str, Any], listeners: tuple[Listener, ...], hosts: tuple[HostAccess, ...], device: str
-) -> ExportSpec:
+def front_end(vol: dict[str, Any], spec: ExportSpec) -> ExportSpec:
+    """The volume's export on this replica node: the md device (primary, ANA optimized) or the
+    linear view of the replica (secondary, ANA inaccessible), in this slot's controller-id range."""
     primary = vol["role"] == "primary"
     lo, hi = cntlid_range(int(vol["slot"]))
-    return ExportSpec(
-        nqn=vol["nqn"],
-        serial=vol["serial"],
-        pool_id=vol["pool_id"],
-        vol_id=vol["vol_id"],
-        uuid=vol["uuid"],
-        nguid=vol["nguid"],
-        listeners=listeners,
-        hosts=hosts,
+    return dataclasses.replace(
+        spec,
         ana_group=names.ANA_GROUP_OPTIMIZED if primary else names.ANA_GROUP_INACCESSIBLE,
         ana_state="optimized" if primary else "inaccessible",
         cntlid_min=lo,
         cntlid_max=hi,
-        device=device,
+        device=str(vol["device"]),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nodeos.lab import Lab
+from tests.lab.mirror_helpers import host_paths
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
 
 pytestmark = pytest.mark.lab
@@ -86,37 +87,24 @@ def _md5_on(lab: Lab, vm: str, vol: dict[str, Any]) -> str:
     return lab.sh(vm, script, timeout=300).stdout.strip()
 
 
-def _host_paths(lab: Lab, nqn: str) -> list[dict[str, str]]:
+def _head(lab: Lab, nqn: str) -> str:
+    """The host's one block device (multipath head) for `nqn`, or ""."""
     script = f"""
 for s in /sys/class/nvme-subsystem/nvme-subsys*; do
-  [ "$(cat $s/subsysnqn)" = "{nqn}" ] || continue
-  for c in $s/nvme[0-9]*; do
-    [ -e $c/address ] || continue
-    ana=$(cat $c/nvme*c*n1/ana_state 2>/dev/null || echo none)
-    echo "$(basename $c)|$(cat $c/address | tr ',' ' ')|$(cat $c/state)|$ana"
-  done
-  echo "HEAD|$(ls -d $s/nvme*n1 2>/dev/null | head -1 | xargs -r basename)"
+  [ "$(cat $s/subsysnqn)" = "{nqn}" ] && ls -d $s/nvme*n1 2>/dev/null | head -1 | xargs -r basename
 done"""
-    out = []
-    for line in lab.sh("h1", script).stdout.splitlines():
-        parts = line.split("|")
-        out.append(dict(zip(("ctrl", "address", "state", "ana"), parts, strict=False)))
-    return out
+    return lab.sh("h1", script).stdout.strip()
 
 
 def _wait_paths(lab: Lab, nqn: str, n: int, timeout: float = 180) -> tuple[list[dict[str, str]], str]:
     deadline = time.monotonic() + timeout
     while True:
-        rows = _host_paths(lab, nqn)
-        paths = [r for r in rows if r["ctrl"] != "HEAD"]
-        head = next((r["address"] for r in rows if r["ctrl"] == "HEAD" and r.get("address")), "")
-        live = [
-            p for p in paths if p.get("state") == "live" and p.get("ana") in ("optimized", "inaccessible")
-        ]
+        paths, head = host_paths(lab, nqn), _head(lab, nqn)
+        live = [p for p in paths if p["state"] == "live" and p["ana"] in ("optimized", "inaccessible")]
         if len(live) == n and head:
             return paths, head
         if time.monotonic() > deadline:
-            raise AssertionError(f"host sees {rows} for {nqn}, wanted {n} live paths and a head device")
+            raise AssertionError(f"host sees {paths} (head {head!r}) for {nqn}, wanted {n} live paths")
         time.sleep(2)
 
 

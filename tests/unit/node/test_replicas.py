@@ -1,0 +1,103 @@
+"""A replicated volume's data plane objects on each node, from the map (pure)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from nodeos.cluster.map import ClusterMap, encode_command
+from nodeos.dataplane import mirror_names as names
+from nodeos.dataplane.base import Listener
+from nodeos.node import model, replicas
+
+GiB = 1 << 30
+UUID = "5b0e7c1d-2a3f-4e5d-8c7b-6a5f4e3d2c1b"
+LST = (Listener("tcp", "10.0.0.9", "4420"),)
+
+
+def three_node_map() -> dict[str, Any]:
+    m = ClusterMap()
+    cmds = [("init_cluster", {"cluster_id": "c" * 32})]
+    for n in (1, 2, 3):
+        cmds += [
+            ("add_node", {"node_id": n, "name": f"s{n}"}),
+            (
+                "pool_create",
+                {"node_id": n, "name": "p", "pool_id": f"pool{n}", "drives": ["d"], "devices": ["/x"]},
+            ),
+            (
+                "node_report",
+                {
+                    "node_id": n,
+                    "seq": 1,
+                    "pools": {f"pool{n}": {"state": "ready", "size_bytes": GiB}},
+                    "dataplane": {
+                        "listeners": [
+                            {"trtype": "tcp", "traddr": f"10.0.0.{n}", "trsvcid": "4420", "adrfam": "ipv4"}
+                        ]
+                    },
+                },
+            ),
+        ]
+    cmds.append(
+        (
+            "volume_create",
+            {
+                "uuid": UUID,
+                "name": "v",
+                "nqn": names.volume_nqn(UUID),
+                "size_bytes": 64 << 20,
+                "placement": [{"node": n, "pool_id": f"pool{n}"} for n in (2, 1, 3)],
+            },
+        )
+    )
+    for i, (c, a) in enumerate(cmds, start=1):
+        assert "error" not in m.apply(i, encode_command(c, a))
+    return m.state
+
+
+def local(st: dict[str, Any], me: int, device: str) -> dict[str, Any]:
+    from nodeos.agent.plan import local_volume
+
+    return dict(local_volume(st, st["volumes"][UUID], me), device=device, hosts=["nqn.2014-08.com.example:h"])
+
+
+def test_every_node_exports_the_same_front_end_with_its_own_ana_state_and_controller_ids() -> None:
+    st = three_node_map()
+    hosts = {"nqn.2014-08.com.example:h": {"dhchap_secret": None}}
+    specs = {n: model.export_spec(local(st, n, f"/dev/x{n}"), LST, hosts) for n in (1, 2, 3)}
+    assert {(s.nqn, s.serial, s.uuid, s.nguid) for s in specs.values()} == {
+        (names.volume_nqn(UUID), UUID.replace("-", "")[:20], UUID, UUID.replace("-", ""))
+    }
+    assert (
+        specs[2].ana_state == "optimized" and specs[2].ana_group == names.ANA_GROUP_OPTIMIZED
+    )  # the primary
+    assert {specs[1].ana_state, specs[3].ana_state} == {"inaccessible"}
+    ranges = sorted((s.cntlid_min, s.cntlid_max) for s in specs.values())
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)) and ranges[-1][1] <= 0xFFEF
+    assert [specs[n].device for n in (1, 2, 3)] == ["/dev/x1", "/dev/x2", "/dev/x3"]
+
+
+def test_a_replica_is_exported_to_the_primarys_initiator_only_with_fixed_ids() -> None:
+    st = three_node_map()
+    rec = local(st, 3, "/dev/view")
+    spec = replicas.replica_spec(rec, 3, LST)
+    assert [h.host_nqn for h in spec.hosts] == [replicas.node_host_nqn("c" * 32, 2)]
+    assert (spec.uuid, spec.nguid) == names.replica_ids(UUID, "3") and spec.device is None
+    assert spec.nqn == names.replica_nqn(UUID, "3")
+
+
+def test_the_primary_attaches_its_secondaries_in_placement_order_at_their_storage_addresses() -> None:
+    st = three_node_map()
+    rec = local(st, 2, "/dev/md")
+    assert rec["role"] == "primary" and rec["slot"] == 0
+    specs = replicas.remote_specs(rec)
+    assert [(s.nqn, s.listener.traddr) for s in specs] == [
+        (names.replica_nqn(UUID, "1"), "10.0.0.1"),
+        (names.replica_nqn(UUID, "3"), "10.0.0.3"),
+    ]
+    assert all(s.host_nqn == replicas.node_host_nqn("c" * 32, 2) for s in specs)
+    assert len({s.host_id for s in specs}) == 1 and specs[0].host_id != replicas.node_host_id("other")
+    m = replicas.mirror_spec(rec, ["/dev/lv", "/dev/nvme1n1", "/dev/nvme2n1"], create=True)
+    assert m.size_bytes == 64 << 20 and m.data_offset_bytes == names.MIRROR_DATA_OFFSET
+    assert replicas.lv_size(rec) == names.member_size_bytes(64 << 20)
