@@ -296,3 +296,14 @@ def drive_ids(value: Any, field: str = "drives") -> list[str] | str:
     if len(set(items)) != len(items):
         raise BadInput(f"{field} names a drive twice", field=field, allowed=allowed)
     return items
+
+
+def replicas(value: Any, field: str = "replicas") -> int:
+    """A replica count: 1, 2 or 3 (each copy on its own failure domain)."""
+    try:
+        n = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= 3:
+        raise BadInput(f"replicas must be 1, 2 or 3, not {value!r}", field=field, allowed=[1, 2, 3])
+    return n

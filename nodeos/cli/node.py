@@ -216,18 +216,13 @@ def _vol_human(v: dict[str, Any]) -> str:
     "--pool", "pool_name", default=None, help="Pool (default: the healthy pool with most free space)."
 )
 @click.option(
-    "--replicas",
-    type=click.IntRange(1, 3),
-    default=1,
-    show_default=True,
-    help="Copies, each on its own failure domain.",
+    "--replicas", default="1", show_default=True, help="Copies (1-3), each on its own failure domain."
 )
 @click.option(
     "--spread",
-    type=click.Choice(["node", "rack", "switch"]),
     default="node",
     show_default=True,
-    help="Failure domain level the replicas are spread over (node labels rack=, switch=).",
+    help="Failure domain level the replicas are spread over: node, rack or switch (node labels).",
 )
 @click.option("--qos-iops", type=int, default=None, help="IOPS limit (multiple of 1000; SPDK only).")
 @click.option("--qos-mbps", type=int, default=None, help="Bandwidth limit in MB/s (SPDK only).")
@@ -240,7 +235,7 @@ def volume_create(
     name: str,
     size: str,
     pool_name: str | None,
-    replicas: int,
+    replicas: str,
     spread: str,
     qos_iops: int | None,
     qos_mbps: int | None,
@@ -252,8 +247,8 @@ def volume_create(
         "name": validate.name(name, "name"),
         "size": validate.size(size, "size"),
         "pool": validate.name(pool_name, "pool") if pool_name is not None else None,
-        "replicas": replicas,
-        "spread": spread,
+        "replicas": validate.replicas(replicas),
+        "spread": validate.choice(spread, ["node", "rack", "switch"], "spread"),
         "qos_iops": validate.qos_iops(qos_iops),
         "qos_mbps": validate.qos_mbps(qos_mbps),
         "wait": 0,

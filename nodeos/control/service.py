@@ -18,6 +18,7 @@ import uuid as uuidlib
 from typing import Any
 
 from nodeos import validate
+from nodeos.cluster.errors import OutcomeUnknown
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.placement import SPREADS
 from nodeos.cluster.storage_map import check_labels
@@ -47,9 +48,9 @@ def _wait_param(params: dict[str, Any]) -> float:
 def _replicas(v: Any) -> int:
     if v is None:
         return 1
-    if type(v) is not int or not 1 <= v <= 3:
+    if type(v) is not int:
         raise BadInput(f"replicas must be 1, 2 or 3, not {v!r}", field="replicas", allowed=[1, 2, 3])
-    return v
+    return validate.replicas(v)
 
 
 class ControlService:
@@ -141,9 +142,20 @@ class ControlService:
             )
 
     async def _run(self, op: str, params: dict[str, Any]) -> Any:
-        return await self.cluster.at_leader(
+        out = await self.cluster.at_leader(
             "control", {"op": op, "params": params}, LEADER_TIMEOUT_S, idempotent=op in READS
         )
+        if op in READS:
+            return out
+        # Read your writes: this node's own map (what the waits below poll) may trail the
+        # leader's; wait until it has applied the command's entry.
+        index = int(out["index"])
+        deadline = time.monotonic() + LEADER_TIMEOUT_S
+        while self._map()["applied_index"] < index:
+            if time.monotonic() >= deadline:
+                raise OutcomeUnknown(f"committed at index {index}, but this node has not applied it yet")
+            await asyncio.sleep(0.02)
+        return out["result"]
 
     def reader(self, op: str) -> Handler:
         async def handler(params: dict[str, Any]) -> Any:
@@ -166,7 +178,8 @@ class ControlService:
             cmd, args = fn(st, p, new_id)
         else:
             cmd, args = fn(st, p)
-        return await d.propose(encode_command(cmd, args), max(1.0, timeout - 0.5))
+        result = await d.propose(encode_command(cmd, args), max(1.0, timeout - 0.5))
+        return {"result": result, "index": d.map.applied_index}
 
     async def _wait(self, check: Any, wait: float, what: str) -> Any:
         """Poll this node's own copy of the map until `check(state)` returns non-None."""

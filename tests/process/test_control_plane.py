@@ -1,0 +1,93 @@
+"""The control plane across real nodeosd processes: what an operator changes through any node's
+console is decided at the leader, committed to the map, and seen at once from every node
+(read your writes on a follower); labels and refusals as an operator meets them. The nodes run
+without a data plane (this machine has none), so volumes themselves are the lab's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeos.cluster.localcluster import LocalNode
+
+from .test_cluster_membership import cli_json, voters, wait_status
+from .test_cluster_membership import nodes as nodes  # the fixture
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
+NODEOS = str(Path(sys.executable).parent / "nodeos")
+H1 = "nqn.2014-08.com.example:gpu-1"
+
+
+def run(node: LocalNode, *args: str) -> tuple[int, Any]:
+    r = subprocess.run(
+        [NODEOS, "--socket", node.socket, *args, "--json"], capture_output=True, text=True, timeout=120
+    )
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else r.stderr
+
+
+def three(nodes: Any) -> list[LocalNode]:
+    n1, n2, n3 = nodes(1), nodes(2), nodes(3)
+    token = cli_json(n1, "init", "--node-id", "1")["token"]
+    for n in (n2, n3):
+        cli_json(n, "join", n1.address, "--token", token, "--node-id", str(n.raft_id))
+    wait_status(n1, lambda s: voters(s) == [1, 2, 3] and s["leader"] is not None, 60)
+    return [n1, n2, n3]
+
+
+def test_a_follower_console_changes_the_map_and_every_node_sees_it_at_once(nodes: Any) -> None:
+    ns = three(nodes)
+    leader = wait_status(ns[0], lambda s: s["leader"] is not None)["leader"]
+    followers = [n for n in ns if n.raft_id != leader]
+    rc, out = run(followers[0], "host", "add", H1)
+    assert rc == 0, out
+    # Read your writes: the very next command on another follower sees the host.
+    rc, hosts = run(followers[1], "host", "list")
+    assert rc == 0 and [h["nqn"] for h in hosts] == [H1]
+    rc, out = run(followers[1], "host", "add", H1)
+    assert rc == 2 and out["error"]["code"] == "already_exists", out
+
+    rc, out = run(followers[1], "node", "label", "n1", "rack=a", "switch=sw1")
+    assert rc == 0 and out["labels"] == {"rack": "a", "switch": "sw1"}, out
+    rc, out = run(followers[0], "node", "label", "n1", "switch-")
+    assert rc == 0, out
+    for n in ns:
+        rc, listed = run(n, "node", "list")
+        assert rc == 0
+        assert {x["name"]: x["labels"] for x in listed}["n1"] == {"rack": "a"}
+        assert sum(1 for x in listed if x["leader"]) == 1 and {x["role"] for x in listed} == {"witness"}
+    rc, shown = run(followers[0], "node", "show", "n2")
+    assert rc == 0 and shown["id"] == 2 and shown["addresses"]["peer"] == ns[1].address
+
+
+@pytest.mark.parametrize(
+    ("args", "rc", "field"),
+    [
+        (["node", "label", "n1", "Rack=a"], 2, "labels"),
+        (["node", "label", "n1", "rack=a b"], 2, "labels"),
+        (["node", "label", "n1", "rack"], 2, "labels"),
+        (["node", "label", "nobody", "rack=a"], 2, "node"),
+        (["node", "show", "nobody"], 2, "node"),
+        (["volume", "create", "v1", "--size", "1GiB", "--replicas", "4"], 2, "replicas"),
+        (["volume", "create", "v1", "--size", "1GiB", "--spread", "row"], 2, "spread"),
+        (["volume", "create", "v1", "--size", "1GiB", "--replicas", "2"], 1, "dataplane"),
+        (["pool", "create", "p", "--drives", "all", "--node", "nobody"], 2, "node"),
+    ],
+)
+def test_bad_requests_through_a_follower_change_nothing(
+    nodes: Any, args: list[str], rc: int, field: str
+) -> None:
+    n1, n2 = nodes(1), nodes(2)
+    token = cli_json(n1, "init", "--node-id", "1")["token"]
+    cli_json(n2, "join", n1.address, "--token", token, "--node-id", "2")
+    wait_status(n1, lambda s: voters(s) == [1, 2] and s["leader"] is not None, 60)
+    before = [run(n1, what, "list")[1] for what in ("node", "volume", "pool")]
+    got, out = run(n2, *args)
+    assert got == rc, out
+    assert out["error"]["field"] == field, out
+    after = [run(n1, what, "list")[1] for what in ("node", "volume", "pool")]
+    assert after == before
