@@ -24,7 +24,7 @@ from nodeos.cluster.placement import SPREADS
 from nodeos.cluster.storage_map import check_labels
 from nodeos.control import decide, views
 from nodeos.daemon.service import DaemonContext, Handler
-from nodeos.errors import BadInput, NotFound, NotSupported, OperationFailed
+from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 from nodeos.node import crash
 
 LOG = logging.getLogger("nodeosd.control")
@@ -242,6 +242,8 @@ class ControlService:
             drives = {x["id"]: x for x in await asyncio.to_thread(inventory.list_drives)}
         else:
             drives = dict(((st["reports"].get(nid) or {}).get("drives")) or {})
+        if f"{nid}/{name}" in st["pools"]:
+            raise AlreadyExists(f"pool {name!r} already exists on {node}", field="name")
         used = {dr: p["name"] for p in st["pools"].values() if p["node"] == nid for dr in p["drives"]}
         chosen = model.pick_drives(requested, drives, used)
         req = {
