@@ -5,6 +5,7 @@ nothing lost. Policy (docs/operations.md): create/delete/grant roll forward, sna
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -43,13 +44,21 @@ def _crash_then_restart(lab: Lab, vm: str, step: str, *args: str) -> None:
     assert rc == 1, f"the command should have lost its daemon at {step}: {out}"
     wait_dead(lab, vm)
     assert "crash injected at " + step in lab.sh(vm, "cat /tmp/nodeosd-crash.log").stdout
-    start_unit(lab, vm)  # recovery runs before READY=1: no polling needed
+    start_unit(lab, vm)  # recovery runs before READY=1
 
 
-def _expect(lab: Lab, vm: str, ready: set[str]) -> list[dict]:
+def _expect(lab: Lab, vm: str, ready: set[str], timeout: float = 300) -> list[dict]:
     """Exactly these volumes/snapshots, all ready, each with its LV (and subsystem for
-    volumes), no other LV or subsystem, no pending intent."""
-    vols, status, lvs, subs = node_state(lab, vm)
+    volumes), no other LV or subsystem, no pending intent. The map learns what recovery
+    finished from the node's agent report after READY: wait for it, bounded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        vols, status, lvs, subs = node_state(lab, vm)
+        if {v["name"]: v["state"] for v in vols} == dict.fromkeys(
+            ready, "ready"
+        ) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     assert {v["name"]: v["state"] for v in vols} == dict.fromkeys(ready, "ready")
     assert status["node"]["pending_intents"] == []
     assert lvs == {LV_PREFIX + v["vol_id"] for v in vols}
