@@ -27,11 +27,11 @@ SHAPES: dict[str, dict[str, Any]] = {
 STORAGE_SCRIPT = """
 systemctl is-active nodeosd.service || true
 echo @@
-nodeos pool list --json 2>&1 || true
+nodeos pool list --json 2>/dev/null || true
 echo @@
-nodeos volume list --json 2>&1 || true
+nodeos volume list --json 2>/dev/null || true
 echo @@
-nodeos host list --json 2>&1 || true
+nodeos host list --json 2>/dev/null || true
 echo @@
 lvs --noheadings -o vg_name,lv_name 2>/dev/null || true
 echo @@
