@@ -299,7 +299,6 @@ class Agent:
 
 
 def _key(step: Step) -> str:
-    kind = {"pool": "pool", "volume": "volume", "snapshot": "snapshot"}[step.op.split(".")[0]]
-    if step.op == "volume.snapshot":
-        kind = "snapshot"
+    """The error key of a step: the kind of object it makes ("volume.snapshot" makes a snapshot)."""
+    kind = "snapshot" if step.op == "volume.snapshot" else step.op.split(".")[0]
     return f"{kind}:{step.name}"

@@ -38,18 +38,6 @@ def volume_nqn(vol_uuid: str) -> str:
     return f"{NQN_PREFIX}{vol_uuid}"
 
 
-def new_pool(name: str, drives: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "name": name,
-        "pool_id": "p" + uuidlib.uuid4().hex[:16],
-        "drives": [d["id"] for d in drives],
-        "devices": [d["path"] for d in drives],
-        "state": "creating",
-        "size_bytes": 0,
-        "created": time.time(),
-    }
-
-
 def new_volume(
     name: str,
     pool: dict[str, Any],
@@ -77,21 +65,6 @@ def new_volume(
         "hosts": [],
         "qos_iops": qos_iops,
         "qos_mbps": qos_mbps,
-        "created": time.time(),
-    }
-
-
-def new_snapshot(name: str, vol: dict[str, Any]) -> dict[str, Any]:
-    u = uuidlib.uuid4()
-    return {
-        "name": name,
-        "snap_id": "s" + u.hex,
-        "volume": vol["name"],
-        "volume_uuid": vol["uuid"],
-        "pool": vol["pool"],
-        "pool_id": vol["pool_id"],
-        "size_bytes": vol["size_bytes"],
-        "state": "creating",
         "created": time.time(),
     }
 
