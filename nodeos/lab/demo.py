@@ -124,6 +124,17 @@ class KernelTargetExporter:
             rmdir {sub}
             """,
         )
+        # The drive as export() found it: no volume group left for nodeosd to trip over.
+        vg = export.device.split("/")[2]
+        lab.sh(
+            vm,
+            f"""
+            pvs=$(pvs --noheadings -o pv_name -S vg_name={vg} 2>/dev/null || true)
+            vgremove -f -y {vg} >/dev/null 2>&1 || true
+            for pv in $pvs; do pvremove -ff -y "$pv" >/dev/null; wipefs -a -q "$pv"; done
+            """,
+            timeout=300,
+        )
 
 
 class NodeosExporter:

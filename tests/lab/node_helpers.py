@@ -61,8 +61,11 @@ def start_crashing_daemon(lab: Lab, vm: str, step: str) -> None:
         vm,
         f"NODEOS_CRASH_AT={shlex.quote(step)} setsid -f nodeosd --config /etc/nodeos/nodeosd.toml "
         "> /tmp/nodeosd-crash.log 2>&1 < /dev/null\n"
-        "t=0; until grep -q '; API on ' /tmp/nodeosd-crash.log; do t=$((t+1)); "
-        "[ $t -gt 600 ] && { cat /tmp/nodeosd-crash.log; exit 1; }; sleep 1; done",
+        "log=/tmp/nodeosd-crash.log; t=0; until grep -q '; API on ' $log; do sleep 1; t=$((t+1)); "
+        # Dead before ready (a crash point passed during start-up) or too slow: say which.
+        "pgrep -x nodeosd >/dev/null || { echo 'nodeosd died before ready:'; cat $log; exit 1; }; "
+        "[ $t -gt 600 ] && { echo 'nodeosd not ready in 600 s:'; cat $log; ps -eo pid,etime,cmd; exit 1; }; "
+        "done",
         timeout=660,
     )
 

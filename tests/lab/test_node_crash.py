@@ -39,12 +39,18 @@ def s1(lab: Lab) -> Iterator[str]:
 
 
 def _crash_then_restart(lab: Lab, vm: str, step: str, *args: str) -> None:
-    start_crashing_daemon(lab, vm, step)
-    rc, out = nodeos(lab, vm, *args)
-    assert rc == 1, f"the command should have lost its daemon at {step}: {out}"
-    wait_dead(lab, vm)
-    assert "crash injected at " + step in lab.sh(vm, "cat /tmp/nodeosd-crash.log").stdout
-    start_unit(lab, vm)  # recovery runs before READY=1
+    try:
+        start_crashing_daemon(lab, vm, step)
+        rc, out = nodeos(lab, vm, *args)
+        assert rc == 1, f"the command should have lost its daemon at {step}: {out}"
+        wait_dead(lab, vm)
+        assert "crash injected at " + step in lab.sh(vm, "cat /tmp/nodeosd-crash.log").stdout
+    finally:
+        # Whatever happened above, the unit runs again (recovery before READY=1): the next
+        # tests and the module's clean-up need their daemon.
+        lab.sh(vm, "pkill -9 -x nodeosd || true")
+        wait_dead(lab, vm)
+        start_unit(lab, vm)
 
 
 def _expect(lab: Lab, vm: str, ready: set[str], timeout: float = 300) -> list[dict]:
