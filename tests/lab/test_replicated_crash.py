@@ -1,0 +1,220 @@
+"""Crash safety of replicated volumes: nodeosd killed (NODEOS_CRASH_AT -> os._exit(137), like
+kill -9) at a step of create or delete of a 2-replica volume, on the primary and on the replica
+node; after every daemon is restarted, exactly the right objects exist everywhere: the map's
+volume ready with both replicas in-sync (create) or gone (delete), and on each node exactly its
+data plane objects (LV, front-end and replica subsystems, md mirror, linear view, the
+primary's connections to the replica) and nothing else, no intent left pending.
+
+The volume is pinned to s1 and s2 (only they have a pool), so s3 is the cluster's third vote and
+must end with nothing. Every daemon runs with the same crash point: create and delete steps
+are passed by both replica nodes, `volume.replica:*` by the secondary only, `volume.mirror:*`
+by the primary only, and exactly those must have crashed.
+
+The whole matrix takes over an hour under TCG, more than CI's budget: CI runs CI_STEPS (one
+step in each phase where recovery takes a different branch); NODEOS_LAB_FULL=1 runs every step.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from nodeos.dataplane import mirror_names as names
+from nodeos.lab import Lab
+from nodeos.node import crash
+from tests.lab.node_helpers import nodeos, ok, wait_daemon
+
+pytestmark = pytest.mark.lab
+LAB = "cluster3"
+STORAGE = ("s1", "s2", "s3")
+REPLICA_NODES = ("s1", "s2")
+LOG = "/tmp/nodeosd-crash.log"
+OPS = ("volume.create", "volume.replica", "volume.mirror", "volume.delete")
+ALL_STEPS = [f"{op}:{step}" for op in OPS for step in crash.STEPS[op]]
+CI_STEPS = [
+    "volume.create:volume-created",  # both nodes: LV made, nothing exported
+    "volume.replica:replica-exported",  # secondary: replica exported, no view or front end
+    "volume.mirror:mirror-assembled",  # primary: md assembled, front end not exported
+    "volume.delete:export-removed",  # both nodes: front end gone, the rest still there
+]
+STEPS = ALL_STEPS if os.environ.get("NODEOS_LAB_FULL") == "1" else CI_STEPS
+
+
+def _each(fn: Callable[[str], Any], vms: tuple[str, ...] = STORAGE) -> dict[str, Any]:
+    """fn(vm) on every vm at once (daemon starts under TCG are slow: do them side by side)."""
+    with ThreadPoolExecutor(len(vms)) as pool:
+        return dict(zip(vms, pool.map(fn, vms), strict=True))
+
+
+@pytest.fixture(scope="module")
+def pools(lab: Lab) -> Iterator[None]:
+    for vm in STORAGE:
+        wait_daemon(lab, vm)
+    for vm in REPLICA_NODES:
+        ok(lab, vm, "pool", "create", "p", "--drives", "all")
+    yield
+    for vm in REPLICA_NODES:
+        nodeos(lab, vm, "pool", "delete", "p")
+
+
+def _start_crashing(lab: Lab, vm: str, step: str) -> None:
+    """The unit stopped, nodeosd by hand with NODEOS_CRASH_AT (systemd would restart it into
+    the same crash); returns when its API is up."""
+    lab.sh(vm, "systemctl stop nodeosd.service", timeout=300)
+    lab.sh(
+        vm,
+        f"NODEOS_CRASH_AT={shlex.quote(step)} setsid -f nodeosd --config /etc/nodeos/nodeosd.toml "
+        f"> {LOG} 2>&1 < /dev/null\n"
+        f"t=0; until grep -q '; API on ' {LOG}; do sleep 1; t=$((t+1)); "
+        f"pgrep -x nodeosd >/dev/null || {{ echo 'nodeosd died before ready:'; cat {LOG}; exit 1; }}; "
+        f"[ $t -gt 600 ] && {{ echo 'not ready in 600 s:'; cat {LOG}; exit 1; }}; done",
+        timeout=660,
+    )
+
+
+def _restart_units(lab: Lab) -> None:
+    def one(vm: str) -> None:
+        lab.sh(
+            vm,
+            "pkill -9 -x nodeosd || true; t=0; while pgrep -x nodeosd >/dev/null; do sleep 1; "
+            "t=$((t+1)); [ $t -gt 60 ] && exit 1; done; systemctl start nodeosd.service",
+            timeout=900,
+        )
+
+    _each(one)
+
+
+def _crashed(lab: Lab, step: str) -> set[str]:
+    r = _each(lambda vm: lab.exec(vm, ["grep", "-q", f"crash injected at {step} ", LOG]).rc == 0)
+    return {vm for vm, hit in r.items() if hit}
+
+
+def _wait_crashed(lab: Lab, step: str, want: set[str], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while (got := _crashed(lab, step)) != want:
+        assert time.monotonic() < deadline and got <= want, f"crashed at {step}: {got}, wanted {want}"
+        time.sleep(3)
+
+
+OBJECTS_SCRIPT = """
+lvs --noheadings -o lv_name,segtype 2>/dev/null | awk '$2 == "thin" {print $1}'
+echo @@
+ls /sys/kernel/config/nvmet/subsystems 2>/dev/null || true
+echo @@
+ls /dev/md 2>/dev/null || true
+echo @@
+dmsetup ls 2>/dev/null | awk '{print $1}' | grep '^nodeos-view-' || true
+echo @@
+cat /sys/class/nvme-subsystem/*/subsysnqn 2>/dev/null || true
+echo @@
+nodeos status --json \
+  | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["node"]["pending_intents"]))' || echo unknown
+"""
+
+
+def _objects(lab: Lab, vm: str) -> dict[str, set[str]]:
+    parts = lab.sh(vm, OBJECTS_SCRIPT, timeout=300).stdout.split("@@\n")
+    keys = ("lvs", "subsystems", "md", "views", "connected", "pending")
+    return {k: set(p.split()) for k, p in zip(keys, parts, strict=True)}
+
+
+def _expected(vol: dict[str, Any] | None) -> dict[str, dict[str, set[str]]]:
+    """What each node must hold: the volume's objects by role, or nothing at all."""
+    empty = {"lvs": set(), "subsystems": set(), "md": set(), "views": set(), "connected": set()}
+    out = {vm: {k: set(v) for k, v in empty.items()} for vm in STORAGE}
+    if vol is None:
+        return out
+    mirror = names.mirror_id_for(vol["uuid"])
+    for r in vol["replicas"]:
+        mine = out[r["node"]]
+        mine["lvs"] = {f"v_{vol['vol_id']}"}
+        mine["subsystems"] = {vol["nqn"]}
+        if r["node"] == vol["primary"]:
+            mine["md"] = {mirror}
+            mine["connected"] = {
+                names.replica_nqn(vol["uuid"], str(s["node_id"]))
+                for s in vol["replicas"]
+                if s["node"] != vol["primary"]
+            }
+        else:
+            mine["subsystems"].add(names.replica_nqn(vol["uuid"], str(r["node_id"])))
+            mine["views"] = {names.VIEW_PREFIX + names.view_id_for(mirror)}
+    return out
+
+
+def _settled(lab: Lab, name: str, present: bool, timeout: float = 600) -> dict[str, Any] | None:
+    """Wait (bounded) until the map says NAME is ready with every replica in-sync (present) or
+    gone, then return its volume view."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rc, v = nodeos(lab, "s3", "volume", "show", name)
+        if present and rc == 0 and v["state"] == "ready":
+            assert all(r["state"] == "in-sync" for r in v["replicas"]), v
+            return v
+        if not present and rc == 2 and isinstance(v, dict) and v["error"]["code"] == "not_found":
+            return None
+        assert time.monotonic() < deadline, f"{name} not {'ready' if present else 'gone'}: {v}"
+        time.sleep(3)
+
+
+def _assert_exactly(lab: Lab, vol: dict[str, Any] | None, timeout: float = 300) -> None:
+    """Every node holds exactly its objects (the agents finish what recovery left: bounded)."""
+    want = _expected(vol)
+    deadline = time.monotonic() + timeout
+    while True:
+        have = _each(lambda vm: _objects(lab, vm))
+        # Only our own objects count: other modules leave nothing (checked after each module).
+        got = {vm: {k: v for k, v in h.items() if k != "pending"} for vm, h in have.items()}
+        pending = {vm: h["pending"] for vm, h in have.items()}
+        if got == want and all(p == {"0"} for p in pending.values()):
+            return
+        assert time.monotonic() < deadline, f"objects: {got}\nwanted: {want}\npending intents: {pending}"
+        time.sleep(3)
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_kill_at_a_step_of_a_replicated_volume_leaves_exactly_the_right_objects(
+    lab: Lab, pools: None, step: str
+) -> None:
+    op = step.split(":")[0]
+    name = "c" + str(ALL_STEPS.index(step))
+    deleting = op == "volume.delete"
+    if deleting:
+        ok(lab, "s3", "volume", "create", name, "--size", "64MiB", "--replicas", "2")
+    try:
+        _each(lambda vm: _start_crashing(lab, vm, step))
+        if deleting:
+            nodeos(lab, "s3", "volume", "delete", name)  # committed at once; the agents crash
+        else:
+            # --timeout 0: the create is committed; its replica nodes are about to crash.
+            nodeos(lab, "s3", "volume", "create", name, "--size", "64MiB", "--replicas", "2", "--timeout=0")
+        if op in ("volume.create", "volume.delete"):
+            want = set(REPLICA_NODES)
+        else:  # one replica node crashes, the other and s3 still form a majority: ask the map
+            v = _settled_placement(lab, name)
+            want = {v["primary"]} if op == "volume.mirror" else set(REPLICA_NODES) - {v["primary"]}
+        _wait_crashed(lab, step, want)
+    finally:
+        _restart_units(lab)
+    vol = _settled(lab, name, present=not deleting)
+    _assert_exactly(lab, vol)
+    if not deleting:
+        ok(lab, "s3", "volume", "delete", name)
+        _settled(lab, name, present=False)
+        _assert_exactly(lab, None)
+
+
+def _settled_placement(lab: Lab, name: str, timeout: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        rc, v = nodeos(lab, "s3", "volume", "show", name)
+        if rc == 0:
+            return v
+        assert time.monotonic() < deadline, f"volume show {name}: {v}"
+        time.sleep(2)
