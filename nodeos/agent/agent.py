@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Any
 
+from nodeos.agent import freeze
 from nodeos.agent.plan import Step, plan
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
@@ -49,6 +50,7 @@ class Agent:
         self._cap_at = -CAP_EVERY_S
         self._cap_dirty = True
         self.passes = 0
+        self.freezer = freeze.Freezer()
 
     def start(self) -> None:
         # A snapshot rolled back by recovery lost its moment: report it failed (the map drops
@@ -94,12 +96,15 @@ class Agent:
                 LOG.exception("agent pass failed")
                 retry = True
             next_pass = time.monotonic() + (RETRY_PAUSE_S if retry else IDLE_PASS_S)
+            if self.freezer.held:
+                next_pass = min(next_pass, time.monotonic() + freeze.FREEZE_POLL_S)
 
     async def run_pass(self) -> bool:
         """One reconcile pass and report; True when something should be retried soon."""
         d = self._driver()
         me = d.id
         retry = False
+        aborts: list[tuple[str, str]] = []
         if self.node.has_dataplane:
             await self.node.import_legacy_once(self.cluster)
             async with self.node.lock:
@@ -107,6 +112,9 @@ class Agent:
                 recs = self.node.records()
                 self._forget_errors(st)
                 retry |= await self._referrals(st, me)
+                # Freezes first: a thaw must never wait behind a step (a delete stops the mirror).
+                aborts = await self._freezes(st, me, recs[1])
+                recs = self.node.records()
                 for step in plan(st, me, *recs, skip=set(self.errors)):
                     try:
                         await self._run_step(step)
@@ -116,8 +124,68 @@ class Agent:
                         self.errors[key] = {"step": step.op, "error": err.message, "uuid": uuid}
                         LOG.error("%s %s failed: %s", step.op, step.name, err.message)
                         retry = True
+        for snap, reason in aborts:
+            await self._abort_snapshot(snap, reason)
         self.passes += 1
         return not await self._report(d) or retry
+
+    async def _freezes(self, st: dict[str, Any], me: int, vrecs: dict[str, Any]) -> list[tuple[str, str]]:
+        """Make the write freezes of this node's mirrors match the map; the snapshots to abort."""
+        from nodeos.dataplane.mirror_names import mirror_id_for
+
+        fz = self.freezer
+        fz.forget_expired(st)
+        if not fz.kernel_checked:
+            # A previous nodeosd may have died with writes frozen (kernel state outlives it).
+            for v in vrecs.values():
+                if v.get("role") == "primary" and v["state"] == "ready":
+                    try:
+                        if await self.node.ops.call("mirror_writes_frozen", mirror_id_for(v["uuid"])):
+                            fz.found_frozen.add(v["uuid"])
+                    except NodeosError as err:
+                        LOG.warning("freeze state of %s unknown: %s", v["name"], err.message)
+            fz.kernel_checked = True
+        aborts: list[tuple[str, str]] = []
+        now = time.monotonic()
+        for act in freeze.decide(freeze.wanted(st, me, vrecs), fz.held, fz.found_frozen, fz.expired, now):
+            mid = mirror_id_for(act.vol_uuid)
+            if act.kind == "abort":
+                aborts.append((str(act.snap), f"the writes were held for {freeze.FREEZE_ABORT_S:.0f} s"))
+                continue
+            try:
+                if act.kind == "freeze":
+                    await self.node.ops.call("freeze_mirror_writes", mid)
+                    fz.froze(act.vol_uuid, str(act.snap), now)
+                    LOG.info("writes of mirror %s frozen for snapshot %s", mid, act.snap)
+                    continue
+                await self.node.ops.call("thaw_mirror_writes", mid)
+                fz.thawed(act.vol_uuid)
+                LOG.info("writes of mirror %s thawed", mid)
+            except NodeosError as err:
+                LOG.error("%s of mirror %s failed: %s", act.kind, mid, err.message)
+                if act.kind == "freeze":
+                    aborts.append((str(act.snap), f"the writes could not be frozen: {err.message}"))
+                continue
+            if act.kind == "expire":
+                fz.expired.add(str(act.snap))
+                snap = st["snapshots"].get(str(act.snap))
+                if snap is not None:
+                    # Not taken here after the thaw; reported failed, so the map drops it.
+                    self.errors[f"snapshot:{snap['name']}"] = {
+                        "step": "volume.snapshot",
+                        "error": f"the freeze expired after {freeze.FREEZE_HARD_S:.0f} s (writes resumed)",
+                        "uuid": snap["uuid"],
+                    }
+        return aborts
+
+    async def _abort_snapshot(self, snap: str, reason: str) -> None:
+        """Ask the leader to drop a snapshot whose freeze lasts too long (retried each pass)."""
+        args = {"uuid": snap, "reason": reason}
+        try:
+            await self.cluster.at_leader("command", {"cmd": "snapshot_abort", "args": args}, 3.0)
+            LOG.warning("snapshot %s aborted: %s", snap, reason)
+        except NodeosError as err:
+            LOG.warning("abort of snapshot %s not committed (%s); writes stay frozen", snap, err.message)
 
     async def _referrals(self, st: dict[str, Any], me: int) -> bool:
         """Point this node's discovery port at every other storage node's, so `nvme connect-all`
@@ -218,6 +286,8 @@ class Agent:
             "hosts": sorted(v.get("hosts") or []) if v["state"] == "ready" else None,
         }
         if int(v.get("replicas") or 1) > 1:
+            if self.freezer.frozen_for(v["uuid"]):
+                out["frozen"] = self.freezer.frozen_for(v["uuid"])
             if v.get("role") == "secondary" and usable:
                 out["state"] = "syncing"
             elif v.get("role") == "primary" and v["state"] == "ready":

@@ -54,6 +54,7 @@ def local_volume(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str, 
         "qos_iops": vol.get("qos_iops"),
         "qos_mbps": vol.get("qos_mbps"),
         "created": vol.get("created"),
+        "adopt_uuid": replicas.origin_mirror_uuid(st, vol),
         **replicas.record_fields(st, vol, me),
     }
 
@@ -165,6 +166,8 @@ def plan(
     for name, w in want_snaps.items():
         if name in snaps or w["state"] != "creating" or f"snapshot:{name}" in skip:
             continue
+        if w.get("phase") not in (None, "taking"):
+            continue  # a replicated volume's snapshot: only once its primary holds the writes
         vol = st["volumes"].get(w["volume"])
         local = vols.get(w["volume_name"])
         if vol is None or local is None or local["state"] != "ready":

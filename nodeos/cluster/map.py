@@ -19,7 +19,7 @@ from typing import Any
 
 import msgpack
 
-from nodeos.cluster import storage_import, storage_map
+from nodeos.cluster import snapshot_map, storage_import, storage_map
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 
 # 2: storage sections (storage_map.SECTIONS) and node labels/state. A version-1 snapshot is
@@ -314,5 +314,6 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     "kv_cas": {1: _kv_cas_v1},
     "kv_get": {1: _kv_get_v1},
     **storage_map.HANDLERS,
+    **snapshot_map.HANDLERS,
     **storage_import.HANDLERS,
 }

@@ -16,8 +16,10 @@ Shapes (msgpack-safe; ids are ints, uuids strings):
   pools["nid/name"]  {name, node, pool_id, drives, devices, state creating|ready|deleting|failed, error}
   volumes[uuid]      {uuid, name, vol_id, nqn, nguid, serial, size_bytes, replicas, spread,
                       placement [{node, pool_id}], primary, epoch, state creating|ready|
-                      deleting|failed, error, kind, origin, origin_uuid, hosts [nqn], qos_*}
-  snapshots[uuid]    {uuid, name, snap_id, volume (uuid), volume_name, size_bytes, placement, state}
+                      deleting|failed, error, kind, origin, origin_uuid, hosts [nqn], qos_*,
+                      freeze (uuid of the snapshot being taken of a replicated volume, or None)}
+  snapshots[uuid]    {uuid, name, snap_id, volume (uuid), volume_name, size_bytes, placement,
+                      primary, state, phase freezing|taking|None}   (nodeos/cluster/snapshot_map.py)
   names[name]        {"kind": "volume"|"snapshot", "uuid": uuid}   (one name space for both)
   hosts[nqn]         {nqn, dhchap_secret, added}
   paths[uuid]        {nid: ana_state}
@@ -168,9 +170,11 @@ def _settle(st: dict[str, Any], nid: int) -> None:
     for vol in list(st["volumes"].values()):
         if any(s["node"] == nid for s in vol["placement"]):
             _settle_volume(st, vol)
+    from nodeos.cluster.snapshot_map import settle_snapshot  # it builds on this module
+
     for snap in list(st["snapshots"].values()):
         if any(s["node"] == nid for s in snap["placement"]):
-            _settle_snapshot(st, snap)
+            settle_snapshot(st, snap)
 
 
 def replica_view(st: dict[str, Any], vol: dict[str, Any], nid: int) -> dict[str, Any]:
@@ -202,25 +206,6 @@ def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
         elif all(v["state"] == "in-sync" for v in views.values()):
             vol["state"] = "ready"
             vol["error"] = None
-
-
-def _settle_snapshot(st: dict[str, Any], snap: dict[str, Any]) -> None:
-    views = {
-        s["node"]: ((st["reports"].get(s["node"]) or {}).get("snapshots") or {}).get(snap["uuid"])
-        for s in snap["placement"]
-    }
-    if snap["state"] == "deleting":
-        if all(v is None for v in views.values()):
-            del st["snapshots"][snap["uuid"]]
-            st["names"].pop(snap["name"], None)
-        return
-    if snap["state"] == "creating":
-        if any(v is not None and v.get("state") == "failed" for v in views.values()):
-            # A snapshot not taken at its moment is worth nothing later: it is dropped.
-            del st["snapshots"][snap["uuid"]]
-            st["names"].pop(snap["name"], None)
-        elif all(v is not None and v.get("state") == "ready" for v in views.values()):
-            snap["state"] = "ready"
 
 
 def _drop_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
@@ -365,8 +350,11 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 def volume_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Mark the volume deleting; it leaves the map once no replica node reports it. Its
     snapshots stay (thin snapshots do not depend on their origin)."""
+    from nodeos.cluster.snapshot_map import drop_freezes_of
+
     vol = volume_by_name(st, _req(args, "name", str))
     vol["state"] = "deleting"
+    drop_freezes_of(st, vol)
     _settle_volume(st, vol)
     return {"name": vol["name"], "uuid": vol["uuid"], "state": "deleting"}
 
@@ -397,49 +385,6 @@ def volume_hosts_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         hosts.remove(host)
     vol["hosts"] = hosts
     return {"name": vol["name"], "host": host, "changed": True}
-
-
-# --- snapshots -------------------------------------------------------------------------------
-
-
-def snapshot_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    vol = volume_by_name(st, _req(args, "volume", str), "name")
-    if vol["state"] != "ready":
-        raise OperationFailed(f"volume {vol['name']!r} is {vol['state']}", field="name")
-    name = _req(args, "name", str)
-    _name_free(st, name, "snapshot")
-    uuid = _req(args, "uuid", str)
-    snap = {
-        "uuid": uuid,
-        "name": name,
-        "snap_id": "s" + uuid.replace("-", ""),
-        "volume": vol["uuid"],
-        "volume_name": vol["name"],
-        "size_bytes": vol["size_bytes"],
-        "placement": [dict(s) for s in vol["placement"]],
-        "epoch": vol["epoch"],
-        "state": "creating",
-        "error": None,
-        "created": st["applied_index"],
-    }
-    st["snapshots"][uuid] = snap
-    st["names"][name] = {"kind": "snapshot", "uuid": uuid}
-    _settle_snapshot(st, snap)
-    return {"uuid": uuid, "name": name}
-
-
-def snapshot_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    snap = snapshot_by_name(st, _req(args, "name", str), "name")
-    clones = sorted(v["name"] for v in st["volumes"].values() if v.get("origin_uuid") == snap["uuid"])
-    if clones and not args.get("force"):
-        raise OperationFailed(
-            f"snapshot {snap['name']!r} is the origin of {', '.join(clones)}; "
-            "use --force to delete it anyway",
-            field="name",
-        )
-    snap["state"] = "deleting"
-    _settle_snapshot(st, snap)
-    return {"name": snap["name"], "deleted": True, "kind": "snapshot"}
 
 
 # --- hosts -----------------------------------------------------------------------------------
@@ -479,8 +424,6 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     "volume_delete": {1: volume_delete_v1},
     "volume_resize": {1: volume_resize_v1},
     "volume_hosts": {1: volume_hosts_v1},
-    "snapshot_create": {1: snapshot_create_v1},
-    "snapshot_delete": {1: snapshot_delete_v1},
     "host_add": {1: host_add_v1},
     "host_remove": {1: host_remove_v1},
 }

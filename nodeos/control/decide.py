@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeos.cluster import placement
+from nodeos.cluster.snapshot_map import check_snapshot_allowed
 from nodeos.cluster.storage_map import pool_key, snapshot_by_name, volume_by_name
 from nodeos.control import views
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
@@ -129,18 +130,29 @@ def volume_create(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command:
 
 def volume_clone(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command:
     """A clone lives where its snapshot lives (thin clones share the snapshot's blocks), on as
-    many of those replicas as asked (default: all of them)."""
+    many of those replicas as asked (default: all of them). A replicated snapshot's replicas
+    hold the mirror layout (md superblock, data at an offset): its clones are mirrors too, of
+    2 or more legs; more legs than the snapshot has would need a rebuild."""
     snap = snapshot_by_name(st, p["snapshot"])
     if snap["state"] != "ready":
         raise OperationFailed(f"snapshot {snap['name']!r} is {snap['state']}", field="snapshot")
     _name_free(st, p["name"])
-    n = p.get("replicas") or len(snap["placement"])
-    if n > len(snap["placement"]):
+    have = len(snap["placement"])
+    n = p.get("replicas") or have
+    allowed = list(range(2 if have > 1 else 1, have + 1))
+    if n > have:
         raise BadInput(
-            f"snapshot {snap['name']!r} has {len(snap['placement'])} replica(s); "
-            "a clone can have at most that many",
+            f"snapshot {snap['name']!r} has {have} replica(s); "
+            "a clone can have at most that many (more would need a rebuild)",
             field="replicas",
-            allowed=list(range(1, len(snap["placement"]) + 1)),
+            allowed=allowed,
+        )
+    if n not in allowed:
+        raise BadInput(
+            f"snapshot {snap['name']!r} is of a replicated volume: its clone keeps the mirror layout "
+            "and needs 2 or more replicas",
+            field="replicas",
+            allowed=allowed,
         )
     vol = st["volumes"].get(snap["volume"])
     args = {
@@ -209,7 +221,7 @@ def volume_snapshot(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command
     if vol["state"] != "ready":
         raise OperationFailed(f"volume {p['name']!r} is {vol['state']}", field="name")
     if vol["replicas"] > 1:
-        raise NotSupported("snapshots of replicated volumes are not supported yet", field="name")
+        check_snapshot_allowed(st, vol)
     _name_free(st, p["snapshot"], "snapshot")
     return "snapshot_create", {"uuid": uuid, "name": p["snapshot"], "volume": p["name"]}
 

@@ -297,7 +297,11 @@ class ControlService:
         def done(st: dict[str, Any]) -> Any:
             ref = st["names"].get(name)
             if ref is None:
-                raise OperationFailed(f"volume {name!r} disappeared", field="name")
+                raise OperationFailed(
+                    f"{name!r} disappeared (a snapshot that could not be taken at its moment is dropped; "
+                    "see nodeos events and the nodes' logs)",
+                    field="name",
+                )
             if ref["kind"] == "snapshot":
                 snap = st["snapshots"][ref["uuid"]]
                 if snap["state"] == "failed":

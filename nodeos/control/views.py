@@ -86,6 +86,7 @@ def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
         "health": replica_health(st, vol),
         "primary": node_name(st, prim),
         "epoch": vol["epoch"],
+        "freeze": (st["snapshots"].get(vol.get("freeze") or "") or {}).get("name"),
         "listeners": listeners,
         "snapshots": sorted(s["name"] for s in st["snapshots"].values() if s["volume"] == vol["uuid"]),
     }
@@ -104,6 +105,7 @@ def snapshot_view(st: dict[str, Any], snap: dict[str, Any]) -> dict[str, Any]:
         "pool": pool["name"] if pool else None,
         "size_bytes": snap["size_bytes"],
         "state": snap["state"],
+        "phase": snap.get("phase"),  # a replicated volume's snapshot: freezing, taking
         "error": snap.get("error"),
         "created": snap.get("created"),
         "nodes": [node_name(st, s["node"]) for s in snap["placement"]],

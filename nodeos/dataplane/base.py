@@ -124,6 +124,9 @@ class MirrorSpec:
     size_bytes: int  # the array (volume) size, identical on every node
     data_offset_bytes: int  # where data starts on every member (superblock and bitmap before it)
     create: bool = False  # True only for brand-new, empty members: mdadm --create --assume-clean
+    # A clone's legs are thin clones of its origin's legs and carry the origin's superblock: that
+    # one foreign array uuid (the origin's) may be created over, nothing else.
+    adopt_uuid: str | None = None
 
 
 MemberStateName = Literal["in_sync", "rebuilding", "faulty", "missing", "spare"]
@@ -204,6 +207,14 @@ class DataPlane(Protocol):
         ...
 
     def stop_mirror(self, mirror_id: str) -> None: ...
+
+    def freeze_mirror_writes(self, mirror_id: str) -> None:
+        """Block new writes to the whole array once the in-flight ones are done; reads go on.
+        When it returns, every acknowledged write is on every in-sync leg. Idempotent."""
+        ...
+
+    def thaw_mirror_writes(self, mirror_id: str) -> None: ...
+    def mirror_writes_frozen(self, mirror_id: str) -> bool: ...
     def mirror_status(self, mirror_id: str) -> MirrorInfo | None: ...
     def list_mirrors(self) -> list[MirrorInfo]: ...
 

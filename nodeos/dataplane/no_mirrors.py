@@ -30,6 +30,15 @@ class NoMirrors:
     def stop_mirror(self, mirror_id: str) -> None:
         raise self._no_mirrors("mirror_id")
 
+    def freeze_mirror_writes(self, mirror_id: str) -> None:
+        raise self._no_mirrors("mirror_id")
+
+    def thaw_mirror_writes(self, mirror_id: str) -> None:
+        raise self._no_mirrors("mirror_id")
+
+    def mirror_writes_frozen(self, mirror_id: str) -> bool:
+        return False
+
     def mirror_status(self, mirror_id: str) -> MirrorInfo | None:
         return None
 

@@ -101,7 +101,17 @@ def mirror_spec(vol: dict[str, Any], members: list[str], create: bool) -> Mirror
         size_bytes=int(vol["size_bytes"]),
         data_offset_bytes=names.MIRROR_DATA_OFFSET,
         create=create,
+        adopt_uuid=vol.get("adopt_uuid") if create else None,
     )
+
+
+def origin_mirror_uuid(st: dict[str, Any], vol: dict[str, Any]) -> str | None:
+    """For a replicated clone: the md uuid its legs carry (its snapshot's volume's array),
+    which the clone's own new array replaces."""
+    if vol.get("kind") != "clone" or not replicated(vol):
+        return None
+    snap = st["snapshots"].get(vol.get("origin_uuid") or "")
+    return None if snap is None else names.mirror_uuid(names.mirror_id_for(snap["volume"]))
 
 
 def view_id(vol: dict[str, Any]) -> str:

@@ -378,6 +378,15 @@ class KernelDataPlane:
     def mirror_status(self, mirror_id: str) -> MirrorInfo | None:
         return self.mirrors.status(mirror_id)
 
+    def freeze_mirror_writes(self, mirror_id: str) -> None:
+        self.mirrors.freeze_writes(mirror_id)
+
+    def thaw_mirror_writes(self, mirror_id: str) -> None:
+        self.mirrors.thaw_writes(mirror_id)
+
+    def mirror_writes_frozen(self, mirror_id: str) -> bool:
+        return self.mirrors.writes_frozen(mirror_id)
+
     def list_mirrors(self) -> list[MirrorInfo]:
         return self.mirrors.list()
 

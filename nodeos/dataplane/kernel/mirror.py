@@ -2,7 +2,9 @@
 
 The control plane names the members, their order, the data offset and the array size; this
 module never guesses them from superblocks. It only checks a member's superblock to refuse
-creating over a foreign array and to finish a create that crashed after mdadm wrote it.
+creating over a foreign array (except the one `adopt_uuid` names: a clone's legs carry their
+origin's superblock) and to finish a create that crashed after mdadm wrote it. Write freezes
+(md's suspend range) hold a volume's writes while its replicas are snapshotted.
 Pure parts first (mdadm/dmsetup command lines, md sysfs snapshot -> MirrorInfo), then the
 edge (`MdMirrors`: runs mdadm/dmsetup, reads /sys/block/mdX/md).
 """
@@ -81,6 +83,26 @@ def cmd_create(spec: MirrorSpec, members: Sequence[str]) -> list[str]:
     if len(members) == 1:
         cmd.append("--force")  # mdadm wants it for a one-leg raid1
     return [*cmd, *members]
+
+
+def freeze_writes_attrs(size_sectors: int) -> list[tuple[str, str]]:
+    """md attributes (in /sys/block/mdX/md/, sectors) that block writes to the whole array:
+    md drains the in-flight I/O at each store, then holds every write into [lo, hi) while
+    reads pass. hi first: with lo at its default 0 the range is whole at once."""
+    if not isinstance(size_sectors, int) or isinstance(size_sectors, bool) or size_sectors <= 0:
+        raise BadInput(f"array size {size_sectors!r} is not a positive number of sectors", field="size")
+    return [("suspend_hi", str(size_sectors)), ("suspend_lo", "0")]
+
+
+# lo >= hi is an empty range: nothing is held any more (md wakes the waiting writes).
+THAW_WRITES_ATTRS = [("suspend_hi", "0"), ("suspend_lo", "0")]
+
+
+def writes_frozen(suspend_lo: str, suspend_hi: str) -> bool:
+    try:
+        return int(suspend_lo) < int(suspend_hi)
+    except ValueError:
+        return False
 
 
 def cmd_assemble(mirror_id: str, members: Sequence[str]) -> list[str]:
@@ -306,6 +328,34 @@ class MdMirrors:
             return
         self.run(cmd_stop(f"/dev/{kname}"))
 
+    def _md_dir_of(self, mirror_id: str) -> Path:
+        check_mirror_id(mirror_id)
+        kname = self._kname(mirror_id)
+        if kname is None:
+            raise NotFound(f"mirror {mirror_id} is not assembled", field="mirror_id")
+        return self.sys_block / kname
+
+    def freeze_writes(self, mirror_id: str) -> None:
+        blk = self._md_dir_of(mirror_id)
+        for attr, value in freeze_writes_attrs(int(_read(blk / "size") or 0)):
+            (blk / "md" / attr).write_text(value)  # returns once md drained the in-flight I/O
+
+    def thaw_writes(self, mirror_id: str) -> None:
+        check_mirror_id(mirror_id)
+        kname = self._kname(mirror_id)
+        if kname is None:
+            return  # no array, nothing held
+        for attr, value in THAW_WRITES_ATTRS:
+            (self.sys_block / kname / "md" / attr).write_text(value)
+
+    def writes_frozen(self, mirror_id: str) -> bool:
+        check_mirror_id(mirror_id)
+        kname = self._kname(mirror_id)
+        if kname is None:
+            return False
+        md = self.sys_block / kname / "md"
+        return writes_frozen(_read(md / "suspend_lo"), _read(md / "suspend_hi"))
+
     def _examine(self, dev: str) -> dict[str, str]:
         p = self.run(cmd_examine(dev), check=False)
         return parse_export(p.stdout) if p.returncode == 0 else {}
@@ -342,6 +392,8 @@ class MdMirrors:
             if not sb.get("MD_UUID"):
                 continue
             if not same_uuid(sb["MD_UUID"], mirror_uuid(spec.mirror_id)):
+                if spec.adopt_uuid and same_uuid(sb["MD_UUID"], spec.adopt_uuid):
+                    continue  # a clone's leg: its origin's superblock, replaced by the create
                 raise OperationFailed(
                     f"{m} holds another md array ({sb.get('MD_NAME', sb['MD_UUID'])}); "
                     "refusing to create over it",

@@ -112,3 +112,31 @@ def test_a_pool_is_deleted_only_once_nothing_of_ours_lives_in_it() -> None:
     steps = plan(st, 1, POOL1, {"v": vol}, {})
     assert [s.op for s in steps] == ["volume.delete"]
     assert [s.op for s in plan(st, 1, POOL1, {}, {})] == ["pool.delete"]
+
+
+def _mirror_state(phase_reports: int) -> dict[str, Any]:
+    """v on s1 (primary) and s2, ready; snapshot snap of it; `phase_reports` 1: the primary
+    reported the writes frozen."""
+    members = {"members": {2: "in-sync"}}
+    cmds: list[tuple[str, dict[str, Any]]] = [
+        vol_cmd("v", (1, 2)),
+        ("node_report", {"node_id": 1, "seq": 2, "replicas": {"u-v": {"state": "in-sync", **members}}}),
+        ("node_report", {"node_id": 2, "seq": 2, "replicas": {"u-v": {"state": "in-sync"}}}),
+        ("snapshot_create", {"uuid": "s-1", "name": "snap", "volume": "v"}),
+    ]
+    if phase_reports:
+        rep = {"state": "in-sync", "frozen": "s-1", **members}
+        cmds.append(("node_report", {"node_id": 1, "seq": 3, "replicas": {"u-v": rep}}))
+    return state(*cmds)
+
+
+def test_a_replica_snapshot_is_taken_only_once_the_primary_holds_the_writes() -> None:
+    local = {"v": {"name": "v", "uuid": "u-v", "vol_id": "vuv", "pool": "p", "pool_id": "pool2",
+                   "state": "ready", "size_bytes": GiB, "hosts": [], "secrets": []}}  # fmt: skip
+    pool2 = {"p": dict(POOL1["p"], pool_id="pool2")}
+    st = _mirror_state(0)
+    assert st["snapshots"]["s-1"]["phase"] == "freezing"
+    assert [s.op for s in plan(st, 2, pool2, local, {})] == []
+    st = _mirror_state(1)
+    steps = plan(st, 2, pool2, local, {})
+    assert [(s.op, s.name, s.data["vol_id"]) for s in steps] == [("volume.snapshot", "snap", "vuv")]

@@ -245,7 +245,7 @@ def _random_commands(rng: random.Random, n: int) -> list[bytes]:
     cmds: list[bytes] = []
     names = ["a", "b", "c", "d"]
     for _ in range(n):
-        k = rng.randrange(9)
+        k = rng.randrange(10)
         nm = rng.choice(names)
         nodes = rng.sample([1, 2, 3, 4], rng.randint(0, 4))
         if k == 0:
@@ -268,7 +268,10 @@ def _random_commands(rng: random.Random, n: int) -> list[bytes]:
         elif k == 2:
             nid = rng.randint(1, 4)
             reps = {
-                f"u{i}": {"state": rng.choice(["in-sync", "creating", "failed"])}
+                f"u{i}": {
+                    "state": rng.choice(["in-sync", "creating", "failed"]),
+                    "frozen": rng.choice([None, "s0", "s1", "s2"]),
+                }
                 for i in range(6)
                 if rng.random() < 0.4
             }
@@ -307,6 +310,8 @@ def _random_commands(rng: random.Random, n: int) -> list[bytes]:
             cmds.append(encode_command("host_remove", {"nqn": f"nqn.h{rng.randrange(3)}"}))
         elif k == 7:
             cmds.append(encode_command("snapshot_delete", {"name": nm, "force": rng.random() < 0.5}))
+        elif k == 8:
+            cmds.append(encode_command("snapshot_abort", {"uuid": f"s{rng.randrange(3)}"}))
         else:
             cmds.append(
                 encode_command("volume_create", {"uuid": f"u{rng.randrange(6)}", "name": nm})
@@ -328,6 +333,9 @@ def _invariants(st: dict[str, Any]) -> None:
             n: "optimized" if n == v["primary"] else "inaccessible" for n in nodes
         }
         assert all(h in st["hosts"] for h in v["hosts"])
+        if v.get("freeze"):  # only for a snapshot of it still being taken
+            snap = st["snapshots"][v["freeze"]]
+            assert snap["volume"] == v["uuid"] and snap["state"] == "creating" and snap["phase"]
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -310,3 +310,65 @@ def test_a_backend_without_mirrors_refuses_clearly() -> None:
     with pytest.raises(NotSupported):
         none.attach_remote(remote())
     assert none.list_mirrors() == [] and none.list_remotes() == [] and none.mirror_status("x") is None
+
+
+# ---- write freezes for snapshots of replicated volumes --------------------------------
+def test_a_freeze_holds_writes_to_the_whole_array_and_a_thaw_lets_them_go() -> None:
+    assert md.freeze_writes_attrs(131072) == [("suspend_hi", "131072"), ("suspend_lo", "0")]
+    assert dict(md.THAW_WRITES_ATTRS)["suspend_hi"] == "0"
+    assert md.writes_frozen("0", "131072") and not md.writes_frozen("0", "0")
+    assert not md.writes_frozen("", "")  # an array without the attributes holds nothing
+    with pytest.raises(BadInput) as e:
+        md.freeze_writes_attrs(0)
+    assert e.value.field == "size"
+
+
+def test_freeze_and_thaw_write_md_sysfs_in_order(tmp_path: object) -> None:
+    from pathlib import Path
+
+    sys_block = Path(str(tmp_path))
+    mdd = sys_block / "md127" / "md"
+    mdd.mkdir(parents=True)
+    (mdd / "uuid").write_text(mn.mirror_uuid(mn.mirror_id_for(VOL)) + "\n")
+    (sys_block / "md127" / "size").write_text("131072\n")
+    for attr in ("suspend_lo", "suspend_hi"):
+        (mdd / attr).write_text("0\n")
+    mirrors = md.MdMirrors(sys_block=sys_block)
+    mid = mn.mirror_id_for(VOL)
+    assert not mirrors.writes_frozen(mid)
+    mirrors.freeze_writes(mid)
+    assert (mdd / "suspend_hi").read_text() == "131072" and mirrors.writes_frozen(mid)
+    mirrors.thaw_writes(mid)
+    assert not mirrors.writes_frozen(mid)
+    with pytest.raises(md.NotFound):
+        mirrors.freeze_writes(mn.mirror_id_for("00000000-0000-4000-8000-000000000000"))
+
+
+def _examining(uuids: dict[str, str]) -> object:
+    """mdadm --examine --export answers: the array uuid each member's superblock names."""
+    import subprocess
+
+    def run(cmd: list[str], timeout_s: float = 0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        u = uuids.get(cmd[-1])
+        out = f"MD_LEVEL=raid1\nMD_UUID={u}\nMD_NAME=any\n" if u else ""
+        return subprocess.CompletedProcess(cmd, 0 if u else 1, out, "")
+
+    return run
+
+
+def test_a_clone_creates_its_own_array_over_legs_carrying_its_origins_only() -> None:
+    origin = mn.mirror_uuid(mn.mirror_id_for(VOL))
+    clone_vol = "0b0e7c1d-2a3f-4e5d-8c7b-6a5f4e3d2c1b"
+    spec = mirror(mirror_id=mn.mirror_id_for(clone_vol), members=("/dev/a", "/dev/b"))
+    legs = {"/dev/a": origin, "/dev/b": origin}
+    with pytest.raises(OperationFailed, match="holds another md array") as e:
+        md.MdMirrors(runner=_examining(legs))._create_is_new(spec, ["/dev/a", "/dev/b"])  # type: ignore[arg-type]
+    assert e.value.field == "members"
+    adopt = MirrorSpec(**{**spec.__dict__, "adopt_uuid": origin})
+    assert md.MdMirrors(runner=_examining(legs))._create_is_new(adopt, ["/dev/a", "/dev/b"])  # type: ignore[arg-type]
+    stranger = {"/dev/a": origin, "/dev/b": mn.mirror_uuid(mn.mirror_id_for(clone_vol[::-1]))}
+    with pytest.raises(OperationFailed, match="holds another md array"):
+        md.MdMirrors(runner=_examining(stranger))._create_is_new(adopt, ["/dev/a", "/dev/b"])  # type: ignore[arg-type]
+    # a create of the clone's array that crashed half-way is finished by assembling
+    mine = {"/dev/a": mn.mirror_uuid(adopt.mirror_id), "/dev/b": origin}
+    assert not md.MdMirrors(runner=_examining(mine))._create_is_new(adopt, ["/dev/a", "/dev/b"])  # type: ignore[arg-type]
