@@ -162,3 +162,80 @@ def test_replicated_volume_is_one_multipath_device_and_every_replica_holds_the_s
     for vm in STORAGE:  # nothing of it left on any node
         assert not lab.sh(vm, f"lvs --noheadings -o lv_name -S lv_name=v_{vol['vol_id']}").stdout.strip()
         assert lab.exec(vm, ["test", "-e", f"/sys/kernel/config/nvmet/subsystems/{vol['nqn']}"]).rc != 0
+
+
+def _md5_region(lab: Lab, vm: str, dev: str, skip_mib: int, count_mib: int) -> str:
+    script = f"dd if={dev} bs=1M skip={skip_mib} count={count_mib} iflag=direct status=none | md5sum"
+    return lab.sh(vm, script, timeout=300).stdout.split()[0]
+
+
+def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_clone_holds_it(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    """A 2-replica volume: a known pattern written and flushed, then fio writing elsewhere WHILE
+    the snapshot is taken, then the pattern overwritten. The clone (2 replicas, its own md
+    array over thin clones of the replica snapshots) holds the same bytes on both nodes and the
+    pattern, seen from the host through its own multipath device."""
+    host, pat_mib = cluster["host"], 16
+    vol = ok(lab, "s1", "volume", "create", "snapsrc", "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+    cluster["made"].append("snapsrc")
+    nodes = [r["node"] for r in vol["replicas"]]
+    ok(lab, "s1", "volume", "grant", "snapsrc", "--host", host)
+    lab.sh("h1", f"nvme connect-all -t tcp -a {lab.addr(vol['primary'])} -s 8009 {CONNECT_OPTS}", timeout=300)
+    _, head = _wait_paths(lab, vol["nqn"], 2)
+    dev = f"/dev/{head}"
+    pattern = lab.sh(
+        "h1",
+        f"dd if=/dev/urandom of=/root/pat bs=1M count={pat_mib} status=none; "
+        f"dd if=/root/pat of={dev} bs=1M oflag=direct conv=fsync status=none; md5sum < /root/pat",
+        timeout=300,
+    ).stdout.split()[0]
+    fio = (
+        f"fio --name=during --filename={dev} --rw=randwrite --bs=4k --offset={pat_mib}M "
+        f"--size={SIZE_MIB - pat_mib}M --direct=1 --ioengine=libaio --iodepth=4 --time_based --runtime=90 "
+        "--output-format=json --output=/root/fio.json"
+    )
+    lab.sh("h1", f"rm -f /root/fio.json; setsid -f {fio} </dev/null >/dev/null 2>&1", timeout=60)
+    lab.sh("h1", "for i in $(seq 60); do pgrep -x fio && break; sleep 1; done; pgrep -x fio", timeout=90)
+
+    snap = ok(lab, "s2", "volume", "snapshot", "snapsrc", "snap1", timeout=600)
+    cluster["made"].insert(0, "snap1")  # the fixture deletes leftovers in this order
+    assert snap["state"] == "ready" and sorted(snap["nodes"]) == sorted(nodes), snap
+    assert lab.exec("h1", ["pgrep", "-x", "fio"]).rc == 0, "fio ended before the snapshot was ready"
+    shown = ok(lab, "s1", "volume", "show", "snapsrc")
+    assert shown["freeze"] is None and shown["snapshots"] == ["snap1"]
+    # the primary let the writes go: md's suspend range is empty again
+    lab.sh(vol["primary"], 'for f in /sys/block/md*/md/suspend_hi; do [ "$(cat $f)" = 0 ]; done')
+    lab.sh("h1", f"dd if=/dev/zero of={dev} bs=1M count={pat_mib} oflag=direct conv=fsync status=none")
+    lab.sh("h1", "while pgrep -x fio >/dev/null; do sleep 2; done", timeout=600)
+    job = json.loads(lab.sh("h1", "cat /root/fio.json").stdout)["jobs"][0]
+    assert job["error"] == 0 and job["write"]["io_bytes"] > 0, job
+
+    clone = ok(lab, "s3", "volume", "clone", "snap1", "clone1", timeout=600)
+    cluster["made"].insert(0, "clone1")
+    assert clone["state"] == "ready" and clone["replica_count"] == 2
+    assert sorted(r["node"] for r in clone["replicas"]) == sorted(nodes)
+    assert all(r["state"] == "in-sync" for r in clone["replicas"]), clone
+    sums = {vm: _md5_on(lab, vm, clone) for vm in nodes}
+    assert len(set(sums.values())) == 1, sums  # one point of the write stream on both replicas
+    ok(lab, "s1", "volume", "grant", "clone1", "--host", host)
+    lab.sh(
+        "h1", f"nvme connect-all -t tcp -a {lab.addr(clone['primary'])} -s 8009 {CONNECT_OPTS}", timeout=300
+    )
+    _, chead = _wait_paths(lab, clone["nqn"], 2)
+    assert _md5_region(lab, "h1", f"/dev/{chead}", 0, pat_mib) == pattern
+    assert _md5_region(lab, "h1", dev, 0, pat_mib) != pattern  # the origin moved on
+
+    rc, out = nodeos(lab, "s1", "volume", "clone", "snap1", "one", "--replicas", "1")
+    assert rc == 2 and out["error"]["field"] == "replicas" and out["error"]["allowed"] == [2], out
+    lab.sh("h1", f"nvme disconnect -n {clone['nqn']}; nvme disconnect -n {vol['nqn']}", timeout=120)
+    for name in ("clone1", "snapsrc"):
+        ok(lab, "s1", "volume", "revoke", name, "--host", host)
+    ok(lab, "s1", "volume", "delete", "clone1")
+    cluster["made"].remove("clone1")
+    ok(lab, "s1", "volume", "delete", "snap1")
+    cluster["made"].remove("snap1")
+    ok(lab, "s1", "volume", "delete", "snapsrc")
+    cluster["made"].remove("snapsrc")
+    for vm in nodes:  # every replica snapshot and clone leg is gone
+        assert not lab.sh(vm, "lvs --noheadings -o lv_name -S 'lv_name=~^v_'").stdout.strip()
