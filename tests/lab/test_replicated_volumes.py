@@ -169,6 +169,27 @@ def _md5_region(lab: Lab, vm: str, dev: str, skip_mib: int, count_mib: int) -> s
     return lab.sh(vm, script, timeout=300).stdout.split()[0]
 
 
+def _check_freeze_on_the_kernel(lab: Lab, vol: dict[str, Any], nodes: list[str], dev: str) -> None:
+    """The primitive the snapshot relies on, on the real md: once frozen every leg holds the
+    same bytes (acknowledged writes are everywhere), a host's write waits, a read passes."""
+    from nodeos.dataplane.mirror_names import mirror_id_for
+
+    call = "python3 -c 'from nodeos.dataplane.kernel.mirror import MdMirrors; MdMirrors().{}(\"{}\")'"
+    mid = mirror_id_for(vol["uuid"])
+    lab.sh(vol["primary"], call.format("freeze_writes", mid))
+    try:
+        sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
+        assert len(set(sums.values())) == 1, sums
+        write = f"dd if=/dev/urandom of={dev} bs=4k count=1 seek=100 oflag=direct conv=fsync"
+        lab.sh("h1", f"setsid -f {write} </dev/null >/dev/null 2>&1")
+        lab.sh("h1", f"dd if={dev} of=/dev/null bs=1M count=4 iflag=direct status=none", timeout=60)
+        time.sleep(3)  # a bounded negative check: the write is still held after 3 s
+        assert lab.exec("h1", ["pgrep", "-x", "dd"]).rc == 0, "a write went through a frozen mirror"
+    finally:
+        lab.sh(vol["primary"], call.format("thaw_writes", mid))
+    lab.sh("h1", "while pgrep -x dd >/dev/null; do sleep 1; done", timeout=120)
+
+
 def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_clone_holds_it(
     lab: Lab, cluster: dict[str, Any]
 ) -> None:
@@ -210,6 +231,8 @@ def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_c
     lab.sh("h1", "while pgrep -x fio >/dev/null; do sleep 2; done", timeout=600)
     job = json.loads(lab.sh("h1", "cat /root/fio.json").stdout)["jobs"][0]
     assert job["error"] == 0 and job["write"]["io_bytes"] > 0, job
+
+    _check_freeze_on_the_kernel(lab, vol, nodes, dev)
 
     clone = ok(lab, "s3", "volume", "clone", "snap1", "clone1", timeout=600)
     cluster["made"].insert(0, "clone1")
