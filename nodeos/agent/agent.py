@@ -20,6 +20,7 @@ from nodeos.agent import freeze
 from nodeos.agent.plan import Step, plan
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
+from nodeos.node import crash
 
 LOG = logging.getLogger("nodeosd.agent")
 POLL_S = 0.1
@@ -156,6 +157,7 @@ class Agent:
                 if act.kind == "freeze":
                     await self.node.ops.call("freeze_mirror_writes", mid)
                     fz.froze(act.vol_uuid, str(act.snap), now)
+                    crash.point("snapshot.freeze:frozen")
                     LOG.info("writes of mirror %s frozen for snapshot %s", mid, act.snap)
                     continue
                 await self.node.ops.call("thaw_mirror_writes", mid)

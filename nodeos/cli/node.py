@@ -51,7 +51,9 @@ def await_ready(client: Client, name: str, timeout: float, as_json: bool) -> dic
                 v = client.call("volume.show", {"name": name})
             except NotFound:
                 raise OperationFailed(
-                    f"{name} could not be created (it was rolled back)", field="name"
+                    f"{name} could not be created (it was rolled back; a snapshot that could not be "
+                    "taken at its moment is dropped)",
+                    field="name",
                 ) from None
             if v["state"] == "ready":
                 return v

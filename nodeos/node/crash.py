@@ -24,6 +24,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     "volume.replica": ("intent", "replica-exported", "front-exported", "done"),
     "volume.mirror": ("intent", "remotes-attached", "mirror-assembled", "front-exported", "done"),
     "volume.revoke": ("intent", "export-applied", "done"),
+    "snapshot.freeze": ("frozen",),  # the primary's agent, writes of a mirror just frozen
     "host.add": ("done",),
     "host.remove": ("done",),
 }

@@ -15,7 +15,7 @@ import pytest
 
 from nodeos.lab import Lab
 from tests.lab.mirror_helpers import host_paths
-from tests.lab.node_helpers import nodeos, ok, wait_daemon
+from tests.lab.node_helpers import nodeos, ok, start_crashing_daemon, start_unit, wait_daemon, wait_dead
 
 pytestmark = pytest.mark.lab
 LAB = "cluster3"
@@ -262,3 +262,37 @@ def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_c
     cluster["made"].remove("snapsrc")
     for vm in nodes:  # every replica snapshot and clone leg is gone
         assert not lab.sh(vm, "lvs --noheadings -o lv_name -S 'lv_name=~^v_'").stdout.strip()
+
+
+def _suspend_hi(lab: Lab, vm: str, vol: dict[str, Any]) -> str:
+    from nodeos.dataplane.mirror_names import mirror_id_for
+
+    md = f"/dev/md/{mirror_id_for(vol['uuid'])}"
+    return lab.sh(vm, f"cat /sys/block/$(basename $(readlink -f {md}))/md/suspend_hi").stdout.strip()
+
+
+def test_a_primary_killed_with_writes_frozen_thaws_at_start_once_the_map_let_go(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    """md's suspend range is kernel state: it outlives nodeosd. A primary that dies right after
+    freezing finds it at its next start and lets the writes go (the snapshot was deleted)."""
+    vol = ok(lab, "s1", "volume", "create", "frz", "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+    cluster["made"].append("frz")
+    prim = vol["primary"]
+    console = next(r["node"] for r in vol["replicas"] if r["node"] != prim)
+    start_crashing_daemon(lab, prim, "snapshot.freeze:frozen")
+    try:
+        lab.exec(console, ["timeout", "30", "nodeos", "volume", "snapshot", "frz", "lost"], timeout=60)
+        wait_dead(lab, prim, timeout=120)
+        assert _suspend_hi(lab, prim, vol) != "0"  # frozen, and nobody left to thaw it
+        ok(lab, console, "volume", "delete", "lost")
+        assert ok(lab, console, "volume", "show", "frz")["freeze"] is None
+    finally:
+        start_unit(lab, prim)
+    deadline = time.monotonic() + 120
+    while _suspend_hi(lab, prim, vol) != "0":
+        assert time.monotonic() < deadline, "the restarted primary did not thaw its mirror"
+        time.sleep(1)
+    assert all(v["name"] != "lost" for v in ok(lab, prim, "volume", "list"))
+    ok(lab, console, "volume", "delete", "frz")
+    cluster["made"].remove("frz")
