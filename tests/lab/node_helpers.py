@@ -64,7 +64,7 @@ def start_crashing_daemon(lab: Lab, vm: str, step: str) -> None:
         "log=/tmp/nodeosd-crash.log; t=0; until grep -q '; API on ' $log; do sleep 1; t=$((t+1)); "
         # Dead before ready (a crash point passed during start-up) or too slow: say which.
         "pgrep -x nodeosd >/dev/null || { echo 'nodeosd died before ready:'; cat $log; exit 1; }; "
-        "[ $t -gt 600 ] && { echo 'nodeosd not ready in 600 s:'; cat $log; ps -eo pid,etime,cmd; exit 1; }; "
+        "[ $t -le 600 ] || { echo 'nodeosd not ready in 600 s:'; cat $log; ps -eo pid,etime,cmd; exit 1; }; "
         "done",
         timeout=660,
     )

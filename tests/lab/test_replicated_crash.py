@@ -73,7 +73,7 @@ def _start_crashing(lab: Lab, vm: str, step: str) -> None:
         f"> {LOG} 2>&1 < /dev/null\n"
         f"t=0; until grep -q '; API on ' {LOG}; do sleep 1; t=$((t+1)); "
         f"pgrep -x nodeosd >/dev/null || {{ echo 'nodeosd died before ready:'; cat {LOG}; exit 1; }}; "
-        f"[ $t -gt 600 ] && {{ echo 'not ready in 600 s:'; cat {LOG}; exit 1; }}; done",
+        f"[ $t -le 600 ] || {{ echo 'not ready in 600 s:'; cat {LOG}; exit 1; }}; done",
         timeout=660,
     )
 
@@ -83,7 +83,7 @@ def _restart_units(lab: Lab) -> None:
         lab.sh(
             vm,
             "pkill -9 -x nodeosd || true; t=0; while pgrep -x nodeosd >/dev/null; do sleep 1; "
-            "t=$((t+1)); [ $t -gt 60 ] && exit 1; done; systemctl start nodeosd.service",
+            "t=$((t+1)); [ $t -le 60 ] || exit 1; done; systemctl start nodeosd.service",
             timeout=900,
         )
 
