@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from nodeos.cluster.placement import SPREADS, NodeCandidate, domain_of
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
 
 REPLICA_STATES = ("creating", "syncing", "in-sync", "degraded", "failed")
@@ -296,6 +297,26 @@ def _check_placement(st: dict[str, Any], placement: Any, field: str = "placement
     return out
 
 
+def _check_spread(st: dict[str, Any], placement: list[dict[str, Any]], spread: Any) -> None:
+    """Replicas on distinct failure domains by the labels as applied: a placement decided
+    before a concurrent `node_label` committed may no longer spread (found by the simulator)."""
+    if spread not in SPREADS:
+        raise BadInput(f"spread {spread!r} is not allowed", field="spread", allowed=list(SPREADS))
+    seen: dict[str, int] = {}
+    for slot in placement:
+        n = st["nodes"][slot["node"]]
+        domain = domain_of(
+            NodeCandidate(slot["node"], str(n.get("name")), n.get("labels") or {}, True), spread
+        )
+        if domain in seen:
+            raise BadInput(
+                f"nodes {seen[domain]} and {slot['node']} are both in {spread} {domain!r} now; "
+                "the placement is stale, create the volume again",
+                field="placement",
+            )
+        seen[domain] = slot["node"]
+
+
 def _name_free(st: dict[str, Any], name: str, field: str = "name") -> None:
     if name in st["names"]:
         raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
@@ -303,7 +324,7 @@ def _name_free(st: dict[str, Any], name: str, field: str = "name") -> None:
 
 def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Placement was chosen by the leader from this very map; apply re-checks it anyway, so a
-    stale decision (a pool deleted meanwhile) is refused identically everywhere."""
+    stale decision (a pool deleted, a node relabelled meanwhile) is refused identically everywhere."""
     name = _req(args, "name", str)
     _name_free(st, name)
     uuid = _req(args, "uuid", str)
@@ -311,6 +332,8 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         raise AlreadyExists(f"volume uuid {uuid} exists", field="uuid")
     placement = _check_placement(st, args.get("placement"))
     kind = args.get("kind", "volume")
+    if kind != "clone":  # a clone lives where its snapshot lives, wherever the labels moved
+        _check_spread(st, placement, args.get("spread", "node"))
     origin_uuid = None
     if kind == "clone":
         snap = snapshot_by_name(st, _req(args, "origin", str), "snapshot")

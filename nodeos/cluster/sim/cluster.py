@@ -18,10 +18,12 @@ import random
 import shutil
 import tempfile
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
+from ..map import ClusterMap, encode_command
 from ..raft import (
     Message,
     MessageType,
@@ -35,66 +37,17 @@ from ..raft import (
 from ..raft.storage import MemoryStorage
 from ..raft_logfile import LogFileRaftStorage
 from ..raft_storage import LmdbRaftStorage
+from .config import SeedResult, SimConfig, msg_summary
 from .disruption import Disruption, DisruptionMixin
 from .events import CLIENT, CRASH, DELIVER, DONE, FAULT, FINAL, HEAL, REJOIN, RESTART, SETTLE, SYNC, TICK
 from .faults import FaultsMixin
 from .invariants import Checker, Violation
+from .mapbroken import map_bug
+from .mapcheck import MapChecker, before
+from .mapload import DecisionViolation, MapWorkload
 from .network import NetworkFaults, SimNetwork
 from .node import PendingRead, SimNode
 from .ticks import TicksMixin
-
-
-@dataclass
-class SimConfig:
-    nodes: int = 3
-    duration_ms: int = 1500  # fault phase
-    settle_ms: int = 5000  # deadline after the faults stop for a final command to commit
-    tick_ms: int = 10
-    election_tick: int = 10
-    heartbeat_tick: int = 2
-    broken: str | None = None  # a variant from hooks.BROKEN_VARIANTS (self-test only)
-    trace: bool = False
-    # "lmdb": every node's disk is the daemon's LmdbRaftStorage (on /dev/shm), closed and
-    # reopened from its files at every crash; "logfile": the same with the daemon's Raft log
-    # file (LogFileRaftStorage); "memory": a MemoryStorage (fast).
-    storage: str = "memory"
-    skip_idle_ticks: bool = True  # ticks.py: no event for a tick that only counts
-    disrupt: bool = True  # run the disruption phase (disruption.py) after the final commit
-    # Events one seed may use before it counts as a livelock (0: 100 per node per tick of
-    # virtual time, ~100x what a healthy run needs).
-    max_events: int = 0
-
-    def event_budget(self) -> int:
-        if self.max_events:
-            return self.max_events
-        return 100 * self.nodes * (self.duration_ms + self.settle_ms) // self.tick_ms
-
-
-@dataclass
-class SeedResult:
-    seed: int
-    ok: bool
-    violation: str | None = None
-    time_ms: int = 0
-    trace: list[str] = field(default_factory=list)
-    stats: dict[str, int] = field(default_factory=dict)
-
-
-def msg_summary(m: Message) -> str:
-    s = f"{m.type.name} {m.frm}->{m.to} term={m.term}"
-    if m.type in (MessageType.APP, MessageType.VOTE, MessageType.PRE_VOTE):
-        s += f" index={m.index} log_term={m.log_term}"
-    if m.type is MessageType.APP_RESP:
-        s += f" index={m.index}"
-    if m.entries:
-        s += f" entries={m.entries[0].index}..{m.entries[-1].index}"
-    if m.commit:
-        s += f" commit={m.commit}"
-    if m.reject:
-        s += f" REJECT hint={m.reject_hint}"
-    if m.snapshot is not None:
-        s += f" snapshot@{m.snapshot.index}/t{m.snapshot.term}"
-    return s
 
 
 class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
@@ -147,6 +100,10 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         self.proposer: dict[bytes, tuple[int, int]] = {}  # command -> (node, incarnation)
         self.final_cmd: bytes | None = None
         self.final_index = 0
+        self.mapload: MapWorkload | None = None
+        self.mapcheck = MapChecker()
+        if cfg.workload == "map":  # drawn only then: an opaque seed replays as before
+            self.mapload = MapWorkload(random.Random(r.getrandbits(64)))
         ids = list(range(1, cfg.nodes + 1))
         self.nodes: dict[int, SimNode] = {}
         self.next_tick: dict[int, int] = {}
@@ -171,12 +128,14 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
             self.nodes[nid] = SimNode(
                 nid, disk, cfg.election_tick, cfg.heartbeat_tick, seed, self.max_msg_size, reopen=reopen
             )
+            if self.mapload is not None:
+                self.nodes[nid].cmap = ClusterMap()
         for nid in ids:
             self._start(nid, r.randint(0, cfg.tick_ms - 1))
         self._schedule_faults()
         self._schedule_clients()
         self._at(cfg.duration_ms, SETTLE, None)
-        self._at(cfg.duration_ms + 150, FINAL, None)
+        self._at(cfg.client_ms() + 150, FINAL, None)
 
     # --- plumbing ---
     def _at(self, t: int, kind: int, payload: Any) -> None:
@@ -198,6 +157,8 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
     def _start(self, nid: int, first_tick: int) -> None:
         n = self.nodes[nid]
         n.start(self.cfg.broken)
+        if n.cmap is not None and n.applied:
+            self.mapcheck.same_state(nid, n.applied, n.cmap.state, "restarting from its snapshot at")
         self._clock_start(n, first_tick)
         self.log(f"n{nid} starts (term {n.last_term}, commit {n.last_commit}, applied {n.applied})")
         self._after_input(n)
@@ -207,22 +168,12 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         end = self.cfg.duration_ms + self.cfg.settle_ms
         budget = self.cfg.event_budget()
         try:
-            while self._events and not self.done:
-                t, _, kind, payload = heapq.heappop(self._events)
-                if self.disruption is None:
-                    if t > end:
-                        break  # deadline passed: the final check reports the lost liveness
-                    if self.final_index and not (self.cfg.disrupt and self._start_disruption()):
-                        break  # the final command is in and no disruption phase to run
-                self.now = t
-                self.stats["events"] += 1
-                if self.stats["events"] > budget:
-                    raise Violation(
-                        "event budget", f"{budget} events used by {self.now} ms of virtual time (livelock?)"
-                    )
-                self._dispatch(kind, payload)
-                self._check_disruption()
+            with map_bug(self.cfg.broken):
+                self._loop(end, budget)
             self._final_check()
+        except DecisionViolation as exc:
+            v = Violation("placement", str(exc))
+            return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
         except Violation as v:
             return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
         except AssertionError as exc:
@@ -236,7 +187,27 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
             return SeedResult(self.seed, False, str(v), self.now, self.trace, self.stats)
         finally:
             self._close_disks()
+            if self.mapload is not None:
+                self.stats.update(self.mapload.stats)
+                self.stats.update(self.mapcheck.stats)
         return SeedResult(self.seed, True, None, self.now, self.trace, self.stats)
+
+    def _loop(self, end: int, budget: int) -> None:
+        while self._events and not self.done:
+            t, _, kind, payload = heapq.heappop(self._events)
+            if self.disruption is None:
+                if t > end:
+                    break  # deadline passed: the final check reports the lost liveness
+                if self.final_index and not (self.cfg.disrupt and self._start_disruption()):
+                    break  # the final command is in and no disruption phase to run
+            self.now = t
+            self.stats["events"] += 1
+            if self.stats["events"] > budget:
+                raise Violation(
+                    "event budget", f"{budget} events used by {self.now} ms of virtual time (livelock?)"
+                )
+            self._dispatch(kind, payload)
+            self._check_disruption()
 
     def _close_disks(self) -> None:
         if self.disk_dir is None:
@@ -343,9 +314,15 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
             n.restore_state(rd.snapshot.data, rd.snapshot.index)
             n.conf_state = rd.snapshot.meta.conf_state
             self.check.snapshot_restored(n.id, rd.snapshot, n.state)
+            if n.cmap is not None:
+                self.mapcheck.same_state(n.id, n.applied, n.cmap.state, "installing a snapshot at")
             self.log(f"n{n.id} restored snapshot at {rd.snapshot.index}")
         for e in rd.committed_entries:
             self.check.applied_entry(n.id, e)
+            if n.cmap is not None and e.index > n.cmap.applied_index:  # as the driver skips replays
+                old = before(n.cmap.state) if self.mapcheck.first_apply(e.index) else None
+                cmd, result = n.apply_map(e.index, e.type, e.data)
+                self.mapcheck.applied(n.id, e.index, n.cmap.state, old, cmd, result)
             n.apply_entry_data(e.index, e.type, e.data)
             owner = self.proposer.get(e.data)
             if owner == (n.id, n.incarnation):
@@ -377,7 +354,10 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         disk = n.disk
         if n.applied - disk.snapshot().index < self.compact_every:
             return
-        disk.create_snapshot(n.applied, n.conf_state, n.snapshot_data())
+        data = n.snapshot_data()
+        if n.cmap is not None:
+            self.mapcheck.snapshot_round_trip(n.id, n.cmap.snapshot(), n.cmap.state)
+        disk.create_snapshot(n.applied, n.conf_state, data)
         upto = n.applied - self.compact_keep
         if upto >= disk.first_index():
             disk.compact(upto)
@@ -410,8 +390,9 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
     def _schedule_clients(self) -> None:
         t = 0
         r = self.rng
-        while t < self.cfg.duration_ms:
-            t += r.randint(3, 30)
+        gap = (2, 10) if self.mapload is not None else (3, 30)  # map objects take several steps
+        while t < self.cfg.client_ms():
+            t += r.randint(*gap)
             self._at(t, CLIENT, r.random())
 
     def _client(self, x: float) -> None:
@@ -426,6 +407,15 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
             if x < 0.7:
                 cmd = b"c%d" % self.next_cmd
                 self.next_cmd += 1
+                if self.mapload is not None:
+                    assert target.cmap is not None
+                    # Decided from the deciding node's map (the leader, after its read
+                    # barrier; a stale one too); the agent reads some node's own map.
+                    view = self.rng.choice(up).cmap
+                    mc = self.mapload.next_command(target.cmap.state, view.state if view else None)
+                    if mc is None:
+                        return
+                    cmd = msgpack.packb([cmd, mc], use_bin_type=True)  # [request id, command]
                 self.proposer[cmd] = (target.id, target.incarnation)
                 self.log(f"client proposes {cmd!r} at n{target.id}")
                 target.rn.propose(cmd)
@@ -462,6 +452,9 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         if lead is not None and lead.rn is not None:
             if self.final_cmd is None:
                 self.final_cmd = b"final"
+                if self.mapload is not None:
+                    kv = encode_command("kv_put", {"key": "final", "value": 1})
+                    self.final_cmd = msgpack.packb([b"final", kv], use_bin_type=True)
             self.proposer[self.final_cmd] = (lead.id, lead.incarnation)
             self._catch_up(lead)
             try:

@@ -3,16 +3,20 @@
 The disk (a MemoryStorage that survives crashes) only changes when a Ready's sync
 completes; a crash before that loses the Ready's writes, as a real crash loses
 unsynced writes. The state machine is the list of applied commands, which makes
-state-machine safety and lost acknowledgements easy to check.
+state-machine safety and lost acknowledgements easy to check; with the map workload each
+node also applies the entries to its own real ClusterMap (entries framed as the driver
+frames them: msgpack [request id, command]).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
 
+from ..map import ClusterMap, decode_command
 from ..raft import (
     Config,
     ConfState,
@@ -55,6 +59,7 @@ class SimNode:
     last_term: int = 0
     last_commit: int = 0
     reopen: Callable[[], MemoryStorage] | None = None  # on-disk storage: read back after a crash
+    cmap: ClusterMap | None = None  # the map workload: this node's copy of the cluster map
 
     def start(self, broken: str | None) -> None:
         from .hooks import apply_raft_hooks
@@ -95,13 +100,42 @@ class SimNode:
 
     # --- state machine ---
     def restore_state(self, data: bytes, index: int) -> None:
-        items = msgpack.unpackb(data, raw=False) if data else []
+        obj = msgpack.unpackb(data, raw=False) if data else []
+        items = obj["applied"] if isinstance(obj, dict) else obj
         self.state = [(int(i), bytes(c)) for i, c in items]
         self.state_set = {c for _, c in self.state}
         self.applied = index
+        if self.cmap is not None:
+            m = ClusterMap()
+            m.restore(obj["map"] if isinstance(obj, dict) else b"")
+            # A map read back may hold its dicts in another order than the one applied in
+            # (another path filled them: import, schema upgrade); apply must not depend on
+            # it, so every restore reverses the order of every dict.
+            m.state = reverse_dict_order(m.state)
+            m.state["applied_index"] = index  # as the driver does
+            self.cmap = m
 
     def snapshot_data(self) -> bytes:
-        return msgpack.packb([[i, c] for i, c in self.state], use_bin_type=True)
+        applied = [[i, c] for i, c in self.state]
+        if self.cmap is None:
+            return msgpack.packb(applied, use_bin_type=True)
+        return msgpack.packb({"applied": applied, "map": self.cmap.snapshot()}, use_bin_type=True)
+
+    def apply_map(self, index: int, etype: EntryType, data: bytes) -> tuple[str | None, dict[str, Any]]:
+        """Apply one entry to the map as the driver does: (command name, result)."""
+        assert self.cmap is not None
+        if etype is EntryType.CONF_CHANGE or not data:
+            return None, self.cmap.apply(index, b"")
+        try:
+            _rid, cmd = msgpack.unpackb(data, raw=False)
+        except Exception:
+            cmd = data
+        cmd = cmd if isinstance(cmd, bytes) else b"\xc1"
+        try:
+            name = str(decode_command(cmd)["cmd"])
+        except Exception:
+            name = None
+        return name, self.cmap.apply(index, cmd)
 
     def apply_entry_data(self, index: int, etype: EntryType, data: bytes) -> None:
         if etype is EntryType.CONF_CHANGE:
@@ -111,3 +145,11 @@ class SimNode:
             self.state.append((index, data))
             self.state_set.add(data)
         self.applied = index
+
+
+def reverse_dict_order(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: reverse_dict_order(obj[k]) for k in reversed(list(obj))}
+    if isinstance(obj, list):
+        return [reverse_dict_order(x) for x in obj]
+    return obj

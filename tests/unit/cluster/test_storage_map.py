@@ -121,6 +121,44 @@ def test_placement_is_rechecked_at_apply() -> None:
     assert m.st["volumes"] == {} and m.st["names"] == {}
 
 
+def test_spread_is_rechecked_at_apply_with_the_labels_as_applied() -> None:
+    # Found by the simulator's map workload: `volume create --spread rack` decided while a
+    # `node label` was in flight; by the time it applied, two replicas shared a rack.
+    m = cluster()
+    for nid, rack in ((1, "a"), (2, "b"), (3, "c")):
+        m.ok("node_label", node_id=nid, set={"rack": rack})
+    m.ok("node_label", node_id=3, set={"rack": "b"})  # committed between decision and apply
+    out = m.do(
+        "volume_create",
+        uuid="u",
+        name="v",
+        nqn="n",
+        size_bytes=GiB,
+        spread="rack",
+        placement=placement(1, 2, 3),
+    )
+    assert out["error"]["field"] == "placement" and "rack 'b'" in out["error"]["message"]
+    assert m.st["volumes"] == {} and m.st["names"] == {}
+    bad = m.do(
+        "volume_create", uuid="u", name="v", nqn="n", size_bytes=GiB, spread="row", placement=placement(1)
+    )
+    assert bad["error"]["field"] == "spread" and bad["error"]["allowed"] == ["node", "rack", "switch"]
+    # by node the same nodes are fine; a node without the label is a rack of its own
+    m.ok(
+        "volume_create",
+        uuid="u",
+        name="v",
+        nqn="n",
+        size_bytes=GiB,
+        spread="node",
+        placement=placement(1, 2, 3),
+    )
+    m.ok("node_label", node_id=3, remove=["rack"])
+    m.ok(
+        "volume_create", uuid="w", name="w", nqn="n", size_bytes=GiB, spread="rack", placement=placement(2, 3)
+    )
+
+
 def test_names_are_one_space_for_volumes_and_snapshots() -> None:
     m = cluster()
     uuid = create(m, "v", 1)

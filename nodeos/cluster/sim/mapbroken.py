@@ -1,0 +1,119 @@
+"""Deliberately broken cluster-map variants, for the map workload's self-test only.
+
+Each one patches one known bug into the real map or decision code for the duration of one
+simulated run (`SimConfig.broken`), so tests prove the map checks (mapcheck.py) catch it.
+Production code never sets these. docs/testing.md lists what catches each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from nodeos.cluster import map as map_mod
+from nodeos.cluster import storage_map as sm
+from nodeos.cluster.placement import CapacityIndex
+
+MAP_BROKEN_VARIANTS = {
+    "map_name_not_freed": "a dropped volume's name stays taken",
+    "map_apply_clock": "volume_create records the applying node's clock",
+    "map_apply_dict_order": "volume_create orders the replicas as the pools dict is ordered",
+    "map_ready_early": "a volume turns ready once any one replica is in-sync",
+    "map_placement_ignores_spread": "placement spreads by node whatever spread was asked",
+    "map_grant_outlives_host": "host_remove forgets to check the host's grants",
+    "map_restore_drops_snapshots": "restoring a map snapshot loses the snapshots section",
+}
+
+
+def _drop_volume_keeps_name(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    del st["volumes"][vol["uuid"]]
+    st["paths"].pop(vol["uuid"], None)
+
+
+def _volume_create_with_clock(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    out = _ORIGINAL["volume_create"](st, args)
+    st["volumes"][out["uuid"]]["created"] = time.time_ns()
+    return out
+
+
+def _placement_in_pool_order(st: dict[str, Any], placement: Any, field: str = "placement") -> list[Any]:
+    slots = _ORIGINAL["check_placement"](st, placement, field)
+    where = [(p["node"], p["pool_id"]) for p in st["pools"].values()]
+    return sorted(slots, key=lambda s: where.index((s["node"], s["pool_id"])))
+
+
+def _settle_volume_any_in_sync(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    _ORIGINAL["settle_volume"](st, vol)
+    if vol["state"] == "creating" and any(
+        sm.replica_view(st, vol, s["node"])["state"] == "in-sync" for s in vol["placement"]
+    ):
+        vol["state"] = "ready"
+
+
+def _place_by_node(
+    self: CapacityIndex, key: str, size_bytes: int, replicas: int, spread: str = "node", *args: Any, **kw: Any
+) -> Any:
+    return _ORIGINAL["place"](self, key, size_bytes, replicas, "node", *args, **kw)
+
+
+def _host_remove_unchecked(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    nqn = sm._req(args, "nqn", str)
+    if nqn not in st["hosts"]:
+        raise sm.NotFound(f"host {nqn!r} is not registered", field="host")
+    del st["hosts"][nqn]
+    return {"nqn": nqn, "removed": True}
+
+
+def _restore_without_snapshots(self: map_mod.ClusterMap, data: bytes) -> None:
+    _ORIGINAL["restore"](self, data)
+    self.state["snapshots"] = {}
+
+
+_ORIGINAL: dict[str, Any] = {
+    "volume_create": sm.volume_create_v1,
+    "check_placement": sm._check_placement,
+    "settle_volume": sm._settle_volume,
+    "place": CapacityIndex.place,
+    "restore": map_mod.ClusterMap.restore,
+}
+
+
+@contextlib.contextmanager
+def map_bug(variant: str | None) -> Iterator[None]:
+    """Patch `variant` in for the block (nothing for None or a Raft variant)."""
+    patches: list[tuple[Any, str, Any]] = []
+    if variant == "map_name_not_freed":
+        patches.append((sm, "_drop_volume", _drop_volume_keeps_name))
+    elif variant == "map_apply_clock":
+        patches.append((map_mod.HANDLERS["volume_create"], 1, _volume_create_with_clock))
+    elif variant == "map_apply_dict_order":
+        patches.append((sm, "_check_placement", _placement_in_pool_order))
+    elif variant == "map_ready_early":
+        patches.append((sm, "_settle_volume", _settle_volume_any_in_sync))
+    elif variant == "map_placement_ignores_spread":
+        patches.append((CapacityIndex, "place", _place_by_node))
+    elif variant == "map_grant_outlives_host":
+        patches.append((map_mod.HANDLERS["host_remove"], 1, _host_remove_unchecked))
+    elif variant == "map_restore_drops_snapshots":
+        patches.append((map_mod.ClusterMap, "restore", _restore_without_snapshots))
+    saved = [(obj, key, _get(obj, key)) for obj, key, _ in patches]
+    try:
+        for obj, key, new in patches:
+            _set(obj, key, new)
+        yield
+    finally:
+        for obj, key, old in saved:
+            _set(obj, key, old)
+
+
+def _get(obj: Any, key: Any) -> Any:
+    return obj[key] if isinstance(obj, dict) else getattr(obj, key)
+
+
+def _set(obj: Any, key: Any, value: Any) -> None:
+    if isinstance(obj, dict):
+        obj[key] = value
+    else:
+        setattr(obj, key, value)

@@ -1,0 +1,260 @@
+"""State-machine checks of the cluster map under simulation (the "map" workload).
+
+Every simulated node applies the committed entries to its own `ClusterMap`. Checked:
+- same state: the canonical digest of every node's map at an applied index is the same
+  (dict order does not count; the content does), also right after a node installs a
+  snapshot or restarts from one;
+- snapshot round trip: restoring the map's own snapshot gives the same digest;
+- map invariants after every apply (`check_state`), from what map.py, storage_map.py and
+  docs/cluster.md promise: one name space (every name points to exactly one live volume or
+  snapshot of that name, and every volume and snapshot is named); placement of 1-3 replicas
+  on distinct member nodes and existing pools of those nodes; path states on exactly the
+  replica nodes, the primary optimized; grants only to registered hosts; known states only;
+  failure domains exactly those of the members; at most 64 rejections kept;
+- transitions (`check_transition`, the state before and after one command): applied index
+  grows by the entry; epochs and report seqs never go back; a report never changes desired
+  state (placement, primary, epoch, grants, size); a volume turns ready only when every
+  replica is in-sync; a volume leaves the map only from deleting once no replica node
+  reports it; a new volume's replicas sit in distinct failure domains at its spread level
+  (labels as applied), a clone on its ready snapshot's nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+import msgpack
+
+from nodeos.cluster import placement
+from nodeos.cluster.map import MAX_REJECTED
+from nodeos.cluster.storage_map import VOLUME_STATES, replica_view
+
+from .invariants import Violation
+
+POOL_STATES = ("creating", "ready", "deleting", "failed")
+SNAPSHOT_STATES = ("creating", "ready", "deleting")
+DESIRED = ("placement", "primary", "epoch", "hosts", "size_bytes", "name", "spread", "kind")
+
+
+def _canonical(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return [[_canonical(k), _canonical(v)] for k, v in sorted(obj.items(), key=lambda kv: repr(kv[0]))]
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(x) for x in obj]
+    return obj
+
+
+def digest(st: dict[str, Any]) -> str:
+    """The map's content, independent of the order its dicts were filled in."""
+    return hashlib.sha256(msgpack.packb(_canonical(st), use_bin_type=True)).hexdigest()[:16]
+
+
+def _fail(what: str) -> None:
+    raise Violation("map invariant", what)
+
+
+def check_state(st: dict[str, Any]) -> None:
+    names, vols, snaps = st["names"], st["volumes"], st["snapshots"]
+    for name, ref in names.items():
+        objs = vols if ref["kind"] == "volume" else snaps
+        obj = objs.get(ref["uuid"])
+        if obj is None or obj["name"] != name:
+            _fail(f"name {name!r} points to {ref['kind']} {ref['uuid']} which is not there under that name")
+    for kind, objs in (("volume", vols), ("snapshot", snaps)):
+        for uuid, obj in objs.items():
+            if names.get(obj["name"]) != {"kind": kind, "uuid": uuid}:
+                _fail(f"{kind} {obj['name']!r} ({uuid}) is not named in the name space")
+            _check_slots(st, kind, obj)
+    for uuid, vol in vols.items():
+        if vol["state"] not in VOLUME_STATES:
+            _fail(f"volume {vol['name']!r} has state {vol['state']!r}")
+        want = {s["node"] for s in vol["placement"]}
+        paths = st["paths"].get(uuid) or {}
+        optimized = [n for n, a in paths.items() if a == "optimized"]
+        if set(paths) != want or optimized != [vol["primary"]]:
+            _fail(
+                f"volume {vol['name']!r}: paths {paths} for replicas on {sorted(want)}, "
+                f"primary {vol['primary']}"
+            )
+        stray = [h for h in vol["hosts"] if h not in st["hosts"]]
+        if stray or len(set(vol["hosts"])) != len(vol["hosts"]):
+            _fail(f"volume {vol['name']!r} is granted to {vol['hosts']}; registered: {sorted(st['hosts'])}")
+    if set(st["paths"]) - set(vols):
+        _fail(f"paths of volumes not in the map: {sorted(set(st['paths']) - set(vols))}")
+    for snap in snaps.values():
+        if snap["state"] not in SNAPSHOT_STATES:
+            _fail(f"snapshot {snap['name']!r} has state {snap['state']!r}")
+    for key, pool in st["pools"].items():
+        if pool["state"] not in POOL_STATES or pool["node"] not in st["nodes"]:
+            _fail(f"pool {key} is {pool['state']!r} on node {pool['node']}")
+    domains = {n["failure_domain"] for n in st["nodes"].values()}
+    if domains != set(st["failure_domains"]):
+        _fail(f"failure domains {sorted(st['failure_domains'])}, members' domains {sorted(domains)}")
+    if len(st["rejected"]) > MAX_REJECTED:
+        _fail(f"{len(st['rejected'])} rejections kept, at most {MAX_REJECTED}")
+
+
+def _check_slots(st: dict[str, Any], kind: str, obj: dict[str, Any]) -> None:
+    slots = obj["placement"]
+    nodes = [s["node"] for s in slots]
+    if not 1 <= len(slots) <= 3 or len(set(nodes)) != len(nodes):
+        _fail(f"{kind} {obj['name']!r} has placement {slots}")
+    pools = {(p["node"], p["pool_id"]) for p in st["pools"].values()}
+    for s in slots:
+        if s["node"] not in st["nodes"] or (s["node"], s["pool_id"]) not in pools:
+            _fail(f"{kind} {obj['name']!r} has a replica on node {s['node']} pool {s['pool_id']}: not there")
+
+
+def before(st: dict[str, Any]) -> dict[str, Any]:
+    """What check_transition compares against (a copy of the parts that may change)."""
+    return {
+        "applied_index": st["applied_index"],
+        "volumes": copy.deepcopy(st["volumes"]),
+        "snapshots": {u: s["state"] for u, s in st["snapshots"].items()},
+        "seqs": {n: r.get("seq", 0) for n, r in st["reports"].items()},
+    }
+
+
+def check_transition(old: dict[str, Any], st: dict[str, Any], index: int, cmd: str | None) -> None:
+    if st["applied_index"] != index or old["applied_index"] >= index:
+        _fail(f"applied index went {old['applied_index']} -> {st['applied_index']} applying entry {index}")
+    for nid, seq in old["seqs"].items():
+        if nid in st["reports"] and st["reports"][nid].get("seq", 0) < seq:
+            _fail(f"node {nid}'s report seq went back from {seq}")
+    for uuid, was in old["volumes"].items():
+        vol = st["volumes"].get(uuid)
+        if vol is None:
+            held = [n for n in {s["node"] for s in was["placement"]} if _reports(st, n, uuid)]
+            # A delete drops at once a volume no node reports (never created anywhere).
+            if (was["state"] != "deleting" and cmd != "volume_delete") or held:
+                _fail(f"volume {was['name']!r} left the map while {was['state']}, still on nodes {held}")
+            continue
+        if vol["epoch"] < was["epoch"]:
+            _fail(f"volume {vol['name']!r}: epoch went back {was['epoch']} -> {vol['epoch']}")
+        if cmd == "node_report" and any(vol[k] != was[k] for k in DESIRED):
+            changed = [k for k in DESIRED if vol[k] != was[k]]
+            _fail(f"a node report changed volume {vol['name']!r}'s desired {changed}")
+        if vol["state"] != was["state"]:
+            _check_volume_step(st, was, vol)
+    for uuid, vol in st["volumes"].items():
+        if uuid not in old["volumes"]:
+            _check_new_volume(st, vol)
+
+
+def _reports(st: dict[str, Any], nid: int, uuid: str) -> bool:
+    return uuid in ((st["reports"].get(nid) or {}).get("replicas") or {})
+
+
+def _check_volume_step(st: dict[str, Any], was: dict[str, Any], vol: dict[str, Any]) -> None:
+    allowed = {
+        "creating": ("ready", "failed", "deleting"),
+        "ready": ("deleting",),
+        "failed": ("deleting",),
+        "deleting": (),
+    }
+    if vol["state"] not in allowed[was["state"]]:
+        _fail(f"volume {vol['name']!r} went {was['state']} -> {vol['state']}")
+    if vol["state"] == "ready":
+        views = {s["node"]: replica_view(st, vol, s["node"])["state"] for s in vol["placement"]}
+        if any(v != "in-sync" for v in views.values()):
+            _fail(f"volume {vol['name']!r} turned ready with replicas {views}")
+
+
+def _check_new_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    if vol["state"] == "ready":
+        _check_volume_step(st, {**vol, "state": "creating"}, vol)
+    if vol["kind"] == "clone":
+        snap = st["snapshots"].get(vol["origin_uuid"])
+        nodes = {s["node"] for s in (snap or {}).get("placement", [])}
+        if snap is None or snap["state"] != "ready" or not {s["node"] for s in vol["placement"]} <= nodes:
+            _fail(f"clone {vol['name']!r} of {vol['origin']!r} is not on its ready snapshot's nodes")
+        return
+    spread = vol["spread"]
+    domains = []
+    for s in vol["placement"]:
+        n = st["nodes"][s["node"]]
+        cand = placement.NodeCandidate(s["node"], str(n.get("name")), dict(n.get("labels") or {}), True)
+        domains.append(placement.domain_of(cand, spread))
+    if len(set(domains)) != len(domains):
+        _fail(f"volume {vol['name']!r} has two replicas in one {spread} domain: {domains}")
+
+
+class MapChecker:
+    """Digests by applied index across nodes, and the checks above on each index's first apply."""
+
+    def __init__(self) -> None:
+        self.digests: dict[int, tuple[str, int]] = {}  # applied index -> (digest, first node)
+        self.stats = {
+            "map_applied": 0,
+            "map_rejected": 0,
+            "map_snapshot_checks": 0,
+            "volumes_ready": 0,
+            "volumes_failed": 0,
+            "volumes_dropped": 0,
+            "replicated_ready": 0,
+            "snapshots_ready": 0,
+            "clones": 0,
+            "grants": 0,
+        }
+
+    def first_apply(self, index: int) -> bool:
+        """True when no node applied `index` yet: the full checks run on this apply only (the
+        others must reach the same digest, so they pass or fail the same way)."""
+        return index not in self.digests
+
+    def applied(
+        self,
+        nid: int,
+        index: int,
+        st: dict[str, Any],
+        old: dict[str, Any] | None,
+        cmd: str | None,
+        result: dict[str, Any],
+    ) -> None:
+        if old is not None:
+            self.stats["map_applied"] += 1
+            self.stats["map_rejected"] += "error" in result
+            check_state(st)
+            check_transition(old, st, index, cmd)
+            self._count(old, st)
+        self.same_state(nid, index, st, "applying")
+
+    def _count(self, old: dict[str, Any], st: dict[str, Any]) -> None:
+        """What the run exercised (the tests check a run did reach these)."""
+        s, was = self.stats, old["volumes"]
+        for uuid, vol in st["volumes"].items():
+            prev = was.get(uuid)
+            if vol["state"] != (prev or {}).get("state") and vol["state"] in ("ready", "failed"):
+                s["volumes_" + vol["state"]] += 1
+                s["replicated_ready"] += vol["state"] == "ready" and vol["replicas"] > 1
+            s["clones"] += prev is None and vol["kind"] == "clone"
+            s["grants"] += prev is not None and len(vol["hosts"]) > len(prev["hosts"])
+        s["volumes_dropped"] += len(set(was) - set(st["volumes"]))
+        s["snapshots_ready"] += sum(
+            1
+            for u, x in st["snapshots"].items()
+            if x["state"] == "ready" and old["snapshots"].get(u) != "ready"
+        )
+
+    def same_state(self, nid: int, index: int, st: dict[str, Any], how: str) -> None:
+        d = digest(st)
+        prev = self.digests.get(index)
+        if prev is None:
+            self.digests[index] = (d, nid)
+        elif prev[0] != d:
+            raise Violation(
+                "map divergence",
+                f"node {nid}'s map after {how} index {index} has digest {d}, node {prev[1]}'s {prev[0]}",
+            )
+
+    def snapshot_round_trip(self, nid: int, snapshot: bytes, st: dict[str, Any]) -> None:
+        from nodeos.cluster.map import ClusterMap
+
+        m = ClusterMap()
+        m.restore(snapshot)
+        self.stats["map_snapshot_checks"] += 1
+        if digest(m.state) != digest(st):
+            diff = sorted(k for k in st if m.state.get(k) != st[k])
+            raise Violation("map snapshot", f"node {nid}'s map restored from its snapshot differs in {diff}")
