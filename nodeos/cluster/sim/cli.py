@@ -1,4 +1,5 @@
-"""`nodeos-sim --nodes N --seeds FIRST..LAST`: run the Raft simulator over a seed range.
+"""`nodeos-sim --nodes N --seeds FIRST..LAST [--workload map]`: run the simulator over a seed
+range (`--workload map`: real cluster-map commands and the map's state-machine checks).
 
 Exit 0 when no invariant broke on any seed; 1 with the seed, the violation and the
 trace of the first failure otherwise (re-run that one seed to reproduce it exactly).
@@ -17,6 +18,7 @@ import click
 
 from .cluster import SeedResult, SimConfig, run_seed
 from .hooks import BROKEN_VARIANTS
+from .mapbroken import MAP_BROKEN_VARIANTS
 
 
 def parse_seeds(text: str) -> range:
@@ -82,10 +84,18 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
 )
 @click.option(
     "--broken",
-    type=click.Choice(sorted(BROKEN_VARIANTS)),
+    type=click.Choice(sorted(BROKEN_VARIANTS) + sorted(MAP_BROKEN_VARIANTS)),
     default=None,
     hidden=True,
-    help="self-test: run a deliberately broken Raft variant",
+    help="self-test: run a deliberately broken Raft (or, with --workload map, map) variant",
+)
+@click.option(
+    "--workload",
+    type=click.Choice(["opaque", "map"]),
+    default="opaque",
+    show_default=True,
+    help="opaque commands (Raft only), or real cluster-map commands decided by the control plane, "
+    "applied to every node's map and checked after every apply",
 )
 @click.option(
     "--max-events",
@@ -120,6 +130,7 @@ def main(
     max_events: int,
     jobs: int,
     storage: str,
+    workload: str,
     quiet: bool,
 ) -> None:
     seeds = parse_seeds(seeds_text)
@@ -130,6 +141,7 @@ def main(
         broken=broken,
         max_events=max_events,
         storage=storage,
+        workload=workload,
     )
     jobs = jobs or os.cpu_count() or 1
     t0 = time.monotonic()
@@ -147,6 +159,8 @@ def main(
                 + (f" --duration-ms {duration_ms}" if duration_ms != 1500 else "")
                 + (f" --settle-ms {settle_ms}" if settle_ms != 5000 else "")
                 + (f" --storage {storage}" if storage != "memory" else "")
+                + (f" --workload {workload}" if workload != "opaque" else "")
+                + (f" --broken {broken}" if broken else "")
             )
             sys.exit(1)
         if not quiet and (i + 1) % 100 == 0:

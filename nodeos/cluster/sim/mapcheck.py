@@ -190,6 +190,7 @@ class MapChecker:
             "map_applied": 0,
             "map_rejected": 0,
             "map_snapshot_checks": 0,
+            "map_restores": 0,
             "volumes_ready": 0,
             "volumes_failed": 0,
             "volumes_dropped": 0,
@@ -240,6 +241,7 @@ class MapChecker:
 
     def same_state(self, nid: int, index: int, st: dict[str, Any], how: str) -> None:
         d = digest(st)
+        self.stats["map_restores"] += how != "applying"
         prev = self.digests.get(index)
         if prev is None:
             self.digests[index] = (d, nid)
