@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from typing import Any
 
 import msgpack
@@ -48,7 +49,12 @@ def _canonical(obj: Any) -> Any:
 
 def digest(st: dict[str, Any]) -> str:
     """The map's content, independent of the order its dicts were filled in."""
-    return hashlib.sha256(msgpack.packb(_canonical(st), use_bin_type=True)).hexdigest()[:16]
+    try:
+        # The fast path (C): sorted keys; bytes and other non-JSON values by their repr.
+        data = json.dumps(st, sort_keys=True, default=repr).encode()
+    except TypeError:  # a dict with keys of mixed types does not sort
+        data = msgpack.packb(_canonical(st), use_bin_type=True)
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def _fail(what: str) -> None:
