@@ -23,7 +23,7 @@ from typing import Any
 
 import msgpack
 
-from ..map import ClusterMap, encode_command
+from ..map import ClusterMap, decode_command, encode_command
 from ..raft import (
     Message,
     MessageType,
@@ -405,20 +405,10 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         self._catch_up(target)
         try:
             if x < 0.7:
-                cmd = b"c%d" % self.next_cmd
-                self.next_cmd += 1
-                if self.mapload is not None:
-                    assert target.cmap is not None
-                    # Decided from the deciding node's map (the leader, after its read
-                    # barrier; a stale one too); the agent reads some node's own map.
-                    view = self.rng.choice(up).cmap
-                    mc = self.mapload.next_command(target.cmap.state, view.state if view else None)
-                    if mc is None:
-                        return
-                    cmd = msgpack.packb([cmd, mc], use_bin_type=True)  # [request id, command]
-                self.proposer[cmd] = (target.id, target.incarnation)
-                self.log(f"client proposes {cmd!r} at n{target.id}")
-                target.rn.propose(cmd)
+                cmd = self._next_command(target, up)
+                if cmd is not None:
+                    self.proposer[cmd] = (target.id, target.incarnation)
+                    target.rn.propose(cmd)
             else:
                 ctx = b"r%d" % self.next_read
                 self.next_read += 1
@@ -427,6 +417,23 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         except ProposalDropped:
             pass
         self._after_input(target)
+
+    def _next_command(self, target: SimNode, up: list[SimNode]) -> bytes | None:
+        cmd = b"c%d" % self.next_cmd
+        self.next_cmd += 1
+        if self.mapload is None:
+            self.log(f"client proposes {cmd!r} at n{target.id}")
+            return cmd
+        assert target.cmap is not None
+        # Decided from the deciding node's map (the leader's after its read barrier, or a
+        # stale one's); the reporting agent reads some node's own map.
+        view = self.rng.choice(up).cmap
+        mc = self.mapload.next_command(target.cmap.state, view.state if view else None)
+        if mc is None:
+            return None
+        if self.cfg.trace:
+            self.log(f"client proposes {cmd!r} at n{target.id}: {str(decode_command(mc))[:300]}")
+        return msgpack.packb([cmd, mc], use_bin_type=True)  # [request id, command], as the driver
 
     # --- settle and final checks ---
     def _settle(self) -> None:
