@@ -34,6 +34,7 @@ def test_map_workload_seeds_no_violation() -> None:
         "volumes_failed",
         "volumes_dropped",
         "snapshots_ready",
+        "replicated_snapshots_ready",
         "clones",
         "grants",
         "map_refused",
@@ -58,6 +59,7 @@ CAUGHT_BY = {
     "map_placement_ignores_spread": "placement",
     "map_grant_outlives_host": "map invariant",
     "map_restore_drops_snapshots": "map snapshot",
+    "map_freeze_never_cleared": "map invariant",
 }
 
 

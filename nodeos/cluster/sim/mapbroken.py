@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nodeos.cluster import map as map_mod
+from nodeos.cluster import snapshot_map
 from nodeos.cluster import storage_map as sm
 from nodeos.cluster.placement import CapacityIndex
 
@@ -24,6 +25,7 @@ MAP_BROKEN_VARIANTS = {
     "map_placement_ignores_spread": "placement spreads by node whatever spread was asked",
     "map_grant_outlives_host": "host_remove forgets to check the host's grants",
     "map_restore_drops_snapshots": "restoring a map snapshot loses the snapshots section",
+    "map_freeze_never_cleared": "a snapshot dropped, deleted or made ready leaves its volume frozen",
 }
 
 
@@ -96,6 +98,8 @@ def map_bug(variant: str | None) -> Iterator[None]:
         patches.append((CapacityIndex, "place", _place_by_node))
     elif variant == "map_grant_outlives_host":
         patches.append((map_mod.HANDLERS["host_remove"], 1, _host_remove_unchecked))
+    elif variant == "map_freeze_never_cleared":
+        patches.append((snapshot_map, "clear_freeze", lambda st, snap: None))
     elif variant == "map_restore_drops_snapshots":
         patches.append((map_mod.ClusterMap, "restore", _restore_without_snapshots))
     saved = [(obj, key, _get(obj, key)) for obj, key, _ in patches]

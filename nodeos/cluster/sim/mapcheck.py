@@ -16,7 +16,9 @@ Every simulated node applies the committed entries to its own `ClusterMap`. Chec
   state (placement, primary, epoch, grants, size); a volume turns ready only when every
   replica is in-sync; a volume leaves the map only from deleting once no replica node
   reports it; a new volume's replicas sit in distinct failure domains at its spread level
-  (labels as applied), a clone on its ready snapshot's nodes.
+  (labels as applied), a clone on its ready snapshot's nodes; a snapshot turns ready only
+  when every replica node reports it ready and, for a replicated volume, while its primary
+  reports the writes frozen for it; a volume's freeze and its snapshot's phase go together.
 """
 
 from __future__ import annotations
@@ -92,6 +94,17 @@ def check_state(st: dict[str, Any]) -> None:
     for snap in snaps.values():
         if snap["state"] not in SNAPSHOT_STATES:
             _fail(f"snapshot {snap['name']!r} has state {snap['state']!r}")
+        if snap.get("phase") is not None:
+            vol = vols.get(snap["volume"])
+            if snap["state"] != "creating" or vol is None or vol.get("freeze") != snap["uuid"]:
+                _fail(f"snapshot {snap['name']!r} in phase {snap['phase']} without its volume's freeze")
+    for vol in vols.values():
+        snap = snaps.get(vol.get("freeze") or "")
+        if vol.get("freeze") and (snap is None or snap.get("phase") is None or snap["volume"] != vol["uuid"]):
+            _fail(
+                f"volume {vol['name']!r} is frozen for {vol['freeze']}, "
+                "which is not a snapshot being taken of it"
+            )
     for key, pool in st["pools"].items():
         if pool["state"] not in POOL_STATES or pool["node"] not in st["nodes"]:
             _fail(f"pool {key} is {pool['state']!r} on node {pool['node']}")
@@ -147,6 +160,26 @@ def check_transition(old: dict[str, Any], st: dict[str, Any], index: int, cmd: s
     for uuid, vol in st["volumes"].items():
         if uuid not in old["volumes"]:
             _check_new_volume(st, vol)
+    for uuid, snap in st["snapshots"].items():
+        if snap["state"] == "ready" and old["snapshots"].get(uuid) != "ready":
+            _check_snapshot_ready(st, snap)
+
+
+def _check_snapshot_ready(st: dict[str, Any], snap: dict[str, Any]) -> None:
+    """Ready only once every replica node has it, and for a replicated volume only while its
+    primary holds the writes for it (one point of the write stream on every leg)."""
+    have = {
+        s["node"]: ((st["reports"].get(s["node"]) or {}).get("snapshots") or {}).get(snap["uuid"])
+        for s in snap["placement"]
+    }
+    if any((v or {}).get("state") != "ready" for v in have.values()):
+        _fail(f"snapshot {snap['name']!r} turned ready with replica snapshots {have}")
+    if len(snap["placement"]) > 1:
+        prim = ((st["reports"].get(snap["primary"]) or {}).get("replicas") or {}).get(snap["volume"]) or {}
+        if prim.get("frozen") != snap["uuid"]:
+            _fail(
+                f"snapshot {snap['name']!r} of a replicated volume turned ready without the primary's freeze"
+            )
 
 
 def _reports(st: dict[str, Any], nid: int, uuid: str) -> bool:
@@ -202,6 +235,7 @@ class MapChecker:
             "volumes_dropped": 0,
             "replicated_ready": 0,
             "snapshots_ready": 0,
+            "replicated_snapshots_ready": 0,
             "clones": 0,
             "grants": 0,
         }
@@ -239,11 +273,10 @@ class MapChecker:
             s["clones"] += prev is None and vol["kind"] == "clone"
             s["grants"] += prev is not None and len(vol["hosts"]) > len(prev["hosts"])
         s["volumes_dropped"] += len(set(was) - set(st["volumes"]))
-        s["snapshots_ready"] += sum(
-            1
-            for u, x in st["snapshots"].items()
-            if x["state"] == "ready" and old["snapshots"].get(u) != "ready"
-        )
+        for u, x in st["snapshots"].items():
+            if x["state"] == "ready" and old["snapshots"].get(u) != "ready":
+                s["snapshots_ready"] += 1
+                s["replicated_snapshots_ready"] += len(x["placement"]) > 1
 
     def same_state(self, nid: int, index: int, st: dict[str, Any], how: str) -> None:
         d = digest(st)

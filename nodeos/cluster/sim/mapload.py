@@ -123,15 +123,23 @@ class SimAgent:
                 "hosts": sorted(v["hosts"]) if state != "creating" else None,
                 "error": None,
             }
+            if v.get("freeze") and v["primary"] == me and state != "creating":
+                replicas[v["uuid"]]["frozen"] = v["freeze"]  # writes held for that snapshot
         snapshots: dict[str, Any] = {}
         for s in st["snapshots"].values():
             if s["state"] == "deleting" or all(x["node"] != me for x in s["placement"]):
                 continue
+            if s.get("phase") == "freezing":
+                continue  # replica snapshots are taken once the primary froze writes
             n = self._step(s["uuid"])
             if n is None:
                 snapshots[s["uuid"]] = {"state": "failed", "error": "sim: snapshot failed"}
             else:
                 snapshots[s["uuid"]] = {"state": "ready" if n >= 1 else "creating"}
+        freezing = [s for s in st["snapshots"].values() if s.get("phase") and s.get("primary") == me]
+        if freezing and self.rng.random() < 0.1:
+            # The primary gives up a freeze that lasted too long (the real one after 10 s).
+            return "snapshot_abort", {"uuid": freezing[0]["uuid"], "reason": "sim: freeze too long"}
         dp_error = "sim: data plane unreachable" if self.rng.random() < 0.05 else None
         held = st["reports"].get(me) or {}
         body = {"pools": pools, "replicas": replicas, "snapshots": snapshots}
@@ -243,8 +251,6 @@ class MapWorkload:
             if r.random() < 0.3:
                 return W["volume.delete"](st, {"name": snap, "force": r.random() < 0.5})
             new = r.choice(SNAPSHOT_NAMES)
-            single = sorted(v["name"] for v in st["volumes"].values() if v["replicas"] == 1)
-            vol = r.choice(single) if single and r.random() < 0.8 else vol
             return decide.volume_snapshot(st, {"name": vol, "snapshot": new}, self._new_id())
         if x < 0.86:
             p = {"name": r.choice(VOLUME_NAMES), "snapshot": snap}
