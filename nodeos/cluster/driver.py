@@ -12,10 +12,12 @@ One asyncio task handles every Ready in the order Raft requires:
   5. advance (the leader's own entries count toward commit only from here).
 Ticks come from a timer; messages from the transport; proposals and reads from the service.
 
-Proposals are wrapped as `[request id, command]` so the proposer can find the result of its
-own entry; the map only sees the command. A proposal is acknowledged only once its entry is
-committed AND applied. When this node loses leadership, every pending proposal fails with
-OutcomeUnknown (its entry may still commit under the next leader).
+Proposals are wrapped as `[request id, command, time]` so the proposer can find the result of
+its own entry; the map sees the command and the proposer's time (its events carry it: the map
+reads no clock). Events a command records go to the journal on the node that applies it as
+leader, so each appears there once (nodeos/observe/journal.py). A proposal is acknowledged
+only once its entry is committed AND applied. When this node loses leadership, every pending
+proposal fails with OutcomeUnknown (its entry may still commit under the next leader).
 
 Linearizable reads use ReadIndex: the leader confirms it is still leader with a quorum, then
 serves the read once the map has applied up to the read index.
@@ -35,6 +37,7 @@ from typing import Any
 import lmdb
 import msgpack
 
+from nodeos.cluster import events as map_events
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
 from nodeos.cluster.map import ClusterMap
 from nodeos.cluster.raft import (
@@ -59,6 +62,7 @@ from nodeos.cluster.raft.types import HardState
 from nodeos.cluster.raft_logfile import LogFileRaftStorage
 from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
+from nodeos.observe.journal import log_event
 from nodeos.observe.latency import LatencyHistogram
 from nodeos.store.lmdb_store import storage_error
 
@@ -80,6 +84,20 @@ def _command_name(cmd: bytes) -> str:
     except Exception:
         return ""
     return obj.get("cmd", "") if isinstance(obj, dict) else ""
+
+
+def _unwrap(data: bytes) -> tuple[bytes, bytes, float | None]:
+    """(request id, command, proposer's time) of an entry; entries written before the time
+    was added are `[rid, command]`."""
+    try:
+        obj = msgpack.unpackb(data, raw=False)
+    except Exception:
+        return b"", data, None
+    if not isinstance(obj, list) or len(obj) not in (2, 3):
+        return b"", data, None
+    rid, cmd = obj[0], obj[1]
+    at = obj[2] if len(obj) == 3 and type(obj[2]) in (int, float) else None
+    return (rid if isinstance(rid, bytes) else b""), (cmd if isinstance(cmd, bytes) else b"\xc1"), at
 
 
 class RaftDriver:
@@ -202,7 +220,7 @@ class RaftDriver:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._proposals[rid] = fut
         try:
-            self.node.propose(msgpack.packb([rid, command], use_bin_type=True))
+            self.node.propose(msgpack.packb([rid, command, time.time()], use_bin_type=True))
         except ProposalDropped as exc:
             self._proposals.pop(rid, None)
             raise NotLeader(f"proposal not accepted: {exc}") from None
@@ -390,11 +408,12 @@ class RaftDriver:
         if not e.data:
             self.map.apply(e.index, b"")  # a new leader's no-op entry
             return
-        try:
-            rid, cmd = msgpack.unpackb(e.data, raw=False)
-        except Exception:
-            rid, cmd = b"", e.data
-        result = self.map.apply(e.index, cmd if isinstance(cmd, bytes) else b"\xc1")
+        rid, cmd, at = _unwrap(e.data)
+        first_event = map_events.next_seq(self.map.state)
+        result = self.map.apply(e.index, cmd, at)
+        if self.role is StateRole.LEADER:
+            for rec in self.map.new_events(first_event):
+                log_event(rec)
         fut = self._proposals.get(rid) if isinstance(rid, bytes) else None
         if fut is not None and not fut.done():
             fut.set_result(result)

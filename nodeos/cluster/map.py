@@ -7,8 +7,11 @@ only on the map and the command, so a rejected command (unknown name or version,
 argument) is rejected identically everywhere and recorded in the map.
 
 Sections: nodes, failure domains, drives, volumes, replica placement, host grants and
-path states (the last five are filled by later commands), plus a generic key/value
-space used by tests and operators (`nodeos cluster kv`).
+path states (the last five are filled by later commands), the event log (cluster/events.py),
+plus a generic key/value space used by tests and operators (`nodeos cluster kv`).
+
+The only outside input besides the command is `at`, the time the leader stamped on the entry
+when it proposed it (the proposer's clock, carried in the log): events take it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 import msgpack
 
+from nodeos.cluster import events as map_events
 from nodeos.cluster import snapshot_map, storage_import, storage_map
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 
@@ -71,6 +75,7 @@ def _empty_state() -> dict[str, Any]:
         "names": {},
         "kv": {},
         "rejected": [],
+        **map_events.empty_section(),
     }
 
 
@@ -108,10 +113,15 @@ class ClusterMap:
         return None if rec is None else rec["value"]
 
     # --- applying ---
-    def apply(self, index: int, data: bytes) -> dict[str, Any]:
+    def new_events(self, since_seq: int) -> list[dict[str, Any]]:
+        """Events appended with seq >= since_seq (what the last apply recorded, for the journal)."""
+        return list(map_events.appended_since(self.state, since_seq))
+
+    def apply(self, index: int, data: bytes, at: float | None = None) -> dict[str, Any]:
         """Apply one committed command at log position `index`; returns `{result}` or `{error}`.
 
-        Empty data (the leader's no-op entry of a new term) only advances applied_index.
+        Empty data (the leader's no-op entry of a new term) only advances applied_index. `at`
+        is the proposer's time for the entry: the events the command records carry it.
         """
         if index <= self.state["applied_index"]:
             # Already applied (e.g. replayed after a restart from an older snapshot point).
@@ -129,7 +139,10 @@ class ClusterMap:
                 raise BadInput(
                     f"command {cmd['cmd']} has no version {cmd['v']}", field="v", allowed=sorted(handler)
                 )
-            return {"result": fn(self.state, cmd.get("args", {}))}
+            first = map_events.next_seq(self.state)
+            result = fn(self.state, cmd.get("args", {}))
+            map_events.stamp(self.state, first, at)
+            return {"result": result}
         except NodeosError as err:
             rejected = self.state["rejected"]
             rejected.append({"index": index, "error": err.to_dict()})
@@ -206,6 +219,7 @@ def _add_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         "state": "active",
     }
     st["failure_domains"].setdefault(fd, {"name": fd})
+    map_events.record(st, "node_joined", f"node {nid} ({name}) joined the cluster as {role}", node=nid)
     return st["nodes"][nid]
 
 
@@ -221,6 +235,7 @@ def _remove_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     node = st["nodes"].pop(nid)
     st["reports"].pop(nid, None)
     _drop_unused_domain(st, node["failure_domain"])
+    map_events.record(st, "node_left", f"node {nid} ({node.get('name')}) left the cluster", node=nid)
     return {"removed": nid}
 
 
@@ -317,3 +332,4 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     **snapshot_map.HANDLERS,
     **storage_import.HANDLERS,
 }
+map_events.register(HANDLERS)

@@ -20,16 +20,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeos.cluster import events as map_events
 from nodeos.cluster.storage_map import _name_free, _req, replica_view, snapshot_by_name, volume_by_name
 from nodeos.errors import OperationFailed
 
 PHASES = ("freezing", "taking")
 
 
-def _drop(st: dict[str, Any], snap: dict[str, Any]) -> None:
+def _drop(st: dict[str, Any], snap: dict[str, Any], why: str | None = None) -> None:
     clear_freeze(st, snap)
     del st["snapshots"][snap["uuid"]]
     st["names"].pop(snap["name"], None)
+    views = {s["node"]: ((st["reports"].get(s["node"]) or {}).get("snapshots") or {}).get(snap["uuid"])
+             for s in snap["placement"]}  # fmt: skip
+    why = why or ("deleted" if snap["state"] == "deleting" else "not taken")
+    map_events.snapshot_dropped(st, snap, why, views)
 
 
 def clear_freeze(st: dict[str, Any], snap: dict[str, Any]) -> None:
@@ -63,6 +68,7 @@ def settle_snapshot(st: dict[str, Any], snap: dict[str, Any]) -> None:
     if phase is None:
         if all_ready:
             snap["state"] = "ready"
+            map_events.snapshot_taken(st, snap)
         return
     frozen = _primary_replica(st, snap).get("frozen") == snap["uuid"]
     if phase == "freezing" and frozen:
@@ -72,6 +78,7 @@ def settle_snapshot(st: dict[str, Any], snap: dict[str, Any]) -> None:
         # still says so): one point of the write stream everywhere.
         snap.update(state="ready", phase=None)
         clear_freeze(st, snap)
+        map_events.snapshot_taken(st, snap)
 
 
 def snapshot_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
@@ -137,8 +144,8 @@ def snapshot_abort_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     snap = st["snapshots"].get(uuid)
     if snap is None or snap["state"] != "creating":
         return {"uuid": uuid, "aborted": False, "state": None if snap is None else snap["state"]}
-    _drop(st, snap)
     reason = str(args.get("reason") or "")[:200]
+    _drop(st, snap, f"aborted by the primary: {reason or 'no reason given'}")
     return {"uuid": uuid, "name": snap["name"], "aborted": True, "reason": reason}
 
 
@@ -162,7 +169,7 @@ def drop_freezes_of(st: dict[str, Any], vol: dict[str, Any]) -> None:
     """A volume being deleted takes no snapshot any more: the one in progress is dropped."""
     snap = st["snapshots"].get(vol.get("freeze") or "")
     if snap is not None and snap["state"] == "creating":
-        _drop(st, snap)
+        _drop(st, snap, f"volume {vol['name']} deleted")
     vol["freeze"] = None
 
 

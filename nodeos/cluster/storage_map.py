@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from nodeos.cluster import events as map_events
 from nodeos.cluster.placement import SPREADS, NodeCandidate, domain_of
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
 
@@ -149,8 +150,11 @@ def node_report_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         st["nodes"][nid].setdefault("addresses", {})["storage"] = list(args["storage_addresses"])
     if args.get("host_nqn") is not None:
         st["nodes"][nid]["host_nqn"] = str(args["host_nqn"])
+    before = map_events.replica_states(st, replica_view, old, rep)
     st["reports"][nid] = rep
     _settle(st, nid)
+    map_events.replica_changes(st, before, map_events.replica_states(st, replica_view, old, rep))
+    map_events.report_changes(st, nid, old, rep)
     return {"node_id": nid, "seq": seq}
 
 
@@ -161,13 +165,19 @@ def _settle(st: dict[str, Any], nid: int) -> None:
         if pool["node"] != nid:
             continue
         have = rep["pools"].get(pool["pool_id"])
+        where = f"pool {pool['name']} on node {nid}"
         if pool["state"] == "deleting" and have is None:
             del st["pools"][key]
+            map_events.record(st, "pool_deleted", f"{where} deleted", node=nid, pool=pool["name"])
         elif pool["state"] == "creating" and have is not None:
             if have.get("state") == "failed":
                 pool.update(state="failed", error=_short(have.get("error")))
+                msg, why = f"{where} failed: {pool['error']}", pool["error"]
+                ctx = {"node": nid, "pool": pool["name"], "reason": why}
+                map_events.record(st, "pool_failed", msg, severity="critical", **ctx)
             elif have.get("state") == "ready":
                 pool.update(state="ready", size_bytes=int(have.get("size_bytes", 0)), error=None)
+                map_events.record(st, "pool_created", f"{where} created", node=nid, pool=pool["name"])
     for vol in list(st["volumes"].values()):
         if any(s["node"] == nid for s in vol["placement"]):
             _settle_volume(st, vol)
@@ -204,9 +214,11 @@ def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
             vol["state"] = "failed"
             name = st["nodes"].get(n, {}).get("name", f"node-{n}")
             vol["error"] = f"node {name}: {v.get('step') or 'create'}: {v.get('error') or 'failed'}"
+            map_events.volume_failed(st, vol, n, v)
         elif all(v["state"] == "in-sync" for v in views.values()):
             vol["state"] = "ready"
             vol["error"] = None
+            map_events.record(st, "volume_ready", f"volume {vol['name']} is ready", volume=vol["uuid"])
 
 
 def _drop_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
@@ -214,6 +226,7 @@ def _drop_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
     st["paths"].pop(vol["uuid"], None)
     if (st["names"].get(vol["name"]) or {}).get("uuid") == vol["uuid"]:
         del st["names"][vol["name"]]
+    map_events.record(st, "volume_deleted", f"volume {vol['name']} deleted", volume=vol["uuid"])
 
 
 # --- pools -----------------------------------------------------------------------------------
@@ -366,6 +379,8 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     st["volumes"][uuid] = vol
     st["names"][name] = {"kind": "volume", "uuid": uuid}
     _set_paths(st, vol)
+    nodes = ", ".join(str(s["node"]) for s in placement)
+    map_events.record(st, "volume_created", f"volume {name} created on node(s) {nodes}", volume=uuid)
     _settle_volume(st, vol)
     return {"uuid": uuid, "name": name}
 
@@ -407,6 +422,9 @@ def volume_hosts_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
             raise NotFound(f"host {host!r} has no grant on volume {vol['name']!r}", field="host")
         hosts.remove(host)
     vol["hosts"] = hosts
+    what = "granted" if args.get("add") else "revoked"
+    msg = f"host {host} {what} on volume {vol['name']}"
+    map_events.record(st, f"host_{what}", msg, volume=vol["uuid"], host=host)
     return {"name": vol["name"], "host": host, "changed": True}
 
 

@@ -36,10 +36,24 @@ KINDS = (
     "drift_cleared",
     "dataplane_down",
     "dataplane_up",
+    "volume_created",
+    "volume_ready",
+    "volume_failed",
+    "volume_deleted",
+    "replica_degraded",
+    "replica_failed",
+    "replica_in_sync",
+    "pool_created",
+    "pool_failed",
+    "pool_deleted",
+    "snapshot_taken",
+    "snapshot_dropped",
+    "host_granted",
+    "host_revoked",
 )
 SEVERITIES = ("info", "warning", "critical")
 # Optional context keys an event may carry (scalars only), besides seq/at/kind/severity/message.
-CONTEXT_KEYS = ("node", "volume", "drive", "pool", "epoch", "term", "reason")
+CONTEXT_KEYS = ("node", "volume", "drive", "pool", "snapshot", "host", "step", "epoch", "term", "reason")
 EVENT_KEYS = ("seq", "at", "kind", "severity", "message", *CONTEXT_KEYS)
 MAX_MESSAGE = 512
 DEFAULT_KEEP = 1000  # events kept in a ring (oldest dropped)
@@ -151,3 +165,50 @@ def journal_fields(ev: dict[str, Any]) -> dict[str, Any]:
         if ev.get(k) is not None:
             out[k] = ev[k]
     return out
+
+
+class RateLimit:
+    """At most `burst` events per source (e.g. one member's liveness, the network's drift) in
+    any `window_s`; a flapping source is held back, not lost: the next event let through says
+    how many were held, and `flush` brings out the last held one once the source may speak
+    again, if it says something else than the last one recorded (so the log ends in the
+    source's real state)."""
+
+    def __init__(self, burst: int = 5, window_s: float = 60.0) -> None:
+        self.burst, self.window_s = burst, window_s
+        self._sent: dict[str, deque[float]] = {}
+        self._last_kind: dict[str, str] = {}
+        self._held: dict[str, tuple[dict[str, Any], int]] = {}
+
+    def _may_send(self, source: str, now: float) -> bool:
+        sent = self._sent.setdefault(source, deque())
+        while sent and now - sent[0] >= self.window_s:
+            sent.popleft()
+        return len(sent) < self.burst
+
+    def _send(self, source: str, event: dict[str, Any], now: float, held: int) -> dict[str, Any]:
+        self._sent[source].append(now)
+        self._last_kind[source] = event["kind"]
+        if held:
+            note = f" ({held} similar event(s) held back)"
+            event = {**event, "message": (event["message"] + note)[-MAX_MESSAGE:]}
+        return event
+
+    def offer(self, source: str, event: dict[str, Any], now: float) -> dict[str, Any] | None:
+        """The event to record now, or None while the source is over its rate."""
+        if not self._may_send(source, now):
+            held = self._held.get(source, (event, 0))[1]
+            self._held[source] = (event, held + 1)
+            return None
+        held = self._held.pop(source, (event, 0))[1]
+        return self._send(source, event, now, held)
+
+    def flush(self, now: float) -> list[dict[str, Any]]:
+        out = []
+        for source in sorted(self._held):
+            if not self._may_send(source, now):
+                continue
+            event, held = self._held.pop(source)
+            if event["kind"] != self._last_kind.get(source):
+                out.append(self._send(source, event, now, held - 1))
+        return out

@@ -31,10 +31,12 @@ from prometheus_client.core import Metric
 
 from nodeos import __version__
 from nodeos.cluster import events as map_events
+from nodeos.cluster.errors import OutcomeUnknown
 from nodeos.daemon.logsetup import fields
-from nodeos.errors import BadInput
+from nodeos.errors import BadInput, NodeosError
 from nodeos.observe import events as ev
 from nodeos.observe import iostat, metrics, sources
+from nodeos.observe.journal import log_event
 
 log = logging.getLogger("nodeosd.observe")
 
@@ -43,6 +45,19 @@ WATCH_S = 1.0  # cluster and data plane readings for events and the leader-chang
 SLOW_EVERY = 5  # watcher rounds between slow refreshes (describe, volume list, network)
 SNAPSHOT_TIMEOUT_S = 10.0
 FOLLOW_MAX_S = 300.0
+DOWN_AFTER_S = 3.0  # a member silent this long counts as failed (see sources.hold_liveness)
+PROPOSE_TIMEOUT_S = 5.0
+# What the node proposes to the map's log itself: what happens outside the map. Everything
+# else it notices (members joining, rebuilds, its data plane, its drives) the map records
+# while applying the change, so proposing it too would log it twice.
+PROPOSED_KINDS = (
+    "leader_changed",
+    "node_failed",
+    "node_recovered",
+    "failover",
+    "drift_found",
+    "drift_cleared",
+)
 
 
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
@@ -117,6 +132,12 @@ class ObserveService:
         self._net: dict[str, Any] | None = None
         self._new_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._down_since: dict[Any, float] = {}
+        self._limit = ev.RateLimit()
+        self._leader_term: tuple[Any, int] = (None, 0)  # (cluster, term) this node last recorded leading
+        self._last_leader: Any = None
+        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=ev.DEFAULT_KEEP)
+        self._sender: asyncio.Task[None] | None = None
 
     # --- Service protocol ---
     def methods(self) -> dict[str, Any]:
@@ -138,12 +159,14 @@ class ObserveService:
                 threading.Thread(target=self.server.serve_forever, name="metrics-http", daemon=True).start()
                 log.info("metrics on http://%s:%d/metrics", host, self.server.server_port)
         self._task = asyncio.create_task(self._watch())
+        self._sender = asyncio.create_task(self._send_events())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._sender):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.server is not None:
             await asyncio.to_thread(self.server.shutdown)
             self.server.server_close()
@@ -246,22 +269,87 @@ class ObserveService:
                 if rounds % SLOW_EVERY == 0:
                     await self._refresh_slow()
                 cur = self._reading()
+                now = time.time()
+                sources.hold_liveness(cur, self._down_since, time.monotonic(), DOWN_AFTER_S)
                 if self._prev.get("cluster", {}).get("leader") != cur["cluster"].get("leader"):
                     self.leader_changes += cur["cluster"].get("leader") is not None
-                for e in sources.changes(self._prev, cur, time.time()):
-                    self.record(e)
+                for e in sources.changes(self._prev, cur, now):
+                    self._noticed(e, cur["cluster"])
+                self._new_leader(cur["cluster"], now)
+                for e in self._limit.flush(time.monotonic()):
+                    self._propose(e)
                 self._prev = cur
             except Exception:
                 log.exception("observe watcher round failed")
 
     # --- events ---
-    def record(self, event: dict[str, Any]) -> dict[str, Any]:
+    def record(self, event: dict[str, Any], journal: bool = True) -> dict[str, Any]:
+        """Keep an event in the node's own log (and the journal unless the map's log takes it)."""
         rec = self.ring.add(event)
-        level = {"critical": logging.ERROR, "warning": logging.WARNING}.get(rec["severity"], logging.INFO)
-        log.log(level, "event %s: %s", rec["kind"], rec["message"], extra=fields(**ev.journal_fields(rec)))
+        if journal:
+            log_event(rec)
         self._new_event.set()
         self._new_event = asyncio.Event()
         return rec
+
+    def _noticed(self, e: dict[str, Any], cluster: dict[str, Any]) -> None:
+        """An event this node's watcher derived: its own log, and the map's for what the map
+        cannot see itself (a member going silent, drift), rate-limited per source."""
+        member = bool(cluster.get("member")) and self._cluster_service() is not None
+        kind = e["kind"]
+        self.record(e, journal=not member)
+        if member and kind in PROPOSED_KINDS and kind != "leader_changed":
+            self._offer(f"{kind.split('_')[0]}:{e.get('node', '')}:{e.get('volume', '')}", e)
+
+    def _new_leader(self, cur: dict[str, Any], now: float) -> None:
+        """The new leader records its term in the map's log, once per term."""
+        me, term, cid = cur.get("node_id"), int(cur.get("term") or 0), cur.get("cluster_id")
+        before = self._last_leader
+        if cur.get("leader") is not None:
+            self._last_leader = cur.get("leader")
+        if not cur.get("member") or cur.get("leader") != me or cid is None:
+            return
+        # A node that formed or joined another cluster starts counting terms again.
+        if self._leader_term[0] == cid and term <= self._leader_term[1]:
+            return
+        self._leader_term = (cid, term)
+        why = f"after node {before}" if before not in (None, me) else "elected"
+        msg = f"node {me} leads, term {term} ({why})"
+        self._offer("leader", ev.make_event("leader_changed", msg, at=now, node=me, term=term))
+
+    def _offer(self, source: str, e: dict[str, Any]) -> None:
+        allowed = self._limit.offer(source, e, time.monotonic())
+        if allowed is not None:
+            self._propose(allowed)
+
+    def _cluster_service(self) -> Any:
+        return (getattr(self.ctx, "services", None) or {}).get("cluster")
+
+    def _propose(self, e: dict[str, Any]) -> None:
+        try:
+            self._outbox.put_nowait(e)
+        except asyncio.QueueFull:
+            log_event(e)  # the map's log is out of reach for long: the journal still has it
+
+    async def _send_events(self) -> None:
+        """Propose noticed events to the map's log in order; one that cannot be committed
+        goes to this node's journal instead (its own log already has it)."""
+        while True:
+            e = await self._outbox.get()
+            svc = self._cluster_service()
+            try:
+                if svc is None:
+                    raise BadInput("no cluster service", field="cluster")
+                await svc.at_leader("command", {"cmd": "record_event", "args": e}, PROPOSE_TIMEOUT_S)
+            except OutcomeUnknown as err:
+                # It may still commit, and then the leader journals it: not journaled here too.
+                log.warning("event %s may not be in the cluster log: %s", e["kind"], err.message)
+            except NodeosError as err:
+                log.warning("event %s not in the cluster log: %s", e["kind"], err.message)
+                log_event(e)
+            except Exception:
+                log.exception("event %s not in the cluster log", e["kind"])
+                log_event(e)
 
     def _events(self, scope: str, since: int, limit: int) -> tuple[str, list[dict[str, Any]], int]:
         state = self._cluster().get("map") or {}

@@ -51,6 +51,7 @@ def digest(c: dict[str, Any]) -> dict[str, Any]:
     }
     return {
         "drives": drives,
+        "cluster_id": m.get("cluster_id"),
         "member": c.get("member"),
         "node_id": c.get("node_id"),
         "leader": c.get("leader"),
@@ -227,3 +228,24 @@ def _int(v: Any) -> int | str:
         return int(v)
     except (TypeError, ValueError):
         return str(v)
+
+
+def hold_liveness(cur: dict[str, Any], down_since: dict[Any, float], now: float, hold_s: float) -> None:
+    """Count a member as down only once it has not answered for `hold_s` (edits `cur`).
+
+    Raft clears the leader's "recently active" flags at every election timeout until the next
+    heartbeat answer, and a new leader starts with every flag clear: one reading can catch a
+    healthy member looking silent.
+    """
+    progress = (cur.get("cluster") or {}).get("progress")
+    if not isinstance(progress, dict):
+        down_since.clear()
+        return
+    for nid in list(down_since):
+        if nid not in progress:
+            del down_since[nid]
+    for nid, pr in progress.items():
+        if pr.get("active"):
+            down_since.pop(nid, None)
+        elif now - down_since.setdefault(nid, now) < hold_s:
+            pr["active"] = True

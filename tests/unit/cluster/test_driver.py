@@ -8,6 +8,7 @@ appends may leave before its write: they promise nothing about its disk).
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +224,38 @@ def test_a_node_whose_disk_fails_goes_silent_and_the_rest_go_on(tmp_path: Path) 
             await shutdown(members)
 
     asyncio.run(main())
+
+
+def test_events_carry_the_leaders_time_and_only_the_leader_journals_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import time
+
+    from nodeos.cluster import events as map_events
+
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            leader = await leader_of(members)
+            assert leader.driver is not None
+            caplog.set_level(logging.INFO, logger="nodeosd.events")
+            t0 = time.time()
+            await leader.driver.propose(encode_command("add_node", {"node_id": 7, "name": "n7"}))
+            t1 = time.time()
+
+            async def converged() -> None:
+                while any(m.driver is not None and 7 not in m.driver.map.nodes for m in members):
+                    await asyncio.sleep(0.01)
+
+            await asyncio.wait_for(converged(), 20)
+            logs = [map_events.list_events(m.driver.map.state) for m in members if m.driver is not None]
+            assert all(x == logs[0] for x in logs) and [e["kind"] for e in logs[0]] == ["node_joined"]
+            assert t0 <= logs[0][0]["at"] <= t1  # the proposer's clock, the same on every node
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
+    journaled = [r for r in caplog.records if r.name == "nodeosd.events"]
+    joined = "event node_joined: node 7 (n7) joined the cluster as storage"
+    assert [r.getMessage() for r in journaled] == [joined]  # once, though three nodes applied it
+    assert journaled[0].fields["event_kind"] == "node_joined"  # type: ignore[attr-defined]

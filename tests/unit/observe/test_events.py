@@ -55,17 +55,10 @@ def test_text_line_and_journal_fields() -> None:
     }
 
 
-def _map_with_events(monkeypatch: pytest.MonkeyPatch) -> cmap.ClusterMap:
-    handlers = dict(cmap.HANDLERS)
-    map_events.register(handlers)
-    monkeypatch.setattr(cmap, "HANDLERS", handlers)
-    return cmap.ClusterMap()
-
-
 def test_record_event_in_the_map_is_numbered_and_bounded_identically_everywhere(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    a, b = _map_with_events(monkeypatch), _map_with_events(monkeypatch)
+    a, b = cmap.ClusterMap(), cmap.ClusterMap()
     monkeypatch.setattr(map_events, "MAX_EVENTS", 4)
     cmds = [
         cmap.encode_command(
@@ -84,8 +77,8 @@ def test_record_event_in_the_map_is_numbered_and_bounded_identically_everywhere(
     assert map_events.list_events(a.state, since=5)[0]["message"] == "node 5 lost"
 
 
-def test_the_proposer_cannot_choose_the_seq(monkeypatch: pytest.MonkeyPatch) -> None:
-    m = _map_with_events(monkeypatch)
+def test_the_proposer_cannot_choose_the_seq() -> None:
+    m = cmap.ClusterMap()
     r = m.apply(
         1, cmap.encode_command("record_event", {**ev.make_event("node_failed", "x", at=1.0), "seq": 99})
     )
@@ -93,6 +86,36 @@ def test_the_proposer_cannot_choose_the_seq(monkeypatch: pytest.MonkeyPatch) -> 
     assert map_events.list_events(m.state) == []
 
 
-def test_a_map_without_the_section_lists_nothing() -> None:
-    assert map_events.list_events(cmap.ClusterMap().state) == []
-    assert not map_events.has_section(cmap.ClusterMap().state)
+def test_a_state_without_the_section_lists_nothing() -> None:
+    st = cmap.ClusterMap().state
+    del st[map_events.SECTION]
+    assert map_events.list_events(st) == [] and map_events.last_seq(st) == 0
+    assert not map_events.has_section(st)
+
+
+def _flap(kind: str, i: int) -> dict:
+    return ev.make_event(kind, f"{kind} {i}", at=float(i), node=3)
+
+
+def test_a_flapping_source_is_held_back_and_the_log_ends_in_its_real_state() -> None:
+    lim = ev.RateLimit(burst=2, window_s=60.0)
+    out = []
+    for i in range(6):  # failed, recovered, failed, recovered, failed, recovered ... within 6 s
+        e = lim.offer("node:3", _flap("node_failed" if i % 2 == 0 else "node_recovered", i), float(i))
+        out.append(e)
+    assert [e["kind"] if e else None for e in out] == ["node_failed", "node_recovered", *[None] * 4]
+    assert lim.offer("drift:1", _flap("drift_found", 0), 5.0) is not None  # other sources unaffected
+    assert lim.flush(30.0) == []  # still over the rate
+    late = lim.flush(61.0)
+    # The last word was "recovered", as was the last event let through: nothing to add.
+    assert late == []
+    lim.offer("node:3", _flap("node_failed", 7), 62.0)
+    lim.offer("node:3", _flap("node_recovered", 8), 62.5)
+    lim.offer("node:3", _flap("node_failed", 9), 63.0)  # held: the node stays failed
+    held = lim.flush(130.0)
+    assert [(e["kind"], e["message"]) for e in held] == [("node_failed", "node_failed 9")]
+    assert lim.offer("node:3", _flap("node_recovered", 10), 131.0) is not None  # 2 sent since 71 s
+    lim.offer("node:3", _flap("node_failed", 11), 132.0)
+    lim.offer("node:3", _flap("node_recovered", 12), 133.0)
+    e = lim.offer("node:3", _flap("node_failed", 13), 200.0)
+    assert e is not None and e["message"] == "node_failed 13 (2 similar event(s) held back)"

@@ -87,3 +87,23 @@ def test_a_drive_of_this_node_turning_failing() -> None:
     evs = sources.changes(view("ok"), view("failing"), 1.0)
     assert [(e["kind"], e["drive"], e["node"]) for e in evs] == [("drive_failed", "S1", 1)]
     assert kinds(view("failing"), view("failing")) == []
+
+
+def test_a_member_counts_as_failed_only_after_the_hold_time() -> None:
+    down_since: dict[Any, float] = {}
+
+    def reading(active3: bool, now: float) -> dict[str, Any]:
+        r = {"cluster": leader_view({1: True, 2: True, 3: active3})}
+        sources.hold_liveness(r, down_since, now, hold_s=3.0)
+        return r
+
+    a = reading(True, 0.0)
+    blip = reading(False, 1.0)  # Raft cleared its flag; the next heartbeat answer sets it again
+    assert kinds(a, blip) == []
+    back = reading(True, 1.1)
+    assert kinds(blip, back) == [] and down_since == {}
+    s1, s2 = reading(False, 10.0), reading(False, 12.9)
+    assert kinds(back, s1) == [] and kinds(s1, s2) == []
+    gone = reading(False, 13.0)
+    assert kinds(s2, gone) == ["node_failed"]
+    assert kinds(gone, reading(True, 14.0)) == ["node_recovered"]
