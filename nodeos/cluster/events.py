@@ -125,17 +125,21 @@ _DOWN = ("degraded", "failed")
 ReplicaView = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
 
-def replica_states(
-    st: dict[str, Any], view: ReplicaView, old: dict[str, Any] | None, new: dict[str, Any]
-) -> dict[str, dict[int, str]]:
-    """The replica states (storage_map.replica_view) of the ready volumes whose entry differs
-    between a node's old and new report: only those can change with it, and comparing every
-    volume of the node at every report would cost more than the rest of the report."""
+def changed_replicas(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """Volumes whose entry differs between a node's old and new report: only their replica
+    states can change with it (comparing every volume of the node at every report would cost
+    more than the rest of the report)."""
     was, now = (old or {}).get("replicas") or {}, new.get("replicas") or {}
+    out = [u for u, r in now.items() if was.get(u) != r]
+    return out + [u for u in was if u not in now]
+
+
+def replica_states(st: dict[str, Any], view: ReplicaView, uuids: list[str]) -> dict[str, dict[int, str]]:
+    """The replica states (storage_map.replica_view) of those of `uuids` that are ready volumes."""
     out = {}
-    for uuid in set(was) | set(now):
+    for uuid in uuids:
         vol = st["volumes"].get(uuid)
-        if vol is not None and vol["state"] == "ready" and was.get(uuid) != now.get(uuid):
+        if vol is not None and vol["state"] == "ready":
             out[uuid] = {s["node"]: str(view(st, vol, s["node"]).get("state")) for s in vol["placement"]}
     return out
 

@@ -150,10 +150,11 @@ def node_report_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         st["nodes"][nid].setdefault("addresses", {})["storage"] = list(args["storage_addresses"])
     if args.get("host_nqn") is not None:
         st["nodes"][nid]["host_nqn"] = str(args["host_nqn"])
-    before = map_events.replica_states(st, replica_view, old, rep)
+    changed = map_events.changed_replicas(old, rep)
+    before = map_events.replica_states(st, replica_view, changed)
     st["reports"][nid] = rep
     _settle(st, nid)
-    map_events.replica_changes(st, before, map_events.replica_states(st, replica_view, old, rep))
+    map_events.replica_changes(st, before, map_events.replica_states(st, replica_view, changed))
     map_events.report_changes(st, nid, old, rep)
     return {"node_id": nid, "seq": seq}
 

@@ -297,6 +297,8 @@ class ObserveService:
         cannot see itself (a member going silent, drift), rate-limited per source."""
         member = bool(cluster.get("member")) and self._cluster_service() is not None
         kind = e["kind"]
+        if e.get("node") is None and cluster.get("node_id") is not None:
+            e = {**e, "node": cluster["node_id"]}  # drift, data plane: this node's own
         self.record(e, journal=not member)
         if member and kind in PROPOSED_KINDS and kind != "leader_changed":
             self._offer(f"{kind.split('_')[0]}:{e.get('node', '')}:{e.get('volume', '')}", e)
