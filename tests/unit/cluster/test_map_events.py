@@ -187,3 +187,26 @@ def test_snapshot_restore_keeps_the_log_and_older_snapshots_work() -> None:
     assert map_events.list_events(o.state) == []
     o.apply(o.applied_index + 1, encode_command("add_node", {"node_id": 9}), at=1.0)
     assert [(e["seq"], e["kind"]) for e in map_events.list_events(o.state)] == [(1, "node_joined")]
+
+
+def test_a_replicated_snapshot_is_taken_once_and_an_abort_says_why() -> None:
+    from .test_snapshot_map import in_sync, ready_mirror
+
+    m = ready_mirror()
+    mark = last(m)
+    m.ok("snapshot_create", uuid="s-1", name="snap", volume="v")
+    in_sync(m, (1, 2, 3), frozen="s-1")
+    ready = {n: {"s-1": {"state": "ready"}} for n in (1, 2, 3)}
+    in_sync(m, (1, 2, 3), frozen="s-1", snaps=ready)
+    in_sync(m, (1, 2, 3), frozen=None, snaps=ready)  # thawed: still one event
+    assert only(m, mark, "snapshot_taken")["snapshot"] == "snap"
+    mark = last(m)
+    m.ok("snapshot_create", uuid="s-2", name="snap2", volume="v")
+    in_sync(m, (1, 2, 3), frozen="s-2", snaps=ready)
+    m.ok("snapshot_abort", uuid="s-2", reason="held 10 s")
+    e = only(m, mark, "snapshot_dropped")
+    assert e["snapshot"] == "snap2" and e["reason"] == "aborted by the primary: held 10 s"
+    mark = last(m)
+    m.ok("snapshot_create", uuid="s-3", name="snap3", volume="v")
+    m.ok("volume_delete", name="v")
+    assert only(m, mark, "snapshot_dropped")["reason"] == "volume v deleted"
