@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from nodeos.cluster.localcluster import LocalNode
+from nodeos.observe.service import DOWN_AFTER_S, WATCH_S
 
 from .test_cluster_membership import nodes as nodes  # the fixture
 from .test_cluster_membership import wait_status
@@ -118,3 +119,24 @@ def test_a_killed_member_is_failed_then_recovered_in_every_nodes_log(nodes: Any)
         per_node = {n.raft_id: len(journal_lines(n, e["seq"])) for n in ns}
         assert sorted(per_node.values()) == [0, 0, 1], (e, per_node)
         assert per_node[leader.raft_id] == 1
+
+
+def test_a_killed_leader_is_failed_and_its_successor_records_its_term(nodes: Any) -> None:
+    ns = three(nodes)
+    old_id = wait_status(ns[0], lambda s: s["leader"] is not None)["leader"]
+    old = next(n for n in ns if n.raft_id == old_id)
+    rest = [n for n in ns if n is not old]
+    first = wait_event(rest[0], lambda e: e["kind"] == "leader_changed" and e["node"] == old_id)
+    start = events(rest[0])[-1]["seq"]
+    old.kill()
+    led = wait_event(
+        rest[0], lambda e: e["kind"] == "leader_changed" and e["seq"] > start and e["node"] != old_id
+    )
+    assert led["term"] > first["term"] and led["node"] in (rest[0].raft_id, rest[1].raft_id)
+    failed = wait_event(rest[1], lambda e: e["kind"] == "node_failed" and e["seq"] > start)
+    assert failed["node"] == old_id
+    # The new leader's fresh view of the live member (no answer heard yet) is no failure. An
+    # absence has no event to wait for: look once the hold time and two watcher rounds passed.
+    time.sleep(max(0.0, led["at"] + DOWN_AFTER_S + 2 * WATCH_S - time.time()))
+    after = [e for e in events(rest[1], start) if e["kind"] in ("node_failed", "node_recovered")]
+    assert [(e["kind"], e["node"]) for e in after] == [("node_failed", old_id)]
