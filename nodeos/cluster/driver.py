@@ -12,12 +12,13 @@ One asyncio task handles every Ready in the order Raft requires:
   5. advance (the leader's own entries count toward commit only from here).
 Ticks come from a timer; messages from the transport; proposals and reads from the service.
 
-Proposals are wrapped as `[request id, command, time]` so the proposer can find the result of
-its own entry; the map sees the command and the proposer's time (its events carry it: the map
-reads no clock). Events a command records go to the journal on the node that applies it as
-leader, so each appears there once (nodeos/observe/journal.py). A proposal is acknowledged
-only once its entry is committed AND applied. When this node loses leadership, every pending
-proposal fails with OutcomeUnknown (its entry may still commit under the next leader).
+Proposals are wrapped as `[request id, command, time]` (nodeos/cluster/entry.py) so the
+proposer can find the result of its own entry; the map sees the command and the proposer's
+time (its events carry it: the map reads no clock). Events a command records go to the
+journal on the node that applies it as leader, so each appears there once
+(nodeos/observe/journal.py). A proposal is acknowledged only once its entry is committed AND
+applied. When this node loses leadership, every pending proposal fails with OutcomeUnknown
+(its entry may still commit under the next leader).
 
 Linearizable reads use ReadIndex: the leader confirms it is still leader with a quorum, then
 serves the read once the map has applied up to the read index.
@@ -35,8 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 import lmdb
-import msgpack
 
+from nodeos.cluster import entry
 from nodeos.cluster import events as map_events
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
 from nodeos.cluster.map import ClusterMap
@@ -76,28 +77,6 @@ PROMOTE_WINDOW = 64  # a learner this close to the commit index is promoted to v
 # every step of a Ready that writes entries and dies (as SIGKILL would) at the step it names.
 CRASH_FILE_ENV = "NODEOS_RAFT_CRASH_FILE"
 READY_STEPS = ("taken", "early-sent", "written", "sent", "applied")
-
-
-def _command_name(cmd: bytes) -> str:
-    try:
-        obj = msgpack.unpackb(cmd, raw=False, strict_map_key=False)
-    except Exception:
-        return ""
-    return obj.get("cmd", "") if isinstance(obj, dict) else ""
-
-
-def _unwrap(data: bytes) -> tuple[bytes, bytes, float | None]:
-    """(request id, command, proposer's time) of an entry; entries written before the time
-    was added are `[rid, command]`."""
-    try:
-        obj = msgpack.unpackb(data, raw=False)
-    except Exception:
-        return b"", data, None
-    if not isinstance(obj, list) or len(obj) not in (2, 3):
-        return b"", data, None
-    rid, cmd = obj[0], obj[1]
-    at = obj[2] if len(obj) == 3 and type(obj[2]) in (int, float) else None
-    return (rid if isinstance(rid, bytes) else b""), (cmd if isinstance(cmd, bytes) else b"\xc1"), at
 
 
 class RaftDriver:
@@ -220,7 +199,7 @@ class RaftDriver:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._proposals[rid] = fut
         try:
-            self.node.propose(msgpack.packb([rid, command, time.time()], use_bin_type=True))
+            self.node.propose(entry.frame(rid, command, time.time()))
         except ProposalDropped as exc:
             self._proposals.pop(rid, None)
             raise NotLeader(f"proposal not accepted: {exc}") from None
@@ -408,7 +387,7 @@ class RaftDriver:
         if not e.data:
             self.map.apply(e.index, b"")  # a new leader's no-op entry
             return
-        rid, cmd, at = _unwrap(e.data)
+        rid, cmd, at = entry.unframe(e.data)
         first_event = map_events.next_seq(self.map.state)
         result = self.map.apply(e.index, cmd, at)
         if self.role is StateRole.LEADER:
@@ -417,7 +396,7 @@ class RaftDriver:
         fut = self._proposals.get(rid) if isinstance(rid, bytes) else None
         if fut is not None and not fut.done():
             fut.set_result(result)
-        if isinstance(cmd, bytes) and _command_name(cmd) in ("add_node", "remove_node"):
+        if entry.command_name(cmd) in ("add_node", "remove_node"):
             self._sync_peers()
 
     def _on_soft_state(self, rd: Ready) -> None:

@@ -210,3 +210,13 @@ def test_a_replicated_snapshot_is_taken_once_and_an_abort_says_why() -> None:
     m.ok("snapshot_create", uuid="s-3", name="snap3", volume="v")
     m.ok("volume_delete", name="v")
     assert only(m, mark, "snapshot_dropped")["reason"] == "volume v deleted"
+
+
+def test_entries_from_before_the_time_stamp_still_apply() -> None:
+    from nodeos.cluster import entry
+
+    cmd = encode_command("add_node", {"node_id": 1})
+    assert entry.unframe(entry.frame(b"r1", cmd, 12.5)) == (b"r1", cmd, 12.5)
+    assert entry.unframe(msgpack.packb([b"r0", cmd], use_bin_type=True)) == (b"r0", cmd, None)
+    assert entry.unframe(b"\xc1junk") == (b"", b"\xc1junk", None)
+    assert entry.command_name(cmd) == "add_node" and entry.command_name(b"\xc1") == ""
