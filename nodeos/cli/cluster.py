@@ -15,6 +15,7 @@ import click
 
 from nodeos import validate
 from nodeos.cli.output import command_runner, json_option, table
+from nodeos.cluster.secretroll import rotate_timeout
 from nodeos.cluster.token import decode_token
 from nodeos.errors import BadInput
 from nodeos.rpc.client import Client
@@ -157,6 +158,27 @@ def token(
     return out, lambda d: d["token"]
 
 
+@cluster.command("rotate-secret")
+@click.option(
+    "--timeout", type=float, default=None, help="Seconds to wait for every member (default 30, 1 to 300)."
+)
+@json_option
+@click.pass_context
+@command_runner
+def rotate_secret(ctx: click.Context, timeout: float | None, as_json: bool) -> tuple[Any, Any]:
+    """Replace the cluster secret on every member, in two phases: no member stops talking."""
+    params: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    wait = rotate_timeout(params)  # exit 2 before a round trip
+    out = _client(ctx, timeout_s=wait + 15.0).call("cluster.secret.rotate", params, progress="rotating")
+    return (
+        out,
+        lambda d: (
+            f"cluster secret rotated to generation {d['generation']} on nodes "
+            f"{', '.join(map(str, d['members']))}; the old secret is refused from now on"
+        ),
+    )
+
+
 def _status_human(d: dict[str, Any]) -> str:
     if not d.get("member"):
         return "this node is not a member of a cluster"
@@ -165,6 +187,13 @@ def _status_human(d: dict[str, Any]) -> str:
         f"leader   {d['leader'] or '(none)'}   term {d['term']}   "
         f"commit {d['commit']}   applied {d['applied']}"
     )
+    sec = d.get("secret") or {}
+    if sec:
+        roll = sec.get("roll") or {}
+        rolling = f"   (rolling to {roll['gen']})" if roll.get("phase") == "switch" else ""
+        head += f"\nsecret   generation {sec['generation']}{rolling}"
+        if sec.get("problem"):
+            head += f"\n         {sec['problem']}"
     rows = [
         {
             "id": m["node_id"],

@@ -12,7 +12,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
-from nodeos.cluster import tlsca
+from nodeos.cluster import secretroll, tlsca
 from nodeos.cluster import token as tokens
 from nodeos.cluster.leader_ops import str_param
 from nodeos.errors import BadInput, NotFound
@@ -106,7 +106,7 @@ class MemberCredentials:
         key = self._token_key(token_id)
         if key is None or self.identity is None:
             raise BadInput("the join token expired or was revoked during the join", field="token")
-        out: dict[str, Any] = {"secret": tokens.wrap_secret(key, self.identity["secret"])}
+        out = tokens.wrap_keys(key, secretroll.keys_of(self.identity))
         if self.tls.is_ca() and isinstance(csr, bytes):
             out["cert"] = tlsca.sign_request(
                 self.tls.ca_key.read_bytes(), self.tls.ca_cert.read_bytes(), csr, raft_id

@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from nodeos.cluster import events as map_events
-from nodeos.cluster import snapshot_map, storage_import, storage_map
+from nodeos.cluster import secretroll, snapshot_map, storage_import, storage_map
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 
 # 2: storage sections (storage_map.SECTIONS) and node labels/state. A version-1 snapshot is
@@ -75,6 +75,7 @@ def _empty_state() -> dict[str, Any]:
         "names": {},
         "kv": {},
         "rejected": [],
+        "secret": secretroll.empty_section(),  # the cluster secret's generation (never the secret)
         **map_events.empty_section(),
     }
 
@@ -229,9 +230,7 @@ def _remove_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         raise NotFound(f"node {nid} is not a member", field="node_id")
     held = sorted(p["name"] for p in st["pools"].values() if p["node"] == nid)
     if held:
-        raise BadInput(
-            f"node {nid} still holds pools {', '.join(held)}; delete them first", field="node_id"
-        )
+        raise BadInput(f"node {nid} still holds pools {', '.join(held)}; delete them first", field="node_id")
     node = st["nodes"].pop(nid)
     st["reports"].pop(nid, None)
     _drop_unused_domain(st, node["failure_domain"])
@@ -319,6 +318,17 @@ def _kv_get_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     return {"key": key, "value": None if rec is None else rec["value"]}
 
 
+def _secret_roll_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """One step of a cluster secret roll (nodeos/cluster/secretroll.py): generation and phase."""
+    new = secretroll.next_section(secretroll.section(st), args)
+    st["secret"] = new
+    step = "every member now dials with it" if new["phase"] == "switch" else "the old one is refused"
+    map_events.record(
+        st, "secret_rotated", f"cluster secret generation {new['gen']}: {step}", step=new["phase"]
+    )
+    return {"gen": new["gen"], "phase": new["phase"]}
+
+
 HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] = {
     "init_cluster": {1: _init_cluster_v1},
     "add_node": {1: _add_node_v1},
@@ -328,6 +338,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     "kv_put": {1: _kv_put_v1},
     "kv_cas": {1: _kv_cas_v1},
     "kv_get": {1: _kv_get_v1},
+    "secret_roll": {1: _secret_roll_v1},
     **storage_map.HANDLERS,
     **snapshot_map.HANDLERS,
     **storage_import.HANDLERS,

@@ -43,6 +43,7 @@ class Session:
     recv_key: bytes
     send_seq: int = 0
     recv_seq: int = 0
+    gen: int = 0  # the generation of the cluster secret it was made with
 
     def seal(self, body: dict[str, Any]) -> bytes:
         raw = msgpack.packb(body, use_bin_type=True)

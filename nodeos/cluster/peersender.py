@@ -36,6 +36,8 @@ class _PeerSender:
         self.wake = asyncio.Event()
         self.ids = itertools.count(1)
         self.connected = False
+        self.session_gen = 0  # the secret generation of the current connection
+        self.draining: set[asyncio.Task[None]] = set()  # older connections finishing their replies
         self.last_error = ""
         self.task = asyncio.get_running_loop().create_task(self._run())
 
@@ -65,6 +67,8 @@ class _PeerSender:
 
     def stop(self) -> None:
         self.task.cancel()
+        for t in self.draining:
+            t.cancel()
         for fut in self.waiting.values():
             if not fut.done():
                 fut.set_exception(PeerUnreachable(f"connection to {self.address} closed"))
@@ -91,9 +95,11 @@ class _PeerSender:
             else:
                 backoff = self.BACKOFF_MIN
                 self.connected = True
+                self.session_gen = session.gen
                 self.last_error = ""
+                handed_over = False
                 try:
-                    await self._pump(reader, writer, session)
+                    handed_over = await self._pump(reader, writer, session)
                 except asyncio.CancelledError:
                     await _close(writer)
                     raise
@@ -101,7 +107,10 @@ class _PeerSender:
                     self.last_error = f"{exc.__class__.__name__}: {exc}"
                 finally:
                     self.connected = False
-                    await _close(writer)
+                    if not handed_over:
+                        await _close(writer)
+                if handed_over:
+                    continue  # a secret roll: the new connection now, the old one drains its replies
                 # Requests in flight on a dead connection have an unknown outcome.
                 self._fail_waiting(PeerUnreachable(f"connection to {self.address} lost: {self.last_error}"))
             await asyncio.sleep(backoff * (0.5 + random.random()))
@@ -115,13 +124,24 @@ class _PeerSender:
 
     async def _pump(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
-    ) -> None:
+    ) -> bool:
+        """Send until the connection ends (False) or is handed over to a new one (True)."""
         replies = asyncio.create_task(self._read_replies(reader, session))
+        handed_over = False
         try:
             while True:
                 if replies.done():
                     replies.result()  # re-raise why the connection ended
-                    return
+                    return False
+                if session.gen != self.t.secret_gen:
+                    # A secret roll: new requests and Raft messages go on a connection of the new
+                    # generation; this one only takes the replies still owed on it, then closes.
+                    owed = [f for f in self.waiting.values() if not f.done()]
+                    drain = asyncio.create_task(self._drain(replies, writer, owed))
+                    self.draining.add(drain)
+                    drain.add_done_callback(self.draining.discard)
+                    handed_over = True
+                    return True
                 if not self.queue and not self.requests:
                     self.wake.clear()
                     waiter = asyncio.create_task(self.wake.wait())
@@ -140,7 +160,28 @@ class _PeerSender:
                 self.t.stats.sent += batch
                 await writer.drain()
         finally:
+            if not handed_over:
+                replies.cancel()
+
+    async def _drain(
+        self, replies: asyncio.Task[None], writer: asyncio.StreamWriter, owed: list[asyncio.Future[Any]]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 300.0
+        try:
+            while not replies.done() and loop.time() < deadline:
+                left = [f for f in owed if not f.done()]
+                if not left:
+                    return
+                await asyncio.wait(
+                    [replies, *left], timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED
+                )
+            for f in owed:
+                if not f.done():  # the old connection died first: those outcomes are unknown
+                    f.set_exception(PeerUnreachable(f"connection to {self.address} lost in a secret roll"))
+        finally:
             replies.cancel()
+            await _close(writer)
 
     async def _read_replies(self, reader: asyncio.StreamReader, session: Session) -> None:
         while True:

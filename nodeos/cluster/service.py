@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeos import validate
-from nodeos.cluster import tlsca
+from nodeos.cluster import secretroll, tlsca
 from nodeos.cluster import token as tokens
 from nodeos.cluster.credentials import MemberCredentials
 from nodeos.cluster.driver import RaftDriver
@@ -40,6 +40,7 @@ from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
 from nodeos.cluster.leader_ops import LeaderHandler, int_param, leader_call, str_param
 from nodeos.cluster.map import check_kv_args
 from nodeos.cluster.raft import NONE, StateRole, bootstrap_storage
+from nodeos.cluster.rotation import SecretRotation
 from nodeos.cluster.supervisor import MemberSupervisor
 from nodeos.cluster.token import SECRET_BYTES, decode_token
 from nodeos.cluster.transport import PeerTransport
@@ -57,7 +58,7 @@ def _open_raft_storage(path: Path) -> Any:
     return open_raft_storage(path)
 
 
-class ClusterService(MemberSupervisor, MemberCredentials):
+class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
     name = "cluster"
 
     def __init__(self, ctx: Any) -> None:
@@ -79,7 +80,10 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         self.transport: PeerTransport | None = None
         self.driver: RaftDriver | None = None
         self._lock = asyncio.Lock()  # one init/join/leave at a time
-        self.leader_handlers: dict[str, LeaderHandler] = {}  # registered by other services
+        # Registered by other services too (e.g. "control"); the secret roll is the cluster's own.
+        self.leader_handlers: dict[str, LeaderHandler] = {"rotate_secret": self.lead_rotation}
+        self._roll_lock = asyncio.Lock()  # one secret roll at a time on this leader
+        self._secret_watch: asyncio.Task[None] | None = None
         self.failure: str | None = None  # set while this node's Raft member is down after a fault
         self._supervisor: asyncio.Task[None] | None = None
         self._retry_delay = 0.0
@@ -95,6 +99,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             "cluster.token": self.api_token,
             "cluster.token.list": self.api_token_list,
             "cluster.token.revoke": self.api_token_revoke,
+            "cluster.secret.rotate": self.api_rotate_secret,
             "cluster.kv.get": self.api_kv_get,
             "cluster.kv.put": self.api_kv_put,
             "cluster.kv.cas": self.api_kv_cas,
@@ -126,8 +131,14 @@ class ClusterService(MemberSupervisor, MemberCredentials):
                     "cluster member %d of cluster %s", self.identity["raft_id"], self.identity["cluster_id"]
                 )
         self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+        self._secret_watch = asyncio.get_running_loop().create_task(self._watch_secret())
 
     async def stop(self) -> None:
+        if self._secret_watch is not None:
+            self._secret_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._secret_watch
+            self._secret_watch = None
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -215,15 +226,17 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         shutil.rmtree(self.tls.dir, ignore_errors=True)
         self._save_identity(None)
 
-    def _make_transport(self, raft_id: int, cluster_id: str, secret: bytes) -> PeerTransport:
+    def _make_transport(self, raft_id: int, cluster_id: str, keys: secretroll.MemberKeys) -> PeerTransport:
         return PeerTransport(
             raft_id,
             cluster_id,
-            secret,
+            keys.dial,
             self._on_raft,
             self._on_request,
             advertise=self.advertise,
             token_key=self._token_key,
+            secret_gen=keys.dial_gen,
+            accepted=keys.secrets,
             **self._tls_contexts(),
         )
 
@@ -233,7 +246,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
         ident = self.identity
         assert ident is not None
         if transport is None:
-            transport = self._make_transport(ident["raft_id"], ident["cluster_id"], ident["secret"])
+            transport = self._make_transport(ident["raft_id"], ident["cluster_id"], secretroll.keys_of(ident))
             if self.peer_listen is not None:  # a cluster of one without a peer listener is fine
                 await transport.listen(*self.peer_listen)
         self.transport = transport
@@ -405,7 +418,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
                 raise
             finally:
                 await transport.close()
-            secret = tokens.unwrap_secret(token.key, reply.get("secret"))
+            keys = tokens.unwrap_keys(token.key, reply)
             members = {int(k): str(v) for k, v in (reply.get("members") or {}).items()}
             await self._stop_member()  # the cluster of one this node leaves (it holds nothing)
             await asyncio.to_thread(self._wipe_raft_dir)
@@ -415,12 +428,14 @@ class ClusterService(MemberSupervisor, MemberCredentials):
                 self.tls.write("node.pem", reply["cert"])
                 self.tls.write("ca.pem", reply["ca"])
             self._save_identity(
-                {
-                    "cluster_id": token.cluster_id,
-                    "secret": secret,
-                    "raft_id": raft_id,
-                    "peers": {str(k): v for k, v in members.items()},
-                }
+                secretroll.with_keys(
+                    {
+                        "cluster_id": token.cluster_id,
+                        "raft_id": raft_id,
+                        "peers": {str(k): v for k, v in members.items()},
+                    },
+                    keys,
+                )
             )
             await self._start_member(extra_peers=members)
             log.info("joined cluster %s as node %d", token.cluster_id, raft_id)
@@ -512,6 +527,7 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             "rejected": d.map.state["rejected"][-5:],
             "raft_loop_running": d.running,
             "transport": self._transport_stats(),
+            "secret": self.secret_status(),
         }
 
     def _transport_stats(self) -> dict[str, Any]:
@@ -646,6 +662,9 @@ class ClusterService(MemberSupervisor, MemberCredentials):
             )
         if method == "cluster.progress":
             return self._drv().status()
+        if method.startswith("cluster.secret."):
+            self._drv()
+            return await self.secret_peer_request(frm, method, params)
         raise BadInput(f"unknown peer method {method!r}", field="method")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgpack
 
+from nodeos.cluster.secretroll import MemberKeys
 from nodeos.errors import BadInput
 
 TOKEN_VERSION = 2
@@ -134,3 +135,22 @@ def unwrap_secret(key: bytes, wrapped: Any) -> bytes:
     if not isinstance(c, bytes) or len(c) != SECRET_BYTES:
         raise BadInput("the member sent a malformed cluster secret", field="token")
     return bytes(a ^ b for a, b in zip(c, _pad(key, wrapped["n"]), strict=True))
+
+
+def wrap_keys(key: bytes, keys: MemberKeys) -> dict[str, Any]:
+    """What a joiner gets: the secret it dials with and, during a roll, the others accepted."""
+    return {
+        "secret": wrap_secret(key, keys.dial),
+        "secret_gen": keys.dial_gen,
+        "secrets": {str(g): wrap_secret(key, s) for g, s in keys.secrets.items() if g != keys.dial_gen},
+    }
+
+
+def unwrap_keys(key: bytes, reply: dict[str, Any]) -> MemberKeys:
+    gen = reply.get("secret_gen", 0)  # a member from before rotation sends generation 0 only
+    more = reply.get("secrets") or {}
+    if type(gen) is not int or gen < 0 or not isinstance(more, dict):
+        raise BadInput("the member sent a malformed secret generation", field="token")
+    held = {int(g): unwrap_secret(key, w) for g, w in more.items() if str(g).isdigit()}
+    held[gen] = unwrap_secret(key, reply.get("secret"))
+    return MemberKeys(gen, held)

@@ -14,6 +14,12 @@ Handshake (both sides prove the cluster secret; the secret never crosses the wir
 `transcript` binds the cluster id, both node ids and both nonces, so a proof cannot be
 replayed on another connection.
 
+Secrets have generations (nodeos/cluster/secretroll.py): the hello names the one the dialer
+proves (`gen`, absent for 0, bound into the transcript) and the acceptor checks it against its
+secret of that generation; during a roll it accepts two. A generation rotated away is refused
+with a clear error, and connections made with it are closed once it is dropped; a dialer moves
+its idle connections to its new generation as soon as it dials with it.
+
 A node joining with a join token (nodeos/cluster/token.py) does not know the cluster secret:
 its hello carries `join: token id`, both sides prove the token's key instead (the id is bound
 into the transcript), and that connection may only ask `cluster.join` (the handler gets the
@@ -116,10 +122,14 @@ class PeerTransport:
         token_key: Callable[[bytes], bytes | None] | None = None,
         tls_server: ssl.SSLContext | None = None,
         tls_client: ssl.SSLContext | None = None,
+        secret_gen: int = 0,
+        accepted: dict[int, bytes] | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self._secret = secret  # the cluster secret, or a join token's key when join_id is set
+        self.secret_gen = secret_gen  # the generation of the secret this node dials with
+        self._accepted = dict(accepted or {secret_gen: secret})  # generations an acceptor takes
         self.join_id = join_id  # dialer side: authenticate with this join token
         self.token_key = token_key  # acceptor side: a live join token's key by id, else None
         self.tls_server = tls_server
@@ -138,6 +148,16 @@ class PeerTransport:
         # Test-only fault injection (enabled by the service only under NODEOS_TEST_FAULTS=1):
         # traffic to and from these peers is silently dropped, as if the link were cut.
         self.blocked: set[int] = set()
+
+    def set_keys(self, dial_gen: int, secrets: dict[int, bytes]) -> None:
+        """Dial with `dial_gen` from now on and accept exactly `secrets` (a roll's step)."""
+        self._secret, self.secret_gen, self._accepted = secrets[dial_gen], dial_gen, dict(secrets)
+        for sender in self._peers.values():
+            sender.wake.set()  # an idle connection of an older generation reconnects now
+
+    def old_connections(self) -> int:
+        """Outbound connections still authenticated with an older generation than the dialled one."""
+        return sum(1 for s in self._peers.values() if s.connected and s.session_gen != self.secret_gen)
 
     # --- server side ---
     @property
@@ -230,7 +250,12 @@ class PeerTransport:
         if cluster != self.cluster_id:
             raise BadInput(f"peer belongs to cluster {cluster!r}, not this one", field="cluster")
         join = hello.get("join")
-        key = self._secret
+        gen = hello.get("gen", 0)
+        if type(gen) is not int or gen < 0:
+            raise FrameError("hello field 'gen' must be a non-negative int")
+        key = self._accepted.get(gen, b"")
+        if join is None and not key:
+            raise self._unknown_generation(gen)
         if join is not None:
             found = self.token_key(join) if self.token_key is not None and isinstance(join, bytes) else None
             if found is None:
@@ -244,6 +269,7 @@ class PeerTransport:
                 )
         mine = os.urandom(NONCE_BYTES)
         tr = transcript(self.cluster_id, node, self.node_id, nonce, mine) + ([join] if join else [])
+        tr += [str(gen).encode()] if gen and not join else []
         writer.write(
             pack(
                 {
@@ -262,7 +288,20 @@ class PeerTransport:
             raise FrameError("peer did not prove the cluster secret", code="bad_auth")
         writer.write(pack({"t": "welcome"}))
         await writer.drain()
-        return node, session_keys(key, nonce, mine, dialer=False), join
+        session = session_keys(key, nonce, mine, dialer=False)
+        session.gen = gen
+        return node, session, join
+
+    def _unknown_generation(self, gen: int) -> NodeosError:
+        newest = max(self._accepted)
+        if gen < newest:
+            return BadInput(
+                f"the cluster secret of generation {gen} was rotated away (this cluster accepts "
+                f"generation {', '.join(map(str, sorted(self._accepted)))}): that node missed the "
+                "rotation; remove it and join it again with a fresh token",
+                field="secret",
+            )
+        return FrameError(f"secret generation {gen} is not known here yet", code="bad_auth")
 
     async def _servesession_keys(
         self,
@@ -285,6 +324,10 @@ class PeerTransport:
                     self.stats.bad_frames += 1
                     log.warning("peer %d sent a bad frame: %s", peer, exc)
                     await _send_error(writer, exc.code, str(exc))
+                    return
+                if joiner is None and session.gen not in self._accepted:
+                    # Its generation was dropped by a roll: whoever dialled must prove the new one.
+                    await _send_error(writer, "bad_auth", "the cluster secret of this connection was rotated")
                     return
                 kind = body.get("k")
                 if peer in self.blocked:
@@ -412,6 +455,7 @@ class PeerTransport:
         except ssl.SSLCertVerificationError:
             # Its certificate is not from our cluster CA: another cluster (or an impostor).
             raise BadInput(f"{address} has no certificate of this cluster", field="cluster") from None
+        secret, gen = self._secret, (0 if self.join_id else self.secret_gen)
         try:
             mine = os.urandom(NONCE_BYTES)
             writer.write(
@@ -424,6 +468,7 @@ class PeerTransport:
                         "addr": self.advertise,
                         "nonce": mine,
                         **({"join": self.join_id} if self.join_id else {}),
+                        **({"gen": gen} if gen else {}),
                     }
                 )
             )
@@ -445,15 +490,18 @@ class PeerTransport:
             tr = transcript(self.cluster_id, self.node_id, node, mine, nonce) + (
                 [self.join_id] if self.join_id else []
             )
-            if not hmac.compare_digest(proof, mac(self._secret, b"acceptor", *tr)):
+            tr += [str(gen).encode()] if gen else []
+            if not hmac.compare_digest(proof, mac(secret, b"acceptor", *tr)):
                 raise OperationFailed(f"{address} did not prove the cluster secret")
-            writer.write(pack({"t": "auth", "proof": mac(self._secret, b"dialer", *tr)}))
+            writer.write(pack({"t": "auth", "proof": mac(secret, b"dialer", *tr)}))
             await writer.drain()
             welcome = await read_frame(reader, HANDSHAKE_MAX_FRAME)
             if welcome is None or welcome.get("t") != "welcome":
                 err = (welcome or {}).get("error") or {"message": f"{address} refused the handshake"}
                 raise remote_error(err)
-            return reader, writer, session_keys(self._secret, mine, nonce, dialer=True), node
+            session = session_keys(secret, mine, nonce, dialer=True)
+            session.gen = gen
+            return reader, writer, session, node
         except BaseException:
             await _close(writer)
             raise

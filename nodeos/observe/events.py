@@ -50,6 +50,7 @@ KINDS = (
     "snapshot_dropped",
     "host_granted",
     "host_revoked",
+    "secret_rotated",
 )
 SEVERITIES = ("info", "warning", "critical")
 # Optional context keys an event may carry (scalars only), besides seq/at/kind/severity/message.
