@@ -134,6 +134,17 @@ def leave(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
 
 
 @cluster.command()
+@click.argument("node_id", type=click.IntRange(min=1, max=2**63 - 1))
+@json_option
+@click.pass_context
+@command_runner
+def remove(ctx: click.Context, node_id: int, as_json: bool) -> tuple[Any, Any]:
+    """Remove another member (gone for good or compromised); it holds no pools."""
+    out = _client(ctx).call("cluster.remove", {"node_id": node_id}, progress="removing")
+    return out, lambda d: f"node {d['removed']} removed from the cluster"
+
+
+@cluster.command()
 @click.option("--ttl", type=int, default=None, help="Seconds the new token stays valid (default 3600).")
 @click.option("--list", "list_", is_flag=True, help="List this node's unexpired tokens (ids only).")
 @click.option("--revoke", default=None, metavar="TOKEN_ID", help="Revoke a token this node issued.")

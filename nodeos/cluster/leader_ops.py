@@ -76,6 +76,12 @@ async def leader_join(d: RaftDriver, params: dict[str, Any], timeout: float) -> 
         raise AlreadyExists(f"node id {nid} is already taken by another node", field="node_id")
     if existing is None and in_raft:
         raise AlreadyExists(f"node id {nid} is already taken", field="node_id")
+    if params.get("rejoin") and (existing is not None or in_raft):
+        # A member left behind by a secret roll comes back with an empty log: only as a new member.
+        raise AlreadyExists(
+            f"node {nid} is still a member: remove it first (`nodeos cluster remove {nid}` on a member)",
+            field="node_id",
+        )
     if existing is None:
         await d.propose(encode_command("add_node", params), timeout)
     if not in_raft:

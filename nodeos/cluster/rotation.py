@@ -82,6 +82,10 @@ class SecretRotation:
         if self.transport is not None:
             self.transport.set_keys(keys.dial_gen, keys.secrets)
 
+    def left_behind(self) -> bool:
+        """Peers refuse this member's secret as rotated away: it missed a roll (see docs)."""
+        return self.transport is not None and self.transport.rotated_away is not None
+
     def secret_status(self) -> dict[str, Any]:
         keys = self._keys()
         roll = secretroll.section(self.driver.map.state) if self.driver is not None else None
@@ -89,8 +93,17 @@ class SecretRotation:
             "generation": keys.dial_gen,
             "accepted": sorted(keys.secrets),
             "roll": None if roll is None else {"gen": roll["gen"], "phase": roll["phase"]},
-            "problem": self.secret_problem,
+            "problem": self.secret_problem or self._left_behind_problem(),
         }
+
+    def _left_behind_problem(self) -> str | None:
+        if not self.left_behind():
+            return None
+        return (
+            f"this member missed a rotation of the cluster secret ({self.transport.rotated_away}); "
+            "once it is removed (`nodeos cluster remove ID` on a member), join it again with a "
+            "fresh token: `nodeos cluster join ADDRESS --token-file FILE`"
+        )
 
     def _secret_crash_point(self, step: str) -> None:
         path = os.environ.get("NODEOS_SECRET_CRASH_FILE")
@@ -152,7 +165,10 @@ class SecretRotation:
         answers = await self._ask_all(members, "cluster.secret.stage", params, self._left(deadline, 10.0))
         failed = {m: a for m, a in answers.items() if isinstance(a, BaseException)}
         if failed:
-            await self._ask_all(members, "cluster.secret.unstage", {"gen": gen}, 2.0)
+            # Those that did not answer may hold it staged: harmless (the map never names it, and
+            # the next roll replaces it), and asking them again would only wait on them.
+            took = [m for m in members if m not in failed]
+            await self._ask_all(took, "cluster.secret.unstage", {"gen": gen}, 2.0)
             self._set_keys(secretroll.unstage(self._keys(), gen))
             why = "; ".join(f"node {m}: {_reason(e)}" for m, e in sorted(failed.items()))
             raise OperationFailed(

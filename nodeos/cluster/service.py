@@ -95,6 +95,7 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
             "cluster.init": self.api_init,
             "cluster.join": self.api_join,
             "cluster.leave": self.api_leave,
+            "cluster.remove": self.api_remove,
             "cluster.status": self.api_status,
             "cluster.token": self.api_token,
             "cluster.token.list": self.api_token_list,
@@ -205,8 +206,8 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
     def _replaceable(self) -> None:
         """`cluster init` / `cluster join` replace this node's cluster only when it is a cluster
         of one that holds nothing (a node joins another cluster empty)."""
-        if self.identity is None:
-            return
+        if self.identity is None or self.left_behind():
+            return  # a member left behind by a secret roll joins again as a new one
         if not self.identity.get("solo"):
             self._not_member()
         held = self.holds_storage()
@@ -406,8 +407,12 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
                 tls_client=tlsca.client_context(token.ca) if token.ca else None,
             )
             try:
+                rejoin = {"rejoin": True} if self.left_behind() else {}
                 reply = await transport.request_address(
-                    str(address), "cluster.join", {**self._node_args(raft_id, fd), "csr": csr}, timeout=20.0
+                    str(address),
+                    "cluster.join",
+                    {**self._node_args(raft_id, fd), "csr": csr, **rejoin},
+                    timeout=20.0,
                 )
             except BadInput as err:
                 await transport.close()
@@ -464,6 +469,22 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
             log.info("left cluster %s", ident["cluster_id"])
             await self._bootstrap(solo=True)
             return {"left": ident["cluster_id"], "node_id": me}
+
+    async def api_remove(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Remove another member (gone for good, or compromised): it may not come back as it was."""
+        nid = int_param(params, "node_id", required=True)
+        d = self._drv()
+        if nid == d.id:
+            raise BadInput("that is this node: use `nodeos cluster leave`", field="node_id")
+        if nid == d.leader:
+            raise BadInput(
+                f"node {nid} leads the cluster: run `nodeos cluster leave` on it, or stop it and wait "
+                "for another leader",
+                field="node_id",
+            )
+        out: dict[str, Any] = await self._at_leader("remove", {"node_id": nid}, timeout=20.0)
+        log.info("node %d removed from the cluster", nid)
+        return out
 
     async def _hand_over_leadership(self, d: RaftDriver) -> None:
         st = d.node.status()

@@ -130,6 +130,7 @@ class PeerTransport:
         self._secret = secret  # the cluster secret, or a join token's key when join_id is set
         self.secret_gen = secret_gen  # the generation of the secret this node dials with
         self._accepted = dict(accepted or {secret_gen: secret})  # generations an acceptor takes
+        self.rotated_away: str | None = None  # why a peer refused our secret as rotated away, if one did
         self.join_id = join_id  # dialer side: authenticate with this join token
         self.token_key = token_key  # acceptor side: a live join token's key by id, else None
         self.tls_server = tls_server
@@ -477,7 +478,10 @@ class PeerTransport:
             if chal is None:
                 raise OperationFailed(f"{address} closed the connection during the handshake")
             if chal.get("t") == "error":
-                raise remote_error(chal.get("error") or {})
+                err = remote_error(chal.get("error") or {})
+                if err.field == "secret" and not self.join_id:
+                    self.rotated_away = f"node {expect_node or '?'} at {address}: {err.message}"
+                raise err
             node, nonce, proof = chal.get("node"), chal.get("nonce"), chal.get("proof")
             if type(node) is not int or not isinstance(nonce, bytes) or not isinstance(proof, bytes):
                 raise OperationFailed(f"{address} sent a malformed challenge")
@@ -501,6 +505,7 @@ class PeerTransport:
                 raise remote_error(err)
             session = session_keys(secret, mine, nonce, dialer=True)
             session.gen = gen
+            self.rotated_away = None
             return reader, writer, session, node
         except BaseException:
             await _close(writer)

@@ -1,7 +1,8 @@
 """Rotating the cluster secret on 3 real daemons (loopback, mutual TLS) through the `nodeos` CLI:
 a member and then the leader killed -9 in the middle of a roll, the cluster converging each
 time, writes committed through every member, a peer that knows only the old secret refused,
-a roll refused (nothing changed) while a member is down, and no secret in any daemon's log."""
+a roll refused (nothing changed) while a member is down, that member removed and, after the
+next roll, joining again with a fresh token, and no secret in any daemon's log."""
 
 from __future__ import annotations
 
@@ -155,14 +156,30 @@ def test_rotate_the_secret_through_crashes_and_refuse_the_old_one(tmp_path: Path
             rc == 1 and "node 3" in out["error"]["message"] and "nothing changed" in out["error"]["message"]
         )
         assert keys(n1) == k2 and keys(c.by_id(2)) == k2
+
+        # 4. It is gone for good: removed, the roll goes on without it. When it comes back its peers
+        #    refuse it and its status says what to do (no hang); it joins again with a fresh token.
+        c.leader(among=[n1, c.by_id(2)])
+        assert n1.call("cluster.remove", {"node_id": 3}, timeout=30) == {"removed": 3}
+        rc, out = finish(rotate(n1))
+        assert rc == 0 and out == {"generation": 3, "members": [1, 2]}, out
         n3.start()
-        converged(c, 2)
+        deadline = time.monotonic() + 30
+        while "missed a rotation" not in str((c.status(n3) or {}).get("secret")):
+            assert time.monotonic() < deadline, c.status(n3)
+            time.sleep(0.2)
+        token = n1.call("cluster.token", {})["token"]
+        n3.call("cluster.join", {"address": n1.address, "token": token, "node_id": 3}, timeout=60)
+        c.wait_voters(3)
+        converged(c, 3)
+        k3 = keys(n1)
+        assert keys(n3) == k3
 
         # No secret, in any form, in any daemon's log.
         for n in c.nodes:
             text = (n.root / "nodeosd.log").read_bytes()
             assert b"dialling with generation 2" in text  # the roll is in this log, its secrets not
-            for s in (old.dial, k1.dial, k2.dial):
+            for s in (old.dial, k1.dial, k2.dial, k3.dial):
                 for form in (s, s.hex().encode(), base64.b64encode(s), base64.urlsafe_b64encode(s)):
                     assert form.rstrip(b"=") not in text, f"a secret is in n{n.index}'s log"
                 assert repr(s).encode()[2:-1] not in text
