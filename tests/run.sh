@@ -14,4 +14,5 @@ if [ ! -d "$shared" ]; then
 fi
 bash "$top/images/bootstrap.sh"
 .venv/bin/ruff check nodeos tests bench hwtests
-exec .venv/bin/python -m pytest "$@"
+# The slowest tests at the end of every run: where CI's time goes (docs/benchmarks.md).
+exec .venv/bin/python -m pytest --durations=25 "$@"

@@ -19,6 +19,7 @@ import pytest
 
 from nodeos.dataplane.mirror_names import replica_nqn, volume_nqn
 from nodeos.lab import Lab
+from tests.lab import shared_labs
 from tests.lab.dataplane_helpers import device_of, discover, wait_for
 from tests.lab.mirror_helpers import (
     HOST_OPTS,
@@ -36,7 +37,13 @@ from tests.lab.mirror_helpers import (
     replica_export,
 )
 
-pytestmark = pytest.mark.lab
+# The product path of the mirror (agents, map, crash recovery) is tested on the shared cluster3
+# lab (test_replicated_volumes.py, test_replicated_crash.py); these primitives boot a lab of
+# their own, which CI's budget cannot hold.
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(not shared_labs.LAB_FULL, reason=shared_labs.NOT_FULL),
+]
 LAB = dict(storage=3, drives=1, hosts=1, drive_size_mib=256)
 STORAGE = ("s1", "s2", "s3")
 NQN = volume_nqn(VOL)
