@@ -4,6 +4,7 @@ a joiner gets, and peers that accept two generations during a roll (real loopbac
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -12,7 +13,7 @@ import pytest
 from nodeos.cluster import secretroll as roll
 from nodeos.cluster import token as tokens
 from nodeos.cluster.map import ClusterMap, encode_command
-from nodeos.errors import BadInput
+from nodeos.errors import AlreadyExists, BadInput
 from tests.unit.cluster.test_transport import CLUSTER, Node
 
 OLD, NEW = b"o" * 32, b"n" * 32
@@ -201,5 +202,30 @@ def test_an_idle_connection_moves_to_the_new_generation_before_the_old_one_is_dr
         assert [m["i"] for _, m in acceptor.got] == list(range(20))
         await dialer.t.close()
         await acceptor.t.close()
+
+    asyncio.run(main())
+
+
+def test_the_leader_lets_a_member_left_behind_join_again_only_once_it_is_removed(tmp_path: Path) -> None:
+    from nodeos.cluster.leader_ops import leader_join
+    from tests.unit.cluster.test_driver import leader_of, make_cluster, shutdown
+
+    async def main() -> None:
+        members = await make_cluster(tmp_path, 1)  # one voter: no election to race with
+        try:
+            d = (await leader_of(members)).driver
+            assert d is not None
+            peer = {"peer": "127.0.0.1:7102"}
+            await d.propose(encode_command("add_node", {"node_id": 2, "addresses": peer}))
+            # Its log is gone (it joins again from scratch): it must not come back as the member it was.
+            with pytest.raises(AlreadyExists) as exc:
+                await leader_join(d, {"node_id": 2, "addresses": peer, "rejoin": True}, 5.0)
+            assert exc.value.field == "node_id" and "remove it first" in exc.value.message
+            assert 2 not in d.conf_state.learners
+            await d.propose(encode_command("remove_node", {"node_id": 2}))
+            out = await leader_join(d, {"node_id": 2, "addresses": peer, "rejoin": True}, 5.0)
+            assert out["leader"] == 1 and 2 in d.map.nodes and 2 in d.conf_state.learners
+        finally:
+            await shutdown(members)
 
     asyncio.run(main())
