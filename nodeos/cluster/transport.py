@@ -17,8 +17,9 @@ replayed on another connection.
 Secrets have generations (nodeos/cluster/secretroll.py): the hello names the one the dialer
 proves (`gen`, absent for 0, bound into the transcript) and the acceptor checks it against its
 secret of that generation; during a roll it accepts two. A generation rotated away is refused
-with a clear error, and connections made with it are closed once it is dropped; a dialer moves
-its idle connections to its new generation as soon as it dials with it.
+with a clear error, and connections made with it are closed once it is dropped. A dialer hands
+its connections over to its new generation as soon as it dials with it: new traffic takes a
+new connection, the old one only carries the replies still owed on it (peersender.py).
 
 A node joining with a join token (nodeos/cluster/token.py) does not know the cluster secret:
 its hello carries `join: token id`, both sides prove the token's key instead (the id is bound
@@ -154,7 +155,7 @@ class PeerTransport:
         """Dial with `dial_gen` from now on and accept exactly `secrets` (a roll's step)."""
         self._secret, self.secret_gen, self._accepted = secrets[dial_gen], dial_gen, dict(secrets)
         for sender in self._peers.values():
-            sender.wake.set()  # an idle connection of an older generation reconnects now
+            sender.wake.set()  # a connection of an older generation hands over now
 
     def old_connections(self) -> int:
         """Outbound connections still authenticated with an older generation than the dialled one."""
