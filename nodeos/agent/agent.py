@@ -161,8 +161,10 @@ class Agent:
                     LOG.info("writes of mirror %s frozen for snapshot %s", mid, act.snap)
                     continue
                 await self.node.ops.call("thaw_mirror_writes", mid)
+                held = fz.held.get(act.vol_uuid)
                 fz.thawed(act.vol_uuid)
-                LOG.info("writes of mirror %s thawed", mid)
+                since = f" after {now - held.since:.1f} s" if held else " (frozen before this start)"
+                LOG.info("writes of mirror %s thawed%s", mid, since)
             except NodeosError as err:
                 LOG.error("%s of mirror %s failed: %s", act.kind, mid, err.message)
                 if act.kind == "freeze":
