@@ -190,6 +190,27 @@ def rotate_secret(ctx: click.Context, timeout: float | None, as_json: bool) -> t
     )
 
 
+@cluster.command("rotate-ca")
+@click.option(
+    "--timeout", type=float, default=None, help="Seconds to wait for every member (default 30, 1 to 300)."
+)
+@json_option
+@click.pass_context
+@command_runner
+def rotate_ca(ctx: click.Context, timeout: float | None, as_json: bool) -> tuple[Any, Any]:
+    """Replace the cluster CA and every member's certificate (on the member that holds the CA)."""
+    params: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    wait = rotate_timeout(params)  # exit 2 before a round trip
+    out = _client(ctx, timeout_s=wait + 15.0).call("cluster.ca.rotate", params, progress="rotating")
+    return (
+        out,
+        lambda d: (
+            f"cluster CA rotated to generation {d['generation']}; nodes "
+            f"{', '.join(map(str, d['members']))} present certificates of it; the old CA is not trusted"
+        ),
+    )
+
+
 def _status_human(d: dict[str, Any]) -> str:
     if not d.get("member"):
         return "this node is not a member of a cluster"
@@ -205,6 +226,13 @@ def _status_human(d: dict[str, Any]) -> str:
         head += f"\nsecret   generation {sec['generation']}{rolling}"
         if sec.get("problem"):
             head += f"\n         {sec['problem']}"
+    ca = d.get("ca") or {}
+    if ca:
+        roll = ca.get("roll") or {}
+        rolling = f"   (rolling to {roll['gen']})" if roll.get("phase") == "switch" else ""
+        head += f"\nca       generation {ca['generation']}{rolling}"
+        if ca.get("problem"):
+            head += f"\n         {ca['problem']}"
     rows = [
         {
             "id": m["node_id"],

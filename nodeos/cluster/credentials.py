@@ -33,11 +33,14 @@ class MemberCredentials:
 
         def _member(self) -> dict[str, Any]: ...
 
+        def ca_roll_under_way(self) -> bool: ...
+
     def _tls_contexts(self) -> dict[str, Any]:
         if not self.tls.present():
             log.warning("this member has no TLS identity (made before TLS): peer traffic is not encrypted")
             return {}
-        return {"tls_server": self.tls.server_context(), "tls_client": self.tls.client_context()}
+        new = bool((self.identity or {}).get("tls_new"))  # a CA roll's switch: the new certificate
+        return {"tls_server": self.tls.server_context(new), "tls_client": self.tls.client_context(new)}
 
     def _make_tls(self, cluster_id: str, raft_id: int) -> None:
         """The cluster CA and this node's certificate (cluster init)."""
@@ -48,6 +51,14 @@ class MemberCredentials:
         self.tls.write("ca.pem", ca_cert)
         self.tls.write("node.key", key)
         self.tls.write("node.pem", tlsca.sign_request(ca_key, ca_cert, csr, raft_id))
+
+    def _no_ca_roll(self) -> None:
+        if self.ca_roll_under_way():
+            raise BadInput(
+                "a rotation of the cluster CA is under way (a joiner would get the old CA); "
+                "try again once `cluster status` shows it done",
+                field="cluster",
+            )
 
     # --- join tokens (kept by the node that issued them) ---
     def _token_records(self) -> dict[str, Any]:
@@ -61,6 +72,7 @@ class MemberCredentials:
 
     def _issue_token(self, ttl_s: int) -> tokens.JoinToken:
         ident = self._member()
+        self._no_ca_roll()
         ca = b""
         if self.tls.present():
             if not self.tls.is_ca():
@@ -103,6 +115,7 @@ class MemberCredentials:
     def _joiner_credentials(self, token_id: bytes, csr: Any, raft_id: int) -> dict[str, Any]:
         """What a joiner that proved `token_id` gets once its join is committed: the cluster
         secret wrapped under the token's key and, from the CA's node, a certificate."""
+        self._no_ca_roll()
         key = self._token_key(token_id)
         if key is None or self.identity is None:
             raise BadInput("the join token expired or was revoked during the join", field="token")

@@ -76,6 +76,7 @@ def _empty_state() -> dict[str, Any]:
         "kv": {},
         "rejected": [],
         "secret": secretroll.empty_section(),  # the cluster secret's generation (never the secret)
+        "ca": secretroll.empty_section(),  # the cluster CA's generation and certificate fingerprint
         **map_events.empty_section(),
     }
 
@@ -329,6 +330,19 @@ def _secret_roll_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     return {"gen": new["gen"], "phase": new["phase"]}
 
 
+def _ca_roll_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """One step of a cluster CA roll (nodeos/cluster/caroll.py): the same steps as the secret's."""
+    new = secretroll.next_section(dict(st.get("ca") or secretroll.empty_section()), args)
+    st["ca"] = new
+    step = (
+        "every member presents a certificate of it"
+        if new["phase"] == "switch"
+        else "the old CA is not trusted"
+    )
+    map_events.record(st, "ca_rotated", f"cluster CA generation {new['gen']}: {step}", step=new["phase"])
+    return {"gen": new["gen"], "phase": new["phase"]}
+
+
 HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] = {
     "init_cluster": {1: _init_cluster_v1},
     "add_node": {1: _add_node_v1},
@@ -339,6 +353,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     "kv_cas": {1: _kv_cas_v1},
     "kv_get": {1: _kv_get_v1},
     "secret_roll": {1: _secret_roll_v1},
+    "ca_roll": {1: _ca_roll_v1},
     **storage_map.HANDLERS,
     **snapshot_map.HANDLERS,
     **storage_import.HANDLERS,

@@ -44,6 +44,8 @@ class Session:
     send_seq: int = 0
     recv_seq: int = 0
     gen: int = 0  # the generation of the cluster secret it was made with
+    epoch: int = 0  # dialer: the TLS identity it was made with (PeerTransport.tls_epoch)
+    peer_issuer: str | None = None  # acceptor: the CA that signed the peer's certificate
 
     def seal(self, body: dict[str, Any]) -> bytes:
         raw = msgpack.packb(body, use_bin_type=True)

@@ -37,6 +37,7 @@ class _PeerSender:
         self.ids = itertools.count(1)
         self.connected = False
         self.session_gen = 0  # the secret generation of the current connection
+        self.session_epoch = 0  # the TLS identity (PeerTransport.tls_epoch) of the current connection
         self.draining: set[asyncio.Task[None]] = set()  # older connections finishing their replies
         self.last_error = ""
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -96,6 +97,7 @@ class _PeerSender:
                 backoff = self.BACKOFF_MIN
                 self.connected = True
                 self.session_gen = session.gen
+                self.session_epoch = session.epoch
                 self.last_error = ""
                 handed_over = False
                 try:
@@ -133,8 +135,8 @@ class _PeerSender:
                 if replies.done():
                     replies.result()  # re-raise why the connection ended
                     return False
-                if session.gen != self.t.secret_gen:
-                    # A secret roll: new requests and Raft messages go on a connection of the new
+                if session.gen != self.t.secret_gen or session.epoch != self.t.tls_epoch:
+                    # A secret or CA roll: new requests and Raft messages go on a connection of the new
                     # generation; this one only takes the replies still owed on it, then closes.
                     owed = [f for f in self.waiting.values() if not f.done()]
                     drain = asyncio.create_task(self._drain(replies, writer, owed))

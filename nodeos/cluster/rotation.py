@@ -19,7 +19,8 @@ generations) and never put in the map (only a fingerprint).
 
 Test-only (NODEOS_TEST_FAULTS=1): NODEOS_SECRET_CRASH_FILE names a file whose content is a step
 (`staged`: a member, after keeping the new secret, before answering; `switched`: a member,
-after it dials with the new one; `leader-switched`: the leader, once the switch is committed);
+after it dials with the new one; `leader-switched`: the leader, once the switch is committed;
+`ca-switched`: a member, once it presents its certificate of a new CA, carotation.py);
 the daemon exits 137 (as SIGKILL) there.
 """
 
@@ -64,6 +65,10 @@ class SecretRotation:
         async def _at_leader(
             self, method: str, params: dict[str, Any], timeout: float, idempotent: bool = False
         ) -> Any: ...
+
+        def _reconcile_ca(self) -> None: ...  # CaRotation's: the watcher serves both rolls
+
+        def _maybe_resume_ca(self) -> None: ...
 
     _roll_lock: asyncio.Lock
     secret_problem: str | None = None
@@ -279,6 +284,8 @@ class SecretRotation:
             try:
                 self._reconcile_keys()
                 self._maybe_resume()
+                self._reconcile_ca()
+                self._maybe_resume_ca()
             except Exception:
                 log.exception("secret roll watcher")
 

@@ -57,7 +57,12 @@ def empty_section() -> dict[str, Any]:
 
 def section(state: dict[str, Any]) -> dict[str, Any]:
     """The map's `secret` section (maps from before rotation have none: generation 0, stable)."""
-    return dict(state.get("secret") or empty_section())
+    return section_of(state, "secret")
+
+
+def section_of(state: dict[str, Any], name: str) -> dict[str, Any]:
+    """A roll's section of the map: `secret`, or `ca` (the same steps, nodeos/cluster/caroll.py)."""
+    return dict(state.get(name) or empty_section())
 
 
 def next_section(cur: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from typing import Any
 from nodeos import validate
 from nodeos.cluster import secretroll, tlsca
 from nodeos.cluster import token as tokens
+from nodeos.cluster.carotation import CaRotation
 from nodeos.cluster.credentials import MemberCredentials
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
@@ -58,7 +59,7 @@ def _open_raft_storage(path: Path) -> Any:
     return open_raft_storage(path)
 
 
-class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
+class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation, CaRotation):
     name = "cluster"
 
     def __init__(self, ctx: Any) -> None:
@@ -83,6 +84,7 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
         # Registered by other services too (e.g. "control"); the secret roll is the cluster's own.
         self.leader_handlers: dict[str, LeaderHandler] = {"rotate_secret": self.lead_rotation}
         self._roll_lock = asyncio.Lock()  # one secret roll at a time on this leader
+        self._ca_lock = asyncio.Lock()  # one CA roll at a time (on the CA's node)
         self._secret_watch: asyncio.Task[None] | None = None
         self.failure: str | None = None  # set while this node's Raft member is down after a fault
         self._supervisor: asyncio.Task[None] | None = None
@@ -101,6 +103,7 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
             "cluster.token.list": self.api_token_list,
             "cluster.token.revoke": self.api_token_revoke,
             "cluster.secret.rotate": self.api_rotate_secret,
+            "cluster.ca.rotate": self.api_rotate_ca,
             "cluster.kv.get": self.api_kv_get,
             "cluster.kv.put": self.api_kv_put,
             "cluster.kv.cas": self.api_kv_cas,
@@ -418,7 +421,9 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
                 await transport.close()
                 if err.field == "cluster":
                     raise BadInput(
-                        f"{address} is not a member of the token's cluster {token.cluster_id}", field="token"
+                        f"{address} is not a member of the token's cluster {token.cluster_id} (or the "
+                        "token is older than a rotation of the cluster CA: ask for a new one)",
+                        field="token",
                     ) from None
                 raise
             finally:
@@ -549,6 +554,7 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
             "raft_loop_running": d.running,
             "transport": self._transport_stats(),
             "secret": self.secret_status(),
+            "ca": self.ca_status(),
         }
 
     def _transport_stats(self) -> dict[str, Any]:
@@ -686,6 +692,9 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation):
         if method.startswith("cluster.secret."):
             self._drv()
             return await self.secret_peer_request(frm, method, params)
+        if method.startswith("cluster.ca."):
+            self._drv()
+            return await self.ca_peer_request(frm, method, params)
         raise BadInput(f"unknown peer method {method!r}", field="method")
 
 

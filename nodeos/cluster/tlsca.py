@@ -8,7 +8,8 @@ leave the node that made them. Files live in `<state-dir>/cluster/tls/` (0600).
 Peer connections are TLS 1.3 with the cluster CA as the only trust anchor; the acceptor asks
 for a client certificate but lets a joining node (which has none yet) in, and the transport
 then allows it only to ask to join (nodeos/cluster/transport.py). The HMAC handshake inside
-still proves the cluster secret (or the join token).
+still proves the cluster secret (or the join token). `cluster rotate-ca` replaces the CA and
+every certificate (nodeos/cluster/carotation.py; its staged files are named below).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -52,11 +54,12 @@ def _name(cn: str, cluster_id: str) -> x509.Name:
     )
 
 
-def make_ca(cluster_id: str) -> tuple[bytes, bytes]:
-    """(CA key PEM, CA certificate PEM)."""
+def make_ca(cluster_id: str, gen: int = 0) -> tuple[bytes, bytes]:
+    """(CA key PEM, CA certificate PEM). A rotated CA's name carries its generation, so a
+    certificate's issuer says which CA signed it."""
     key = _key()
     now = datetime.datetime.now(datetime.UTC)
-    name = _name(f"nodeos cluster CA {cluster_id}", cluster_id)
+    name = _name(f"nodeos cluster CA {cluster_id}" + (f" g{gen}" if gen else ""), cluster_id)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -107,6 +110,43 @@ def sign_request(ca_key_pem: bytes, ca_cert_pem: bytes, csr_pem: bytes, raft_id:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
+def cert_fp(pem: bytes) -> bytes:
+    """A certificate's fingerprint (SHA-256 of its DER, first 16 bytes): public, for the map."""
+    return x509.load_pem_x509_certificate(pem).fingerprint(hashes.SHA256())[:16]
+
+
+def issued_by(cert_pem: bytes, ca_pem: bytes, key_pem: bytes | None = None) -> bool:
+    """Whether `cert_pem` is signed by the CA `ca_pem` (and, given, is for the key `key_pem`)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    if key_pem is None:
+        return True
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    pub = serialization.PublicFormat.SubjectPublicKeyInfo
+    enc = serialization.Encoding.DER
+    return bool(cert.public_key().public_bytes(enc, pub) == key.public_key().public_bytes(enc, pub))
+
+
+def issuer_cn(peercert: dict | None) -> str | None:  # type: ignore[type-arg]
+    """The issuer CN of a verified peer certificate (ssl's getpeercert() form)."""
+    for rdn in (peercert or {}).get("issuer", ()):
+        for k, v in rdn:
+            if k == "commonName":
+                return str(v)
+    return None
+
+
+def subject_cns(pem: bytes) -> set[str]:
+    """The subject CNs of every certificate in a PEM bundle."""
+    return {
+        str(c.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+        for c in x509.load_pem_x509_certificates(pem)
+    }
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     """A member's TLS material on disk."""
@@ -129,6 +169,36 @@ class TlsFiles:
     def cert(self) -> Path:
         return self.dir / "node.pem"
 
+    # A CA roll's staged files (nodeos/cluster/carotation.py): the new CA certificate (trusted
+    # beside ca.pem), this node's new key and certificate, and on the CA's node the new CA key.
+    @property
+    def ca_new(self) -> Path:
+        return self.dir / "ca-new.pem"
+
+    @property
+    def key_new(self) -> Path:
+        return self.dir / "node-new.key"
+
+    @property
+    def cert_new(self) -> Path:
+        return self.dir / "node-new.pem"
+
+    @property
+    def ca_key_new(self) -> Path:
+        return self.dir / "ca-new.key"
+
+    def trust_pem(self) -> bytes:
+        """Every CA this node trusts: ca.pem, and during a CA roll the new CA too."""
+        extra = self.ca_new.read_bytes() if self.ca_new.exists() else b""
+        return self.ca_cert.read_bytes() + extra
+
+    def trusted_cns(self) -> set[str]:
+        return subject_cns(self.trust_pem())
+
+    def remove(self, *paths: Path) -> None:
+        for p in paths:
+            p.unlink(missing_ok=True)
+
     def present(self) -> bool:
         return self.ca_cert.exists() and self.key.exists() and self.cert.exists()
 
@@ -147,16 +217,18 @@ class TlsFiles:
             os.close(fd)
         os.replace(tmp, path)
 
-    def server_context(self) -> ssl.SSLContext:
+    def server_context(self, new: bool = False) -> ssl.SSLContext:
+        """`new`: present the certificate of a CA roll (after its switch)."""
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-        ctx.load_cert_chain(self.cert, self.key)
-        ctx.load_verify_locations(self.ca_cert)
+        ctx.load_cert_chain(*((self.cert_new, self.key_new) if new else (self.cert, self.key)))
+        ctx.load_verify_locations(cadata=self.trust_pem().decode())
         ctx.verify_mode = ssl.CERT_OPTIONAL  # a joining node has no certificate yet
         return ctx
 
-    def client_context(self) -> ssl.SSLContext:
-        return client_context(self.ca_cert.read_bytes(), self.cert, self.key)
+    def client_context(self, new: bool = False) -> ssl.SSLContext:
+        cert, key = (self.cert_new, self.key_new) if new else (self.cert, self.key)
+        return client_context(self.trust_pem(), cert, key)
 
 
 def client_context(ca_pem: bytes, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:

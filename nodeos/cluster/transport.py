@@ -19,7 +19,9 @@ proves (`gen`, absent for 0, bound into the transcript) and the acceptor checks 
 secret of that generation; during a roll it accepts two. A generation rotated away is refused
 with a clear error, and connections made with it are closed once it is dropped. A dialer hands
 its connections over to its new generation as soon as it dials with it: new traffic takes a
-new connection, the old one only carries the replies still owed on it (peersender.py).
+new connection, the old one only carries the replies still owed on it (peersender.py). A CA
+roll (nodeos/cluster/carotation.py) changes the TLS contexts the same way (`set_tls`: a new
+`tls_epoch`); an acceptor closes a session whose peer certificate's CA it no longer trusts.
 
 A node joining with a join token (nodeos/cluster/token.py) does not know the cluster secret:
 its hello carries `join: token id`, both sides prove the token's key instead (the id is bound
@@ -77,7 +79,7 @@ from nodeos.cluster.peerwire import (
     _send_error,
     parse_address,
 )
-from nodeos.cluster.tlsca import node_cn, peer_cn
+from nodeos.cluster.tlsca import issuer_cn, node_cn, peer_cn
 from nodeos.errors import BadInput, NodeosError, OperationFailed
 from nodeos.rpc.framing import DEFAULT_MAX_FRAME, PROTOCOL_VERSION, FrameError, pack, read_frame
 
@@ -136,6 +138,9 @@ class PeerTransport:
         self.token_key = token_key  # acceptor side: a live join token's key by id, else None
         self.tls_server = tls_server
         self.tls_client = tls_client
+        self._tls_current = tls_server  # what new inbound connections get (a CA roll changes it)
+        self.tls_epoch = 0  # bumped at each change of this node's TLS identity or trust
+        self.trusted_cas: set[str] | None = None  # set by a CA roll: issuers a peer's certificate may have
         self.on_raft = on_raft
         self.on_request = on_request
         self.advertise = advertise
@@ -157,9 +162,26 @@ class PeerTransport:
         for sender in self._peers.values():
             sender.wake.set()  # a connection of an older generation hands over now
 
+    def set_tls(self, server: ssl.SSLContext, client: ssl.SSLContext, trusted_cas: set[str]) -> None:
+        """New TLS contexts (a CA roll's step): new connections use them, old ones hand over."""
+        self._tls_current, self.tls_client, self.trusted_cas = server, client, set(trusted_cas)
+        self.tls_epoch += 1
+        for sender in self._peers.values():
+            sender.wake.set()
+
+    def _pick_context(self, sslobj: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
+        # Called for every inbound TLS handshake (peers dial by IP: no server name): the listener
+        # keeps its first context, each connection gets the current one.
+        if self._tls_current is not None and self._tls_current is not ctx:
+            sslobj.context = self._tls_current
+
     def old_connections(self) -> int:
-        """Outbound connections still authenticated with an older generation than the dialled one."""
-        return sum(1 for s in self._peers.values() if s.connected and s.session_gen != self.secret_gen)
+        """Outbound connections made with an older secret generation or TLS identity than now."""
+        return sum(
+            1
+            for s in self._peers.values()
+            if s.connected and (s.session_gen != self.secret_gen or s.session_epoch != self.tls_epoch)
+        )
 
     # --- server side ---
     @property
@@ -167,6 +189,8 @@ class PeerTransport:
         return self._server is not None
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
+        if self.tls_server is not None:
+            self.tls_server.sni_callback = self._pick_context  # type: ignore[assignment]
         self._server = await asyncio.start_server(
             self._serve,
             host,
@@ -292,7 +316,14 @@ class PeerTransport:
         await writer.drain()
         session = session_keys(key, nonce, mine, dialer=False)
         session.gen = gen
+        session.peer_issuer = issuer_cn(writer.get_extra_info("peercert"))
         return node, session, join
+
+    def _still_trusted(self, session: Session) -> bool:
+        if session.gen not in self._accepted:
+            return False
+        cas = self.trusted_cas
+        return cas is None or session.peer_issuer is None or session.peer_issuer in cas
 
     def _unknown_generation(self, gen: int) -> NodeosError:
         newest = max(self._accepted)
@@ -327,9 +358,9 @@ class PeerTransport:
                     log.warning("peer %d sent a bad frame: %s", peer, exc)
                     await _send_error(writer, exc.code, str(exc))
                     return
-                if joiner is None and session.gen not in self._accepted:
-                    # Its generation was dropped by a roll: whoever dialled must prove the new one.
-                    await _send_error(writer, "bad_auth", "the cluster secret of this connection was rotated")
+                if joiner is None and not self._still_trusted(session):
+                    # Its secret generation or its certificate's CA was dropped by a roll.
+                    await _send_error(writer, "bad_auth", "the credentials of this connection were rotated")
                     return
                 kind = body.get("k")
                 if peer in self.blocked:
@@ -447,12 +478,13 @@ class PeerTransport:
         self, address: str, expect_node: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Session, int]:
         host, port = parse_address(address)
+        tls_client, epoch = self.tls_client, self.tls_epoch
         try:
             reader, writer = await asyncio.open_connection(
                 host,
                 port,
-                ssl=self.tls_client,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.tls_client else None,
+                ssl=tls_client,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls_client else None,
             )
         except ssl.SSLCertVerificationError:
             # Its certificate is not from our cluster CA: another cluster (or an impostor).
@@ -505,7 +537,7 @@ class PeerTransport:
                 err = (welcome or {}).get("error") or {"message": f"{address} refused the handshake"}
                 raise remote_error(err)
             session = session_keys(secret, mine, nonce, dialer=True)
-            session.gen = gen
+            session.gen, session.epoch = gen, epoch
             self.rotated_away = None
             return reader, writer, session, node
         except BaseException:

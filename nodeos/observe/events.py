@@ -51,6 +51,7 @@ KINDS = (
     "host_granted",
     "host_revoked",
     "secret_rotated",
+    "ca_rotated",
 )
 SEVERITIES = ("info", "warning", "critical")
 # Optional context keys an event may carry (scalars only), besides seq/at/kind/severity/message.

@@ -30,8 +30,8 @@ NODEOS = str(Path(sys.executable).parent / "nodeos")
 CRASH_ENV = "NODEOS_SECRET_CRASH_FILE"
 
 
-def rotate(node: LocalNode, *args: str) -> subprocess.Popen[str]:
-    cmd = [NODEOS, "--socket", node.socket, "cluster", "rotate-secret", "--json", *args]
+def rotate(node: LocalNode, *args: str, command: str = "rotate-secret") -> subprocess.Popen[str]:
+    cmd = [NODEOS, "--socket", node.socket, "cluster", command, "--json", *args]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -1,5 +1,6 @@
 """Rotating the cluster secret: the roll's states and transitions (pure), the map command, what
-a joiner gets, and peers that accept two generations during a roll (real loopback sockets)."""
+a joiner gets, and peers that accept two generations during a roll (real loopback sockets);
+rotating the CA: a member's steps and the certificate checks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from nodeos.cluster import caroll, tlsca
 from nodeos.cluster import secretroll as roll
 from nodeos.cluster import token as tokens
 from nodeos.cluster.map import ClusterMap, encode_command
@@ -229,3 +231,45 @@ def test_the_leader_lets_a_member_left_behind_join_again_only_once_it_is_removed
             await shutdown(members)
 
     asyncio.run(main())
+
+
+# --- the CA roll: a member's steps (nodeos/cluster/caroll.py) and the certificates' checks ---------
+
+
+def test_a_member_presents_its_new_certificate_at_the_switch_and_trusts_only_the_new_ca_at_stable() -> None:
+    fp = b"f" * 16
+    ca_switch, ca_stable = switch(1, fp), stable(1, fp)
+    staged = caroll.MemberCa(gen=0, new_fp=fp, new_cert_ready=True, presenting_new=False)
+    assert caroll.actions(staged, roll.empty_section()) == ([], None)  # nothing committed yet
+    assert caroll.actions(staged, ca_switch) == (["present_new"], None)
+    presenting = caroll.MemberCa(0, fp, True, True)
+    assert caroll.actions(presenting, ca_switch) == ([], None)
+    assert caroll.actions(presenting, ca_stable) == (["finish"], None)
+    assert caroll.actions(staged, ca_stable) == (["present_new", "finish"], None)  # killed in between
+    done = caroll.MemberCa(1, None, False, False)
+    assert caroll.actions(done, ca_stable) == ([], None)
+    assert caroll.actions(caroll.MemberCa(1, fp, False, False), ca_stable) == (["cleanup"], None)
+
+
+def test_a_member_without_the_new_ca_or_its_certificate_says_so() -> None:
+    fp = b"f" * 16
+    for m in (caroll.MemberCa(0, None, False, False), caroll.MemberCa(0, b"x" * 16, True, False)):
+        steps, problem = caroll.actions(m, switch(1, fp))
+        assert steps == [] and problem is not None and "fresh token" in problem
+    steps, problem = caroll.actions(caroll.MemberCa(0, fp, False, False), switch(1, fp))
+    assert steps == [] and problem is not None and "no certificate" in problem
+
+
+def test_certificates_say_which_ca_signed_them_and_for_which_key() -> None:
+    _, old_ca = tlsca.make_ca("c")
+    new_key, new_ca = tlsca.make_ca("c", 1)
+    assert tlsca.subject_cns(old_ca + new_ca) == {"nodeos cluster CA c", "nodeos cluster CA c g1"}
+    key, csr = tlsca.make_request(3, "c")
+    other_key, _ = tlsca.make_request(3, "c")
+    cert = tlsca.sign_request(new_key, new_ca, csr, 3)
+    assert tlsca.issued_by(cert, new_ca) and tlsca.issued_by(cert, new_ca, key)
+    assert not tlsca.issued_by(cert, old_ca) and not tlsca.issued_by(cert, new_ca, other_key)
+    assert tlsca.cert_fp(new_ca) != tlsca.cert_fp(old_ca) and len(tlsca.cert_fp(new_ca)) == 16
+    m = ClusterMap()
+    m.apply(1, encode_command("ca_roll", switch(1, tlsca.cert_fp(new_ca))))
+    assert m.state["ca"]["phase"] == "switch" and m.state["secret"] == roll.empty_section()

@@ -1,0 +1,118 @@
+"""Rotating the cluster CA on 3 real daemons (loopback) through the `nodeos` CLI: refused on a
+member that does not hold the CA, a member killed -9 right after it presents its new
+certificate, the cluster converging, writes through every member, and afterwards a peer
+certificate of the old CA refused (and the old CA not trusting anyone) while the new one works."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeos.cluster import tlsca
+from nodeos.cluster.localcluster import LocalCluster, LocalNode
+from nodeos.cluster.token import decode_token
+from nodeos.cluster.transport import PeerTransport
+from nodeos.errors import BadInput, NodeosError
+from tests.process.test_cluster_secret_rotation import CRASH_ENV, crash_and_restart, finish, keys, rotate
+
+pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
+
+
+def rotate_ca(node: LocalNode, *args: str) -> tuple[int, Any]:
+    return finish(rotate(node, *args, command="rotate-ca"))
+
+
+def wait_ca(c: LocalCluster, node: LocalNode, want: dict[str, Any], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (c.status(node) or {}).get("ca") != want:
+        assert time.monotonic() < deadline, c.status(node)
+        time.sleep(0.1)
+
+
+def tls_dir(node: LocalNode) -> Path:
+    return node.root / "state" / "cluster" / "tls"
+
+
+def dial(node: LocalNode, target: LocalNode, cluster_id: str, ctx: ssl.SSLContext) -> int:
+    """A handshake with `target` as `node` (its current secret) with the given TLS context."""
+    k = keys(node)
+
+    async def main() -> int:
+        t = PeerTransport(
+            node.raft_id,
+            cluster_id,
+            k.dial,
+            lambda *_: None,
+            lambda *_: asyncio.sleep(0),
+            secret_gen=k.dial_gen,
+            tls_client=ctx,
+        )
+        try:
+            _, writer, _, peer = await t.dial(target.address, target.raft_id)
+            writer.close()
+            return peer
+        finally:
+            await t.close()
+
+    return asyncio.run(main())
+
+
+def test_rotate_the_ca_through_a_crash_and_refuse_the_old_one(tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path, 3)
+    crash = {n.raft_id: tmp_path / f"crash-n{n.raft_id}" for n in c.nodes}
+    for n in c.nodes:
+        crash[n.raft_id].write_text("")
+        n.env[CRASH_ENV] = str(crash[n.raft_id])
+    try:
+        c.form()
+        n1, n2, n3 = c.nodes
+        cluster_id = n1.call("cluster.status")["cluster_id"]
+        old = tmp_path / "old"
+        old.mkdir()
+        for f in ("ca.pem", "node.key", "node.pem"):
+            (old / f).write_bytes((tls_dir(n3) / f).read_bytes())
+
+        # Only the member holding the CA rotates it; bad input exits 2. Nothing changes.
+        rc, out = rotate_ca(n2)
+        assert rc == 2 and out["error"]["field"] == "cluster", out
+        rc, out = rotate_ca(n1, "--timeout", "0")
+        assert rc == 2 and out["error"]["field"] == "timeout", out
+        assert (tls_dir(n3) / "ca.pem").read_bytes() == (old / "ca.pem").read_bytes()
+
+        # A member is killed -9 right after it presents its new certificate; it comes back.
+        crash[3].write_text("ca-switched")
+        p = rotate(n1, command="rotate-ca")
+        crash_and_restart(n3, crash[3])
+        rc, out = finish(p)
+        assert rc == 0 and out == {"generation": 1, "members": [1, 2, 3]}, out
+
+        want = {"generation": 1, "roll": {"gen": 1, "phase": "stable"}, "problem": None}
+        for n in c.nodes:
+            wait_ca(c, n, want)
+            files = sorted(p.name for p in tls_dir(n).iterdir())
+            assert files == (["ca.key"] if n is n1 else []) + ["ca.pem", "node.key", "node.pem"]
+            n.call("cluster.kv.put", {"key": f"after-ca-{n.index}", "value": "ok"}, timeout=30)
+        new_ca = (tls_dir(n1) / "ca.pem").read_bytes()
+        assert new_ca != (old / "ca.pem").read_bytes()
+        assert tlsca.issued_by((tls_dir(n3) / "node.pem").read_bytes(), new_ca)
+
+        # n3's new certificate is accepted; its old one (of the old CA) is refused; a dialer that
+        # trusts only the old CA does not trust the cluster any more.
+        now3 = (tls_dir(n3) / "node.pem", tls_dir(n3) / "node.key")
+        was3 = (old / "node.pem", old / "node.key")
+        assert dial(n3, n1, cluster_id, tlsca.client_context(new_ca, *now3)) == 1
+        with pytest.raises((OSError, ssl.SSLError, NodeosError)):
+            dial(n3, n1, cluster_id, tlsca.client_context(new_ca, *was3))
+        with pytest.raises(BadInput) as exc:
+            dial(n3, n1, cluster_id, tlsca.client_context((old / "ca.pem").read_bytes(), *was3))
+        assert exc.value.field == "cluster"
+
+        # New join tokens carry the new CA.
+        assert decode_token(n1.call("cluster.token", {})["token"]).ca == new_ca
+    finally:
+        c.stop()
