@@ -111,7 +111,7 @@ ls /dev/md 2>/dev/null || true
 echo @@
 dmsetup ls 2>/dev/null | awk '{print $1}' | grep '^nodeos-view-' || true
 echo @@
-cat /sys/class/nvme-subsystem/*/subsysnqn 2>/dev/null || true
+cat /sys/class/nvme-subsystem/*/subsysnqn 2>/dev/null | grep '^nqn.2014-08.io.nodeos:' || true
 echo @@
 nodeos status --json \
   | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["node"]["pending_intents"]))' || echo unknown
@@ -120,6 +120,7 @@ nodeos status --json \
 
 def _objects(lab: Lab, vm: str) -> dict[str, set[str]]:
     parts = lab.sh(vm, OBJECTS_SCRIPT, timeout=300).stdout.split("@@\n")
+    # connected: our fabric connections only (the VM's own emulated drives are NVMe subsystems too)
     keys = ("lvs", "subsystems", "md", "views", "connected", "pending")
     return {k: set(p.split()) for k, p in zip(keys, parts, strict=True)}
 
