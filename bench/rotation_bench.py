@@ -1,5 +1,5 @@
-"""Cluster secret rotation on 3 real daemons (loopback, mutual TLS): how long a roll takes, and
-what writes see while rolls run back to back.
+"""Cluster secret and CA rotation on 3 real daemons (loopback, mutual TLS): how long a roll takes,
+and what writes see while rolls run back to back.
 
     .venv/bin/python bench/rotation_bench.py [--rolls 20] [--no-write]
 
@@ -30,7 +30,7 @@ from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a 
 from nodeos.cluster.localcluster import LocalCluster, LocalNode  # noqa: E402
 from nodeos.errors import NodeosError  # noqa: E402
 
-SECTION = "## Cluster secret rotation (loopback)"
+SECTION = "## Cluster secret and CA rotation (loopback)"
 
 
 class Writer(threading.Thread):
@@ -77,6 +77,7 @@ def main() -> None:
     a = ap.parse_args()
     c = LocalCluster(Path(tempfile.mkdtemp(prefix="rotation-bench-")), 3)
     roll_s: list[float] = []
+    ca_s: list[float] = []
     try:
         c.form()
         leader = c.leader()
@@ -88,7 +89,14 @@ def main() -> None:
                 roller.call("cluster.secret.rotate", {}, timeout=60)
                 roll_s.append(time.perf_counter() - t0)
 
+        def ca_rolls() -> None:
+            for _ in range(max(1, a.rolls // 4)):
+                t0 = time.perf_counter()
+                c.nodes[0].call("cluster.ca.rotate", {}, timeout=60)  # the CA's node: the first
+                ca_s.append(time.perf_counter() - t0)
+
         during = phase(writer_node, None, rolls)
+        during_ca = phase(writer_node, None, ca_rolls)
         base = phase(writer_node, max(2.0, sum(roll_s)))
         gen = roller.call("cluster.status")["secret"]["generation"]
     finally:
@@ -107,17 +115,25 @@ def main() -> None:
         "|---|---|---|---|",
         f"| one roll (stage, switch, stable) | {statistics.median(roll_s) * 1e3:.0f} ms | "
         f"{pct(roll_s, 0.99) * 1e3:.0f} ms | {max(roll_s) * 1e3:.0f} ms |",
+        f"| one CA roll ({len(ca_s)} in a row, `cluster rotate-ca` on the CA's node) | "
+        f"{statistics.median(ca_s) * 1e3:.0f} ms | {pct(ca_s, 0.99) * 1e3:.0f} ms | "
+        f"{max(ca_s) * 1e3:.0f} ms |",
     ]
-    for name, w in (("put, rolls running", during), ("put, no roll", base)):
+    for name, w in (
+        ("put, secret rolls running", during),
+        ("put, CA rolls running", during_ca),
+        ("put, no roll", base),
+    ):
         lines.append(
             f"| {name} ({len(w.lat)} puts, {w.failed} failed) | {statistics.median(w.lat) * 1e3:.1f} ms | "
             f"{pct(w.lat, 0.99) * 1e3:.1f} ms | {max(w.lat) * 1e3:.1f} ms |"
         )
     lines += [
         "",
-        "A roll is two Raft commits and three rounds of requests to every member; members apply the "
+        "A secret roll is two Raft commits and three rounds of requests to every member (a CA roll "
+        "one more, and a key, a request and a certificate per member); members apply the "
         "map's step to their keys from a watcher that looks every 0.2 s, which bounds how fast a "
-        "roll goes. Connections move to the new secret while the writes go on.",
+        "roll goes. Connections move to the new secret or certificate while the writes go on.",
         "",
     ]
     text = "\n".join(lines) + "\n"

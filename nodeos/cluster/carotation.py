@@ -17,7 +17,8 @@ that ran `cluster init`, as `cluster token` does):
 
 Joins and join tokens wait while a roll is under way (the joiner would get the old CA).
 Test-only (NODEOS_TEST_FAULTS=1): NODEOS_SECRET_CRASH_FILE's step `ca-switched` kills a member
-right after it presents its new certificate.
+right after it presents its new certificate, `ca-node-switched` the CA's node once the switch
+is committed.
 """
 
 from __future__ import annotations
@@ -161,7 +162,14 @@ class CaRotation:
         raise BadInput(f"unknown peer method {method!r}", field="method")
 
     async def _ca_stage_here(self, gen: int, ca: Any) -> dict[str, Any]:
-        m = self._member_ca()
+        # A roll right after another: this member may not have applied the last one's end yet.
+        deadline = time.monotonic() + 3.0
+        while True:
+            self._reconcile_ca()
+            m = self._member_ca()
+            if gen != m.gen + 2 or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.05)
         if gen != m.gen + 1 or m.presenting_new:
             raise BadInput(f"CA generation {gen} does not follow this member's ({m.gen})", field="gen")
         if not isinstance(ca, bytes) or not self.tls.present():
@@ -291,6 +299,7 @@ class CaRotation:
         cmd = {"cmd": "ca_roll", "args": {"gen": gen, "phase": "switch", "fp": fp}}
         await self._at_leader("command", cmd, max(0.5, min(10.0, deadline - time.monotonic())))
         log.info("cluster CA generation %d: every member holds a certificate of it; switching", gen)
+        self._secret_crash_point("ca-node-switched")
         return dict(cmd["args"])
 
     async def _ca_finish_roll(self, d: RaftDriver, roll: dict[str, Any], deadline: float) -> dict[str, Any]:

@@ -20,7 +20,7 @@ generations) and never put in the map (only a fingerprint).
 Test-only (NODEOS_TEST_FAULTS=1): NODEOS_SECRET_CRASH_FILE names a file whose content is a step
 (`staged`: a member, after keeping the new secret, before answering; `switched`: a member,
 after it dials with the new one; `leader-switched`: the leader, once the switch is committed;
-`ca-switched`: a member, once it presents its certificate of a new CA, carotation.py);
+`ca-switched`, `ca-node-switched`: a CA roll's, see carotation.py);
 the daemon exits 137 (as SIGKILL) there.
 """
 
