@@ -238,10 +238,12 @@ def image(raw: bool, as_json: bool) -> None:
 )
 @click.pass_context
 def demo(ctx: click.Context, keep: bool, by_hand: bool) -> None:
-    """End to end: s1's nodeosd exports a drive-backed volume over TCP and RDMA, h1 verifies data."""
-    from nodeos.lab.demo import KernelTargetExporter, NodeosExporter, run_demo
+    """End to end: s1's nodeosd exports a drive-backed volume over TCP and RDMA, h1 verifies data;
+    then s1..s3 as one cluster serve a 3-replica volume as one multipath device (not --by-hand)."""
+    from nodeos.lab.demo import KernelTargetExporter, run_demo
 
-    exporter = KernelTargetExporter() if by_hand else NodeosExporter()
+    # No exporter: the product path, with the cluster part (run_demo picks nodeosd's console).
+    exporter = KernelTargetExporter() if by_hand else None
     _run(lambda: run_demo(ctx.obj["name"], keep=keep, exporter=exporter))
 
 
