@@ -212,12 +212,20 @@ class Agent:
             # empty): hosts are referred once it holds a volume.
             others = []
         want = (tuple((li["traddr"], li["adrfam"]) for li in mine), tuple(others))
-        if want == self._referrals_set or (self._referrals_set is None and not others):
+        if want == self._referrals_set:
             return False
+        ports = [Listener("tcp", li["traddr"], DISCOVERY_SVCID, li["adrfam"]) for li in mine]  # type: ignore[arg-type]
         refs = tuple(Listener("tcp", a, DISCOVERY_SVCID, fam) for a, fam in others)  # type: ignore[arg-type]
         try:
-            for li in mine:
-                port = Listener("tcp", li["traddr"], DISCOVERY_SVCID, li["adrfam"])  # type: ignore[arg-type]
+            if self._referrals_set is None and not others:
+                # First pass after a start with nothing to refer to: clear only what an earlier
+                # run left (a daemon killed after its last volume went kept its referrals).
+                stale = [p for p in ports if await node.ops.call("list_referrals", p)]
+                if not stale:
+                    self._referrals_set = want
+                    return False
+                ports = stale
+            for port in ports:
                 await node.ops.call("set_referrals", port, refs)
         except NodeosError as err:
             LOG.warning("discovery referrals not set: %s", err.message)
