@@ -169,20 +169,24 @@ def token(
     return out, lambda d: d["token"]
 
 
+def _rotate(ctx: click.Context, timeout: float | None, method: str) -> Any:
+    params: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    wait = rotate_timeout(params)  # exit 2 before a round trip
+    return _client(ctx, timeout_s=wait + 15.0).call(method, params, progress="rotating")
+
+
+_ROTATE_TIMEOUT_HELP = "Seconds to wait for every member (default 30, 1 to 300)."
+
+
 @cluster.command("rotate-secret")
-@click.option(
-    "--timeout", type=float, default=None, help="Seconds to wait for every member (default 30, 1 to 300)."
-)
+@click.option("--timeout", type=float, default=None, help=_ROTATE_TIMEOUT_HELP)
 @json_option
 @click.pass_context
 @command_runner
 def rotate_secret(ctx: click.Context, timeout: float | None, as_json: bool) -> tuple[Any, Any]:
     """Replace the cluster secret on every member, in two phases: no member stops talking."""
-    params: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-    wait = rotate_timeout(params)  # exit 2 before a round trip
-    out = _client(ctx, timeout_s=wait + 15.0).call("cluster.secret.rotate", params, progress="rotating")
     return (
-        out,
+        _rotate(ctx, timeout, "cluster.secret.rotate"),
         lambda d: (
             f"cluster secret rotated to generation {d['generation']} on nodes "
             f"{', '.join(map(str, d['members']))}; the old secret is refused from now on"
@@ -191,19 +195,14 @@ def rotate_secret(ctx: click.Context, timeout: float | None, as_json: bool) -> t
 
 
 @cluster.command("rotate-ca")
-@click.option(
-    "--timeout", type=float, default=None, help="Seconds to wait for every member (default 30, 1 to 300)."
-)
+@click.option("--timeout", type=float, default=None, help=_ROTATE_TIMEOUT_HELP)
 @json_option
 @click.pass_context
 @command_runner
 def rotate_ca(ctx: click.Context, timeout: float | None, as_json: bool) -> tuple[Any, Any]:
     """Replace the cluster CA and every member's certificate (on the member that holds the CA)."""
-    params: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-    wait = rotate_timeout(params)  # exit 2 before a round trip
-    out = _client(ctx, timeout_s=wait + 15.0).call("cluster.ca.rotate", params, progress="rotating")
     return (
-        out,
+        _rotate(ctx, timeout, "cluster.ca.rotate"),
         lambda d: (
             f"cluster CA rotated to generation {d['generation']}; nodes "
             f"{', '.join(map(str, d['members']))} present certificates of it; the old CA is not trusted"

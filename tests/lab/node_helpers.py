@@ -51,6 +51,9 @@ def wait_daemon(lab: Lab, vm: str, timeout: float = 600) -> None:
     )
 
 
+CRASH_LOG = "/tmp/nodeosd-crash.log"  # the hand-started daemon's output
+
+
 def start_crashing_daemon(lab: Lab, vm: str, step: str) -> None:
     """nodeosd by hand (the unit stopped, so systemd does not restart it into a crash loop),
     with NODEOS_CRASH_AT set, on the unit's state dir and socket."""
@@ -60,8 +63,8 @@ def start_crashing_daemon(lab: Lab, vm: str, step: str) -> None:
     lab.sh(
         vm,
         f"NODEOS_CRASH_AT={shlex.quote(step)} setsid -f nodeosd --config /etc/nodeos/nodeosd.toml "
-        "> /tmp/nodeosd-crash.log 2>&1 < /dev/null\n"
-        "log=/tmp/nodeosd-crash.log; t=0; until grep -q '; API on ' $log; do sleep 1; t=$((t+1)); "
+        f"> {CRASH_LOG} 2>&1 < /dev/null\n"
+        f"log={CRASH_LOG}; t=0; until grep -q '; API on ' $log; do sleep 1; t=$((t+1)); "
         # Dead before ready (a crash point passed during start-up) or too slow: say which.
         "pgrep -x nodeosd >/dev/null || { echo 'nodeosd died before ready:'; cat $log; exit 1; }; "
         "[ $t -le 600 ] || { echo 'nodeosd not ready in 600 s:'; cat $log; ps -eo pid,etime,cmd; exit 1; }; "

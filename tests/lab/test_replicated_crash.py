@@ -17,7 +17,6 @@ NODEOS_LAB_FULL=1 runs every step (tests/lab/shared_labs.py).
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,13 +28,20 @@ from nodeos.dataplane import mirror_names as names
 from nodeos.lab import Lab
 from nodeos.node import crash
 from tests.lab import shared_labs
-from tests.lab.node_helpers import nodeos, ok, wait_daemon
+from tests.lab.node_helpers import (
+    CRASH_LOG,
+    nodeos,
+    ok,
+    start_crashing_daemon,
+    start_unit,
+    wait_daemon,
+    wait_dead,
+)
 
 pytestmark = pytest.mark.lab
 LAB = "cluster3"
 STORAGE = ("s1", "s2", "s3")
 REPLICA_NODES = ("s1", "s2")
-LOG = "/tmp/nodeosd-crash.log"
 OPS = ("volume.create", "volume.replica", "volume.mirror", "volume.delete")
 ALL_STEPS = [f"{op}:{step}" for op in OPS for step in crash.STEPS[op]]
 CI_STEPS = [
@@ -69,35 +75,17 @@ def pools(lab: Lab) -> Iterator[None]:
         time.sleep(3)
 
 
-def _start_crashing(lab: Lab, vm: str, step: str) -> None:
-    """The unit stopped, nodeosd by hand with NODEOS_CRASH_AT (systemd would restart it into
-    the same crash); returns when its API is up."""
-    lab.sh(vm, "systemctl stop nodeosd.service", timeout=300)
-    lab.sh(
-        vm,
-        f"NODEOS_CRASH_AT={shlex.quote(step)} setsid -f nodeosd --config /etc/nodeos/nodeosd.toml "
-        f"> {LOG} 2>&1 < /dev/null\n"
-        f"t=0; until grep -q '; API on ' {LOG}; do sleep 1; t=$((t+1)); "
-        f"pgrep -x nodeosd >/dev/null || {{ echo 'nodeosd died before ready:'; cat {LOG}; exit 1; }}; "
-        f"[ $t -le 600 ] || {{ echo 'not ready in 600 s:'; cat {LOG}; exit 1; }}; done",
-        timeout=660,
-    )
-
-
 def _restart_units(lab: Lab) -> None:
     def one(vm: str) -> None:
-        lab.sh(
-            vm,
-            "pkill -9 -x nodeosd || true; t=0; while pgrep -x nodeosd >/dev/null; do sleep 1; "
-            "t=$((t+1)); [ $t -le 60 ] || exit 1; done; systemctl start nodeosd.service",
-            timeout=900,
-        )
+        lab.sh(vm, "pkill -9 -x nodeosd || true")
+        wait_dead(lab, vm)
+        start_unit(lab, vm)
 
     _each(one)
 
 
 def _crashed(lab: Lab, step: str) -> set[str]:
-    r = _each(lambda vm: lab.exec(vm, ["grep", "-q", f"crash injected at {step} ", LOG]).rc == 0)
+    r = _each(lambda vm: lab.exec(vm, ["grep", "-q", f"crash injected at {step} ", CRASH_LOG]).rc == 0)
     return {vm for vm, hit in r.items() if hit}
 
 
@@ -195,7 +183,7 @@ def test_kill_at_a_step_of_a_replicated_volume_leaves_exactly_the_right_objects(
     if deleting:
         ok(lab, "s3", "volume", "create", name, "--size", "64MiB", "--replicas", "2")
     try:
-        _each(lambda vm: _start_crashing(lab, vm, step))
+        _each(lambda vm: start_crashing_daemon(lab, vm, step))
         if deleting:
             nodeos(lab, "s3", "volume", "delete", name)  # committed at once; the agents crash
         else:

@@ -6,7 +6,6 @@ and the CA's node killed -9 in the middle of a second roll, finishing it once it
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 import time
 from pathlib import Path
@@ -17,9 +16,15 @@ import pytest
 from nodeos.cluster import tlsca
 from nodeos.cluster.localcluster import LocalCluster, LocalNode
 from nodeos.cluster.token import decode_token
-from nodeos.cluster.transport import PeerTransport
 from nodeos.errors import BadInput, NodeosError
-from tests.process.test_cluster_secret_rotation import CRASH_ENV, crash_and_restart, finish, keys, rotate
+from tests.process.test_cluster_secret_rotation import (
+    arm_crash_files,
+    crash_and_restart,
+    finish,
+    handshake,
+    keys,
+    rotate,
+)
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
@@ -42,33 +47,12 @@ def tls_dir(node: LocalNode) -> Path:
 def dial(node: LocalNode, target: LocalNode, cluster_id: str, ctx: ssl.SSLContext) -> int:
     """A handshake with `target` as `node` (its current secret) with the given TLS context."""
     k = keys(node)
-
-    async def main() -> int:
-        t = PeerTransport(
-            node.raft_id,
-            cluster_id,
-            k.dial,
-            lambda *_: None,
-            lambda *_: asyncio.sleep(0),
-            secret_gen=k.dial_gen,
-            tls_client=ctx,
-        )
-        try:
-            _, writer, _, peer = await t.dial(target.address, target.raft_id)
-            writer.close()
-            return peer
-        finally:
-            await t.close()
-
-    return asyncio.run(main())
+    return handshake(node, target, cluster_id, k.dial_gen, k.dial, ctx)
 
 
 def test_rotate_the_ca_through_a_crash_and_refuse_the_old_one(tmp_path: Path) -> None:
     c = LocalCluster(tmp_path, 3)
-    crash = {n.raft_id: tmp_path / f"crash-n{n.raft_id}" for n in c.nodes}
-    for n in c.nodes:
-        crash[n.raft_id].write_text("")
-        n.env[CRASH_ENV] = str(crash[n.raft_id])
+    crash = arm_crash_files(c, tmp_path)
     try:
         c.form()
         n1, n2, n3 = c.nodes

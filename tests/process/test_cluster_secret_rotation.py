@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -71,11 +72,12 @@ def crash_and_restart(node: LocalNode, crash_file: Path) -> None:
     node.start()
 
 
-def dial_as(node: LocalNode, target: LocalNode, cluster_id: str, gen: int, secret: bytes) -> int:
-    """Handshake with `target` claiming to be `node` (its certificate) with the given secret."""
+def handshake(
+    node: LocalNode, target: LocalNode, cluster_id: str, gen: int, secret: bytes, ctx: ssl.SSLContext
+) -> int:
+    """A peer handshake with `target` claiming to be `node`, with this secret and TLS context."""
 
     async def main() -> int:
-        tls = TlsFiles(node.root / "state" / "cluster" / "tls")
         t = PeerTransport(
             node.raft_id,
             cluster_id,
@@ -83,7 +85,7 @@ def dial_as(node: LocalNode, target: LocalNode, cluster_id: str, gen: int, secre
             lambda *_: None,
             lambda *_: asyncio.sleep(0),
             secret_gen=gen,
-            tls_client=tls.client_context(),
+            tls_client=ctx,
         )
         try:
             _, writer, _, peer = await t.dial(target.address, target.raft_id)
@@ -95,12 +97,24 @@ def dial_as(node: LocalNode, target: LocalNode, cluster_id: str, gen: int, secre
     return asyncio.run(main())
 
 
-def test_rotate_the_secret_through_crashes_and_refuse_the_old_one(tmp_path: Path) -> None:
-    c = LocalCluster(tmp_path, 3)
+def dial_as(node: LocalNode, target: LocalNode, cluster_id: str, gen: int, secret: bytes) -> int:
+    """Handshake with `target` claiming to be `node` (its certificate) with the given secret."""
+    tls = TlsFiles(node.root / "state" / "cluster" / "tls")
+    return handshake(node, target, cluster_id, gen, secret, tls.client_context())
+
+
+def arm_crash_files(c: LocalCluster, tmp_path: Path) -> dict[int, Path]:
+    """Per node, the file naming where its daemon crashes (empty: nowhere yet)."""
     crash = {n.raft_id: tmp_path / f"crash-n{n.raft_id}" for n in c.nodes}
     for n in c.nodes:
         crash[n.raft_id].write_text("")
         n.env[CRASH_ENV] = str(crash[n.raft_id])
+    return crash
+
+
+def test_rotate_the_secret_through_crashes_and_refuse_the_old_one(tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path, 3)
+    crash = arm_crash_files(c, tmp_path)
     try:
         c.form()
         cluster_id = c.nodes[0].call("cluster.status")["cluster_id"]
