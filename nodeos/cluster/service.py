@@ -681,6 +681,8 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation, CaRota
             inner, inner_params = params.get("method"), params.get("params") or {}
             if inner not in ("command", "kv_get", "join", "remove", *self.leader_handlers):
                 raise BadInput(f"unknown forwarded method {inner!r}", field="method")
+            if inner == "lease":
+                inner_params = {"node_id": frm}  # a member renews its own lease only
             timeout = params.get("timeout")
             if not isinstance(timeout, (int, float)) or not 0 < timeout <= 300:
                 timeout = 5.0 if inner != "join" else 15.0

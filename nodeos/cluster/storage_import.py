@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeos.cluster.storage_map import _nid, _set_paths, pool_key
+from nodeos.cluster.storage_map import _nid, pool_key, set_paths
 
 
 def import_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
@@ -71,7 +71,7 @@ def import_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         }
         st["volumes"][vol["uuid"]] = vol
         st["names"][vol["name"]] = {"kind": "volume", "uuid": vol["uuid"]}
-        _set_paths(st, vol)
+        set_paths(st, vol)
         imported["volumes"].append(vol["name"])
     by_name = {v["name"]: v for v in st["volumes"].values()}
     for s in args.get("snapshots") or []:

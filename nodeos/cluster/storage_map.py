@@ -15,7 +15,8 @@ Shapes (msgpack-safe; ids are ints, uuids strings):
                       snapshots {snap_uuid: {state, error}}}
   pools["nid/name"]  {name, node, pool_id, drives, devices, state creating|ready|deleting|failed, error}
   volumes[uuid]      {uuid, name, vol_id, nqn, nguid, serial, size_bytes, replicas, spread,
-                      placement [{node, pool_id}], primary, epoch, state creating|ready|
+                      placement [{node, pool_id}], primary, epoch, in_sync [nid],
+                      state creating|ready|
                       deleting|failed, error, kind, origin, origin_uuid, hosts [nqn], qos_*,
                       freeze (uuid of the snapshot being taken of a replicated volume, or None)}
   snapshots[uuid]    {uuid, name, snap_id, volume (uuid), volume_name, size_bytes, placement,
@@ -94,7 +95,7 @@ def snapshot_by_name(st: dict[str, Any], name: str, field: str = "snapshot") -> 
     return st["snapshots"][ref["uuid"]]
 
 
-def _set_paths(st: dict[str, Any], vol: dict[str, Any]) -> None:
+def set_paths(st: dict[str, Any], vol: dict[str, Any]) -> None:
     st["paths"][vol["uuid"]] = {
         slot["node"]: ("optimized" if slot["node"] == vol["primary"] else "inaccessible")
         for slot in vol["placement"]
@@ -203,6 +204,9 @@ def replica_view(st: dict[str, Any], vol: dict[str, Any], nid: int) -> dict[str,
 
 
 def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    from nodeos.cluster.failover_map import settle_in_sync  # it builds on this module
+
+    settle_in_sync(st, vol)
     views = {s["node"]: replica_view(st, vol, s["node"]) for s in vol["placement"]}
     if vol["state"] == "deleting":
         if all(vol["uuid"] not in ((st["reports"].get(n) or {}).get("replicas") or {}) for n in views):
@@ -367,6 +371,7 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         "placement": placement,
         "primary": placement[0]["node"],
         "epoch": 1,
+        "in_sync": [s["node"] for s in placement],
         "state": "creating",
         "error": None,
         "kind": kind,
@@ -379,7 +384,7 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     }
     st["volumes"][uuid] = vol
     st["names"][name] = {"kind": "volume", "uuid": uuid}
-    _set_paths(st, vol)
+    set_paths(st, vol)
     nodes = ", ".join(str(s["node"]) for s in placement)
     map_events.record(st, "volume_created", f"volume {name} created on node(s) {nodes}", volume=uuid)
     _settle_volume(st, vol)

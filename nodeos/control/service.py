@@ -59,6 +59,7 @@ class ControlService:
     def __init__(self, ctx: DaemonContext) -> None:
         self.ctx = ctx
         self.cluster: Any = None
+        self.failover: Any = None
 
     # --- Service protocol -----------------------------------------------------------------
 
@@ -90,8 +91,16 @@ class ControlService:
         if self.cluster is None:
             raise OperationFailed("the control plane needs the cluster service", field="cluster")
         self.cluster.leader_handlers["control"] = self._at_leader
+        from nodeos.cluster.failover import LeaseTiming
+        from nodeos.control.failover_loop import FailoverLoop
+
+        lease_s = float(self.ctx.config.get("lease_s") or LeaseTiming().lease_s)
+        self.failover = FailoverLoop(self.cluster, LeaseTiming(lease_s))
+        self.failover.start()
 
     async def stop(self) -> None:
+        if self.failover is not None:
+            await self.failover.stop()
         if self.cluster is not None:
             self.cluster.leader_handlers.pop("control", None)
 

@@ -13,6 +13,8 @@ Keys (file) / flags:
                                       (else 127.0.0.1) on port 9810, never a storage address
   metrics_volume_labels_max           1000: above it volume series are summed (one label value)
   net_config       --net-config       the network profile to sample for metrics (unset: none)
+  lease_s                             3.0: a primary's lease (1-60 s); the leader's value rules
+                                      (docs/operations.md, "Failover")
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Config:
     metrics_listen: str | None = None
     metrics_volume_labels_max: int = 1000
     net_config: str | None = None
+    lease_s: float = 3.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +109,9 @@ def check(cfg: Config) -> None:
                 f"metrics_listen {host} is a storage address: use a management address (or off)",
                 field="metrics_listen",
             )
+    lease = cfg.lease_s
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 1 <= lease <= 60:
+        raise BadInput("lease_s must be a number of seconds in [1, 60]", field="lease_s", allowed="1-60")
     n = cfg.metrics_volume_labels_max
     if type(n) is not int or not 0 <= n <= 100_000:
         raise BadInput(

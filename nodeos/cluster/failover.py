@@ -1,0 +1,148 @@
+"""The leader's failover controller (pure): leases and the map in, commands out.
+
+Leases. Every node's agent renews its lease at the leader every `renew_s`
+(nodeos/agent/lease.py). The leader grants a renewal only after a read barrier, so a grant
+comes from a leader a quorum still follows. The node counts its lease from the moment it
+*sent* the request that was granted and fences itself (every primary's front end ANA
+inaccessible, so the target refuses its I/O) at `fence_after_s`, before the lease ends. The
+leader counts from the moment it *received* the request, which is later, and adds
+`drift_s` for clock rate differences: when it calls the node down, the node has fenced
+itself. A new leader does not know the old one's grants, so it counts every lease from its
+own first moment as leader.
+
+Decisions, each a map command the shell proposes (one at a time, re-deciding on the map as
+applied, so nothing is decided twice):
+- `node_health down` for a node whose lease ran out; `node_health up` once it has renewed
+  steadily for `up_after_s` (hysteresis: a node that renews in fits does not flap);
+- `volume_failover` for a replicated volume whose primary is down, to the first in-sync
+  replica (placement order) on a node that is up. With no such replica the volume waits
+  for its last in-sync replica to return: a stale copy is never promoted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeos.cluster.failover_map import health_of, in_sync_of
+from nodeos.errors import BadInput
+
+DEFAULT_LEASE_S = 3.0
+Command = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class LeaseTiming:
+    lease_s: float = DEFAULT_LEASE_S
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lease_s, (int, float)) or not 1.0 <= self.lease_s <= 60.0:
+            raise BadInput(f"lease_s {self.lease_s!r} is out of range", field="lease_s", allowed="1.0-60.0")
+
+    @property
+    def renew_s(self) -> float:
+        return self.lease_s / 6
+
+    @property
+    def fence_after_s(self) -> float:
+        """The node fences itself this long after sending its last granted renewal."""
+        return self.lease_s * 0.8
+
+    @property
+    def drift_s(self) -> float:
+        return 0.1 * self.lease_s + 0.2
+
+    @property
+    def down_after_s(self) -> float:
+        """The leader calls a node down this long after its last renewal arrived."""
+        return self.lease_s + self.drift_s
+
+    @property
+    def up_after_s(self) -> float:
+        return 2 * self.lease_s
+
+
+@dataclass
+class Leases:
+    """What the leader knows of renewals, on its own monotonic clock (volatile: a new leader
+    starts empty, counting from `leader_since`)."""
+
+    leader_since: float
+    last: dict[int, float] = field(default_factory=dict)  # node -> last renewal received
+    steady_since: dict[int, float] = field(default_factory=dict)  # start of its unbroken renewals
+
+    def renewed(self, nid: int, now: float, timing: LeaseTiming) -> None:
+        prev = self.last.get(nid)
+        if prev is None or now - prev > 2 * timing.renew_s + timing.drift_s:
+            self.steady_since[nid] = now
+        self.last[nid] = now
+
+    def expired(self, nid: int, now: float, timing: LeaseTiming) -> bool:
+        since = max(self.last.get(nid, self.leader_since), self.leader_since)
+        return now - since > timing.down_after_s
+
+    def steady(self, nid: int, now: float, timing: LeaseTiming) -> bool:
+        last = self.last.get(nid)
+        if last is None or now - last > 2 * timing.renew_s + timing.drift_s:
+            return False
+        return now - self.steady_since.get(nid, now) >= timing.up_after_s
+
+
+def health_commands(st: dict[str, Any], leases: Leases, now: float, timing: LeaseTiming) -> list[Command]:
+    out: list[Command] = []
+    for nid in sorted(st["nodes"]):
+        health = health_of(st, nid)
+        if health == "up" and leases.expired(nid, now, timing):
+            last = leases.last.get(nid)
+            why = (
+                f"no lease renewal for {now - last:.1f} s"
+                if last is not None
+                else f"no lease renewal since this leader took over {now - leases.leader_since:.1f} s ago"
+            )
+            out.append(("node_health", {"node_id": nid, "health": "down", "reason": why}))
+        elif health == "down" and leases.steady(nid, now, timing):
+            out.append(("node_health", {"node_id": nid, "health": "up", "reason": "renews its lease again"}))
+    return out
+
+
+def failover_target(st: dict[str, Any], vol: dict[str, Any]) -> int | None:
+    """The replica to promote: the first in-sync one, in placement order, on a node that is up."""
+    cur = set(in_sync_of(vol))
+    for slot in vol["placement"]:
+        nid = slot["node"]
+        if nid != vol["primary"] and nid in cur and health_of(st, nid) == "up":
+            return int(nid)
+    return None
+
+
+def failover_commands(st: dict[str, Any]) -> list[Command]:
+    out: list[Command] = []
+    for uuid in sorted(st["volumes"]):
+        vol = st["volumes"][uuid]
+        if int(vol.get("replicas") or 1) <= 1 or vol["state"] != "ready":
+            continue
+        if health_of(st, vol["primary"]) != "down":
+            continue
+        to = failover_target(st, vol)
+        if to is None:
+            continue  # the volume waits for its last in-sync replica (never a stale copy)
+        reason = f"node {vol['primary']} is down"
+        out.append(("volume_failover", {"uuid": uuid, "epoch": vol["epoch"], "to": to, "reason": reason}))
+    return out
+
+
+def decide(st: dict[str, Any], leases: Leases, now: float, timing: LeaseTiming) -> list[Command]:
+    """Health changes first: a failover is decided only on a `down` the map has applied."""
+    return health_commands(st, leases, now, timing) or failover_commands(st)
+
+
+def unavailable(st: dict[str, Any]) -> list[str]:
+    """Volumes whose primary is down and that have no in-sync replica to promote."""
+    return sorted(
+        vol["name"]
+        for vol in st["volumes"].values()
+        if int(vol.get("replicas") or 1) > 1
+        and vol["state"] == "ready"
+        and health_of(st, vol["primary"]) == "down"
+        and failover_target(st, vol) is None
+    )

@@ -1,0 +1,168 @@
+"""Leases, node health, the in-sync set and failover decisions, as the leader takes them and the
+map applies them: a node is called down only after its lease ran out, a failover goes to an
+in-sync replica on a live node and bumps the epoch, a stale copy is never promoted, and a
+decision overtaken by another is refused at apply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodeos.cluster import events as map_events
+from nodeos.cluster import failover
+from nodeos.cluster.failover import Leases, LeaseTiming
+from nodeos.errors import BadInput
+
+from .test_storage_map import M, cluster, create
+
+T = LeaseTiming(3.0)
+
+
+def ready(m: M, uuid: str, *nodes: int) -> dict[str, Any]:
+    for n in nodes:
+        m.report(n, replicas={uuid: {"state": "in-sync"}})
+    vol = m.st["volumes"][uuid]
+    assert vol["state"] == "ready"
+    return vol
+
+
+def apply_all(m: M, cmds: list[tuple[str, dict[str, Any]]]) -> None:
+    for cmd, args in cmds:
+        m.ok(cmd, **args)
+
+
+def leases_all_renewing(now: float, *nodes: int) -> Leases:
+    ls = Leases(leader_since=now - 100)
+    for n in nodes:
+        ls.renewed(n, now, T)
+    return ls
+
+
+def test_lease_timing_orders_fence_before_down() -> None:
+    assert T.renew_s < T.fence_after_s < T.lease_s < T.down_after_s
+    with pytest.raises(BadInput) as e:
+        LeaseTiming(0.2)
+    assert e.value.field == "lease_s"
+
+
+def test_a_node_is_down_only_after_its_lease_and_a_new_leader_waits_a_whole_lease() -> None:
+    m = cluster(3)
+    now = 1000.0
+    ls = leases_all_renewing(now, 1, 2, 3)
+    assert failover.decide(m.st, ls, now + T.down_after_s - 0.01, T) == []
+    ls.renewed(1, now + 2, T)
+    ls.renewed(2, now + 2, T)
+    cmds = failover.decide(m.st, ls, now + T.down_after_s + 0.01, T)
+    assert [(c, a["node_id"], a["health"]) for c, a in cmds] == [("node_health", 3, "down")]
+    # A leader that just took over knows no renewal: it counts from its own start.
+    fresh = Leases(leader_since=now)
+    assert failover.decide(m.st, fresh, now + T.down_after_s - 0.01, T) == []
+    assert len(failover.decide(m.st, fresh, now + T.down_after_s + 0.01, T)) == 3
+
+
+def test_a_node_comes_back_up_only_after_renewing_steadily() -> None:
+    m = cluster(2)
+    m.ok("node_health", node_id=2, health="down", reason="test")
+    now = 50.0
+    ls = leases_all_renewing(now, 1)
+    t = now
+    ls.renewed(2, t, T)
+    assert failover.decide(m.st, ls, t, T) == []  # one renewal is not enough
+    while t < now + T.up_after_s:
+        t += T.renew_s
+        ls.renewed(1, t, T)
+        ls.renewed(2, t, T)
+    assert failover.decide(m.st, ls, t, T) == [
+        ("node_health", {"node_id": 2, "health": "up", "reason": "renews its lease again"})
+    ]
+    # A gap in the renewals starts the count again.
+    ls2 = leases_all_renewing(now, 1)
+    ls2.renewed(2, now, T)
+    ls2.renewed(2, now + T.up_after_s, T)
+    ls2.renewed(1, now + T.up_after_s, T)
+    assert failover.decide(m.st, ls2, now + T.up_after_s, T) == []
+
+
+def test_primary_down_fails_over_to_the_first_in_sync_replica_and_bumps_the_epoch() -> None:
+    m = cluster(3)
+    uuid = create(m, "v", 1, 2, 3)
+    vol = ready(m, uuid, 1, 2, 3)
+    assert vol["in_sync"] == [1, 2, 3] and vol["epoch"] == 1
+    m.ok("node_health", node_id=1, health="down", reason="lease ran out")
+    now = 10.0
+    cmds = failover.decide(m.st, leases_all_renewing(now, 2, 3), now, T)
+    assert cmds == [("volume_failover", {"uuid": uuid, "epoch": 1, "to": 2, "reason": "node 1 is down"})]
+    mark = map_events.last_seq(m.st)
+    apply_all(m, cmds)
+    assert (vol["primary"], vol["epoch"], vol["in_sync"]) == (2, 2, [2, 3])
+    assert m.st["paths"][uuid] == {1: "inaccessible", 2: "optimized", 3: "inaccessible"}
+    ev = [e for e in map_events.list_events(m.st, mark) if e["kind"] == "failover"]
+    assert ev and ev[0]["epoch"] == 2 and ev[0]["node"] == 2
+    # Once applied, nothing more to decide.
+    assert failover.decide(m.st, leases_all_renewing(now, 2, 3), now, T) == []
+    # The same decision again (a retry by an old leader) is refused: the epoch moved on.
+    out = m.do("volume_failover", uuid=uuid, epoch=1, to=3, reason="late")
+    assert out["error"]["field"] == "epoch" and vol["primary"] == 2
+
+
+def test_a_stale_replica_is_never_promoted() -> None:
+    m = cluster(2)
+    uuid = create(m, "v", 1, 2)
+    vol = ready(m, uuid, 1, 2)
+    # The primary's mirror lost node 2's leg: the primary kept writing alone.
+    m.report(1, replicas={uuid: {"state": "degraded", "members": {2: "failed"}, "epoch": 1}})
+    assert vol["in_sync"] == [1]
+    m.ok("node_health", node_id=1, health="down", reason="lease ran out")
+    assert failover.decide(m.st, leases_all_renewing(5.0, 2), 5.0, T) == []
+    assert failover.unavailable(m.st) == ["v"]
+    out = m.do("volume_failover", uuid=uuid, epoch=1, to=2)
+    assert out["error"]["field"] == "to" and vol["primary"] == 1
+    # The in-sync set is never emptied.
+    m.report(1, replicas={uuid: {"state": "failed", "epoch": 1}})
+    assert vol["in_sync"] == [1]
+
+
+def test_a_down_secondary_leaves_the_in_sync_set_and_rejoins_when_the_mirror_says_so() -> None:
+    m = cluster(3)
+    uuid = create(m, "v", 1, 2, 3)
+    vol = ready(m, uuid, 1, 2, 3)
+    m.ok("node_health", node_id=3, health="down", reason="lease ran out")
+    assert vol["in_sync"] == [1, 2]
+    m.ok("node_health", node_id=3, health="up", reason="back")
+    m.report(1, replicas={uuid: {"state": "degraded", "members": {2: "in-sync", 3: "syncing"}, "epoch": 1}})
+    assert vol["in_sync"] == [1, 2]
+    m.report(1, replicas={uuid: {"state": "in-sync", "members": {2: "in-sync", 3: "in-sync"}, "epoch": 1}})
+    assert vol["in_sync"] == [1, 2, 3]
+
+
+def test_only_the_current_epochs_primary_speaks_for_the_in_sync_set() -> None:
+    m = cluster(3)
+    uuid = create(m, "v", 1, 2, 3)
+    vol = ready(m, uuid, 1, 2, 3)
+    m.ok("node_health", node_id=1, health="down", reason="x")
+    m.ok("volume_failover", uuid=uuid, epoch=1, to=2, reason="x")
+    # The old primary's late report (epoch 1) claims node 1's own leg and node 3 in sync:
+    m.report(1, replicas={uuid: {"state": "in-sync", "members": {3: "failed"}, "epoch": 1}})
+    assert vol["in_sync"] == [2, 3]
+    # The new primary, at epoch 2, rebuilt node 1 (it came back): only now it rejoins.
+    m.ok("node_health", node_id=1, health="up", reason="back")
+    m.report(2, replicas={uuid: {"state": "in-sync", "members": {1: "in-sync", 3: "in-sync"}, "epoch": 2}})
+    assert vol["in_sync"] == [1, 2, 3]
+
+
+def test_bad_health_and_failover_commands_change_nothing() -> None:
+    m = cluster(2)
+    uuid = create(m, "v", 1, 2)
+    ready(m, uuid, 1, 2)
+    before = repr(m.st["volumes"]) + repr(m.st["nodes"])
+    assert m.do("node_health", node_id=1, health="sick")["error"]["field"] == "health"
+    assert m.do("node_health", node_id=9, health="down")["error"]["field"] == "node_id"
+    assert m.do("volume_failover", uuid="nope", epoch=1, to=2)["error"]["field"] == "uuid"
+    assert m.do("volume_failover", uuid=uuid, epoch=1, to=1)["error"]["field"] == "to"
+    assert m.do("volume_failover", uuid=uuid, epoch=1, to=7)["error"]["field"] == "to"
+    assert repr(m.st["volumes"]) + repr(m.st["nodes"]) == before
+    # A replica on a node that is down is not promoted either.
+    m.ok("node_health", node_id=2, health="down")
+    assert m.do("volume_failover", uuid=uuid, epoch=1, to=2)["error"]["field"] == "to"
+    assert m.st["volumes"][uuid]["primary"] == 1
