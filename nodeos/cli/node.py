@@ -177,6 +177,13 @@ def volume() -> None:
     """Thin volumes, snapshots, clones and their grants."""
 
 
+def _bar(frac: float, width: int = 20) -> str:
+    """A rebuild's progress: [#######.............]  35%"""
+    frac = min(max(frac, 0.0), 1.0)
+    done = round(frac * width)
+    return f"[{'#' * done}{'.' * (width - done)}] {frac * 100:3.0f}%"
+
+
 def _vol_human(v: dict[str, Any]) -> str:
     lines = [
         f"name       {v['name']} ({v.get('kind')})",
@@ -193,8 +200,16 @@ def _vol_human(v: dict[str, Any]) -> str:
         lines.append(f"qos        iops {v.get('qos_iops') or '-'}  MB/s {v.get('qos_mbps') or '-'}")
     if v.get("replicas"):
         lines.append(f"primary    {v.get('primary')}   epoch {v.get('epoch')}   spread {v.get('spread')}")
+        if v.get("in_sync") is not None:
+            lines.append(f"in sync    {', '.join(v['in_sync'])}")
+        if v.get("available") is False:
+            lines.append("available  no: the primary is down and no in-sync replica is up to take over")
         for r in v["replicas"]:
             extra = f"  ({r['step']})" if r.get("step") else ""
+            if r.get("rebuild_progress") is not None:
+                extra += f"  {_bar(float(r['rebuild_progress']))}"
+            if r.get("node_health") == "down":
+                extra += "  node down"
             extra += f"  error: {r['error']}" if r.get("error") else ""
             lines.append(f"replica    {r['node']:<12} {r['state']:<9} ANA {r.get('ana_state') or '-'}{extra}")
     if v.get("error"):

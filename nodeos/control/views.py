@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeos.cluster.failover_map import health_of, in_sync_of
 from nodeos.cluster.storage_map import replica_view
 
 
@@ -37,14 +38,33 @@ def node_listeners(st: dict[str, Any], nid: int) -> list[dict[str, Any]]:
 
 def replica_health(st: dict[str, Any], vol: dict[str, Any]) -> str:
     """One word for `volume list`: how many replicas are in sync, e.g. "3/3"."""
-    good = sum(1 for s in vol["placement"] if replica_view(st, vol, s["node"])["state"] == "in-sync")
+    cur = set(in_sync_of(vol))
+    good = sum(
+        1
+        for s in vol["placement"]
+        if s["node"] in cur and replica_view(st, vol, s["node"])["state"] == "in-sync"
+    )
     return f"{good}/{len(vol['placement'])}"
+
+
+def rebuild_progress(st: dict[str, Any], vol: dict[str, Any]) -> dict[int, float]:
+    """Fraction copied of each leg the primary's mirror is rebuilding (its own report)."""
+    rep = ((st["reports"].get(vol["primary"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    if rep.get("epoch", vol["epoch"]) != vol["epoch"]:
+        return {}
+    out = {}
+    for nid, frac in (rep.get("progress") or {}).items():
+        if isinstance(frac, (int, float)) and not isinstance(frac, bool):
+            out[int(nid)] = float(frac)
+    return out
 
 
 def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
     prim = vol["primary"]
     pool = pool_of(st, prim, next(s["pool_id"] for s in vol["placement"] if s["node"] == prim))
     replicas = []
+    in_sync = set(in_sync_of(vol))
+    progress = rebuild_progress(st, vol)
     for s in vol["placement"]:
         r = replica_view(st, vol, s["node"])
         p = pool_of(st, s["node"], s["pool_id"])
@@ -57,6 +77,10 @@ def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
                 "step": r.get("step"),
                 "error": r.get("error"),
                 "ana_state": (st["paths"].get(vol["uuid"]) or {}).get(s["node"]),
+                "role": "primary" if s["node"] == prim else "secondary",
+                "in_sync": s["node"] in in_sync,  # holds every acknowledged write (the map's word)
+                "node_health": health_of(st, s["node"]),
+                "rebuild_progress": progress.get(s["node"]),
             }
         )
     listeners = []
@@ -86,6 +110,8 @@ def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
         "health": replica_health(st, vol),
         "primary": node_name(st, prim),
         "epoch": vol["epoch"],
+        "in_sync": [node_name(st, n) for n in in_sync_of(vol)],
+        "available": vol["state"] != "ready" or health_of(st, prim) == "up" or int(vol["replicas"]) <= 1,
         "freeze": (st["snapshots"].get(vol.get("freeze") or "") or {}).get("name"),
         "listeners": listeners,
         "snapshots": sorted(s["name"] for s in st["snapshots"].values() if s["volume"] == vol["uuid"]),
@@ -197,6 +223,8 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
         health = "failing drives: " + ", ".join(sorted(failing)) if failing else "ok"
         if dp.get("error"):
             health = f"data plane: {dp['error']}"
+    if health_of(st, nid) == "down":
+        health = "down: its lease ran out (fenced)"
     return {
         "name": n.get("name"),
         "id": nid,
@@ -208,6 +236,7 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
         "role": n.get("role"),
         "raft": (raft or {}).get(nid, "none"),
         "state": n.get("state", "active"),
+        "lease": health_of(st, nid),  # down: its lease ran out (nodeos/cluster/failover.py)
         "dataplane": dp.get("name"),
         "capacity_bytes": sum(int(p["size_bytes"] or 0) for p in pools),
         "free_bytes": sum(int(p["free_bytes"] or 0) for p in pools),

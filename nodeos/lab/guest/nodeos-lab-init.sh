@@ -45,6 +45,9 @@ storage_address = ["${ip%/*}"]
 # The lab has one network, so no management address: /metrics on loopback inside the VM
 # (nodeosd refuses to serve it on a storage address).
 metrics_listen = "127.0.0.1:9810"
+# Under TCG a VM can stall for seconds: a longer primary lease than hardware's 3 s default,
+# so a busy but live node is not fenced (lab timings are context, not hardware figures).
+lease_s = 8.0
 CONF
 fi
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config

@@ -1,0 +1,210 @@
+"""Failover of replicated volumes as a GPU node lives it (three storage VMs, kernel data plane):
+fio random writes with verify run through the host's multipath device while a storage VM is
+powered off. The primary's VM: I/O resumes on the other replica with zero verify errors and
+the cluster moves the primary (new epoch); when the VM returns it rejoins as a secondary, is
+copied in full from the new primary (its own leg may be one write ahead) and the volume is
+healthy again with the same bytes on both replicas. A secondary's VM: the volume runs degraded
+without an I/O error and resyncs when the VM returns.
+
+The longest I/O gap (fio's maximum completion latency) is printed and recorded in
+docs/benchmarks.md, never asserted: TCG timings are context, not hardware figures."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nodeos.lab import Lab
+from tests.lab.node_helpers import nodeos, ok, wait_daemon
+
+pytestmark = pytest.mark.lab
+LAB = "cluster3"
+STORAGE = ("s1", "s2", "s3")
+SIZE_MIB = 64
+DATA_OFFSET_MIB = 8  # nodeos.dataplane.mirror_names.MIRROR_DATA_OFFSET
+# The host's side of a fast failover (docs/operations.md, "Failover: host settings").
+CONNECT_OPTS = "--keep-alive-tmo=5 --ctrl-loss-tmo=60 --reconnect-delay=2"
+FIO_RUNTIME_S = 240
+
+
+@pytest.fixture(scope="module")
+def cluster(lab: Lab) -> Iterator[dict[str, Any]]:
+    for vm in STORAGE:
+        wait_daemon(lab, vm)
+    for vm in STORAGE:
+        ok(lab, vm, "pool", "create", "p", "--drives", "all")
+    host = lab.spec("h1").hostnqn
+    ok(lab, "s1", "host", "add", host)
+    made: list[str] = []
+    try:
+        yield {"host": host, "made": made}
+    finally:
+        for vm in STORAGE:  # a test that failed half-way may have left a VM off
+            if lab.exec(vm, ["true"], timeout=30).rc != 0:
+                lab.start(vm)
+            wait_daemon(lab, vm)
+        lab.exec("h1", ["nvme", "disconnect-all"], timeout=120)
+        for name in made:
+            nodeos(lab, "s1", "volume", "revoke", name, "--host", host)
+            nodeos(lab, "s1", "volume", "delete", name, "--force")
+        nodeos(lab, "s1", "host", "remove", host)
+        for vm in STORAGE:
+            nodeos(lab, vm, "pool", "delete", "p")
+
+
+def _show(lab: Lab, vm: str, name: str) -> dict[str, Any]:
+    return ok(lab, vm, "volume", "show", name)
+
+
+def _wait(what: str, probe: Any, timeout: float = 600, every: float = 3) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
+
+def _head(lab: Lab, nqn: str) -> str:
+    script = f"""
+for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+  [ "$(cat $s/subsysnqn)" = "{nqn}" ] && ls -d $s/nvme*n1 2>/dev/null | head -1 | xargs -r basename
+done"""
+    return lab.sh("h1", script).stdout.strip()
+
+
+def _connect(lab: Lab, vol: dict[str, Any], nodes: list[str]) -> str:
+    """Connect h1 to every replica node; returns the multipath device."""
+    lab.sh("h1", f"nvme connect-all -t tcp -a {lab.addr(nodes[0])} -s 8009 {CONNECT_OPTS}", timeout=300)
+    head = _wait("the multipath device", lambda: _head(lab, vol["nqn"]), timeout=180)
+    return f"/dev/{head}"
+
+
+def _start_fio(lab: Lab, dev: str, tag: str) -> None:
+    """Random writes with crc32c verify, for FIO_RUNTIME_S, in the background on h1."""
+    fio = (
+        f"fio --name={tag} --filename={dev} --rw=randwrite --bs=4k --size={SIZE_MIB // 2}M --direct=1 "
+        f"--ioengine=libaio --iodepth=4 --time_based --runtime={FIO_RUNTIME_S} --verify=crc32c "
+        "--do_verify=1 --verify_fatal=1 --verify_backlog=64 --output-format=json "
+        f"--output=/root/{tag}.json"
+    )
+    lab.sh("h1", f"rm -f /root/{tag}.json; setsid -f {fio} </dev/null >/dev/null 2>&1", timeout=60)
+    lab.sh("h1", "for i in $(seq 60); do pgrep -x fio && break; sleep 1; done; pgrep -x fio", timeout=90)
+
+
+def _fio_result(lab: Lab, tag: str) -> dict[str, Any]:
+    lab.sh("h1", "while pgrep -x fio >/dev/null; do sleep 2; done", timeout=FIO_RUNTIME_S + 900)
+    out = lab.sh("h1", f"cat /root/{tag}.json").stdout
+    job = json.loads(out[out.index("{") :])["jobs"][0]
+    return job
+
+
+def _md5_on(lab: Lab, vm: str, vol: dict[str, Any]) -> str:
+    lv = lab.sh(vm, f"lvs --noheadings -o lv_path -S lv_name=v_{vol['vol_id']}").stdout.strip()
+    assert lv, f"{vm} has no LV for {vol['name']}"
+    script = (
+        f"dd if={lv} bs=1M skip={DATA_OFFSET_MIB} count={SIZE_MIB} iflag=direct status=none"
+        " | md5sum | cut -d' ' -f1"
+    )
+    return lab.sh(vm, script, timeout=300).stdout.strip()
+
+
+def _healthy(lab: Lab, vm: str, name: str, nodes: list[str]) -> dict[str, Any] | None:
+    v = _show(lab, vm, name)
+    good = sorted(v["in_sync"]) == sorted(nodes) and all(r["state"] == "in-sync" for r in v["replicas"])
+    return v if good else None
+
+
+def _gap_s(job: dict[str, Any]) -> float:
+    return float(job["write"]["clat_ns"]["max"]) / 1e9
+
+
+def test_primary_powered_off_io_moves_on_and_the_old_primary_rejoins_copied_in_full(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    name = "fo2"
+    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+    cluster["made"].append(name)
+    nodes = [r["node"] for r in vol["replicas"]]
+    old, new = vol["primary"], next(n for n in nodes if n != vol["primary"])
+    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
+    dev = _connect(lab, vol, nodes)
+    _start_fio(lab, dev, "fo2")
+    time.sleep(20)  # writes flowing through the primary's mirror to both legs
+
+    lab.kill(old)
+    killed_at = time.monotonic()
+    moved = _wait(
+        "the primary moved",
+        lambda: (v := _show(lab, new, name))["primary"] == new and v,
+        timeout=300,
+    )
+    took = time.monotonic() - killed_at
+    assert moved["epoch"] == vol["epoch"] + 1 and moved["in_sync"] == [new], moved
+    node_old = next(n for n in ok(lab, new, "node", "list") if n["name"] == old)
+    assert node_old["lease"] == "down", node_old
+    events = ok(lab, new, "events")
+    assert any(e["kind"] == "failover" and e.get("epoch") == moved["epoch"] for e in events), events[-10:]
+
+    job = _fio_result(lab, "fo2")
+    assert job["error"] == 0, job.get("error")  # zero verify errors, no I/O error
+    assert job["write"]["io_bytes"] > 0
+    print(
+        f"\nprimary power-off: failover seen by the console after {took:.1f} s; "
+        f"longest I/O {_gap_s(job):.1f} s"
+    )
+
+    # The old primary returns: it must come back as a secondary, copied from the new primary.
+    lab.start(old)
+    wait_daemon(lab, old)
+    back = _wait("the volume healthy again", lambda: _healthy(lab, new, name, nodes), timeout=900, every=5)
+    assert back["primary"] == new and back["epoch"] == moved["epoch"]
+    assert {r["node"]: r["ana_state"] for r in back["replicas"]} == {new: "optimized", old: "inaccessible"}
+    lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+    sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
+    assert len(set(sums.values())) == 1, sums
+    # The device stays writable and consistent on the new primary with both legs back.
+    check = (
+        f"fio --name=check --filename={dev} --rw=randwrite --bs=4k --size={SIZE_MIB // 2}M --direct=1 "
+        "--ioengine=libaio --iodepth=4 --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=json"
+    )
+    res = json.loads(lab.sh("h1", check, timeout=1200).stdout)
+    assert res["jobs"][0]["error"] == 0
+    lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
+
+
+def test_secondary_powered_off_volume_runs_degraded_and_resyncs(lab: Lab, cluster: dict[str, Any]) -> None:
+    name = "fo2s"
+    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+    cluster["made"].append(name)
+    nodes = [r["node"] for r in vol["replicas"]]
+    prim, sec = vol["primary"], next(n for n in nodes if n != vol["primary"])
+    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
+    dev = _connect(lab, vol, nodes)
+    _start_fio(lab, dev, "fo2s")
+    time.sleep(15)
+
+    lab.kill(sec)
+    degraded = _wait(
+        "the secondary out of the in-sync set",
+        lambda: (v := _show(lab, prim, name))["in_sync"] == [prim] and v,
+        timeout=300,
+    )
+    assert degraded["primary"] == prim and degraded["epoch"] == vol["epoch"]  # no failover for a secondary
+    lab.start(sec)
+    wait_daemon(lab, sec)
+    job = _fio_result(lab, "fo2s")
+    assert job["error"] == 0, job.get("error")
+    print(f"\nsecondary power-off: longest I/O {_gap_s(job):.1f} s")
+    back = _wait("the volume healthy again", lambda: _healthy(lab, prim, name, nodes), timeout=900, every=5)
+    assert back["primary"] == prim
+    lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+    sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
+    assert len(set(sums.values())) == 1, sums
+    lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
