@@ -30,6 +30,11 @@ REPORT_MIN_INTERVAL_S = 0.3
 DRIVES_EVERY_S = 60.0
 DISCOVERY_SVCID = "8009"
 CAP_EVERY_S = 15.0
+# Steps whose failure is retried at the next pass (the others wait for the map to change).
+RETRIED_STEPS = (
+    "volume.grant", "volume.resize", "volume.retarget", "volume.promote", "volume.demote", "volume.rejoin",
+)  # fmt: skip
+FAILOVER_STATES = ("retargeting", "promoting", "demoting")  # a replicated volume's role change
 
 
 class Agent:
@@ -253,8 +258,8 @@ class Agent:
             else:
                 ref = st["names"].get(name)
                 alive = ref is not None and ref["uuid"] == err["uuid"]
-                if alive and err["step"] in ("volume.grant", "volume.resize"):
-                    alive = False  # exports and resizes are retried at the next pass
+                if alive and err["step"] in RETRIED_STEPS:
+                    alive = False  # exports, resizes and role changes are retried at the next pass
             if not alive:
                 del self.errors[key]
 
@@ -290,7 +295,7 @@ class Agent:
     async def _replica_report(self, v: dict[str, Any]) -> dict[str, Any]:
         """One local replica as the map should see it. A secondary that exports its replica is
         "syncing" until the primary's mirror says its leg is in sync (members)."""
-        usable = v["state"] in ("ready", "exporting", "resizing")
+        usable = v["state"] in ("ready", "exporting", "resizing", *FAILOVER_STATES)
         out: dict[str, Any] = {
             "state": "in-sync" if usable else "creating",
             "step": None if v["state"] == "ready" else v["state"],
@@ -298,6 +303,7 @@ class Agent:
             "hosts": sorted(v.get("hosts") or []) if v["state"] == "ready" else None,
         }
         if int(v.get("replicas") or 1) > 1:
+            out["epoch"] = int(v.get("epoch") or 1)  # a new primary waits for its legs at its epoch
             if self.freezer.frozen_for(v["uuid"]):
                 out["frozen"] = self.freezer.frozen_for(v["uuid"])
             if v.get("role") == "secondary" and usable:
@@ -313,7 +319,14 @@ class Agent:
                 if info is None:
                     out.update(state="failed", error="the mirror is not assembled")
                 else:
-                    out["members"] = self.node.ops.mirrors.mirror_members(info, v)
+                    try:
+                        remotes = await self.node.ops.call("list_remotes")
+                    except NodeosError:
+                        remotes = None  # legs matched by slot
+                    members, progress = self.node.ops.mirrors.mirror_members(info, v, remotes)
+                    out["members"] = members
+                    if progress:
+                        out["progress"] = progress
                     if info.degraded:
                         out["state"] = "degraded"
         return out

@@ -131,7 +131,7 @@ def plan(
             continue
         if have["state"] == "standby":
             if w["primary"] != me:
-                rec = dict(have, state="exporting")
+                rec = dict(have, **replicas.record_fields(st, w, me), state="exporting")
                 steps.append(Step("volume.replica", name, {"name": name, "me": me}, rec, "volumes"))
             elif all(_exported(st, w, s["node"]) for s in w["placement"] if s["node"] != me):
                 rec = dict(have, **replicas.record_fields(st, w, me), state="assembling")
@@ -139,6 +139,11 @@ def plan(
             continue
         if have["state"] != "ready":
             continue  # an interrupted operation is being recovered
+        if replicas.replicated(w):
+            role = failover_step(st, w, have, me)
+            if role is not None:
+                steps.append(role)
+                continue
         if w["size_bytes"] > have["size_bytes"]:
             steps.append(
                 Step(
@@ -207,6 +212,56 @@ def plan(
             continue
         steps.append(Step("pool.delete", name, {"name": name}, dict(p, state="deleting"), "pools"))
     return steps
+
+
+def _reports_epoch(st: dict[str, Any], vol: dict[str, Any], nid: int) -> bool:
+    """`nid` exports its replica at the map's epoch (to the map's primary) and is done with it."""
+    rep = ((st["reports"].get(nid) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    return (
+        rep.get("state") in ("syncing", "in-sync")
+        and rep.get("step") is None
+        and int(rep.get("epoch") or 0) == int(vol["epoch"])
+    )
+
+
+def failover_step(st: dict[str, Any], w: dict[str, Any], have: dict[str, Any], me: int) -> Step | None:
+    """The role change a ready replica of a replicated volume needs to follow the map (None: it
+    follows already). The map moves `primary` within `placement` and bumps `epoch` each time."""
+    name, role, epoch = w["name"], have.get("role"), int(w["epoch"])
+    have_epoch = int(have.get("epoch") or 1)
+    fields = replicas.record_fields(st, w, me)
+    others = [int(s["node"]) for s in w["placement"] if s["node"] != me]
+    if role == "primary" and (w["primary"] != me or have_epoch < epoch):
+        # The old primary (back, or handing off); a primary that missed an epoch also steps
+        # down: its leg may lack what was written meanwhile.
+        # The record keeps its remotes and host_nqn until the demote detached them.
+        kept = {k: v for k, v in fields.items() if k not in ("remotes", "host_nqn")}
+        rec = dict(have, **dict(kept, role="secondary", epoch=epoch), state="demoting")
+        return Step("volume.demote", name, {"name": name, "me": me, "epoch": epoch}, rec, "volumes")
+    if role == "secondary" and w["primary"] != me and have_epoch < epoch:
+        rec = dict(have, **fields, state="retargeting")
+        return Step("volume.retarget", name, {"name": name, "me": me, "epoch": epoch}, rec, "volumes")
+    if role == "secondary" and w["primary"] == me:
+        in_sync = replicas.in_sync_of(w)
+        if me not in in_sync:
+            return None  # never promote a replica that may lack acknowledged writes
+        legs = [n for n in others if n in in_sync and replicas.node_up(st, n)]
+        if not all(_reports_epoch(st, w, n) for n in legs):
+            return None  # they still export to the old primary
+        rec = dict(have, **fields, state="promoting")
+        return Step(
+            "volume.promote", name, {"name": name, "me": me, "epoch": epoch, "attach": legs}, rec, "volumes"
+        )
+    if role == "primary":
+        mine = ((st["reports"].get(me) or {}).get("replicas") or {}).get(w["uuid"]) or {}
+        members = {int(k): v for k, v in (mine.get("members") or {}).items()}
+        back = [n for n in others if replicas.node_up(st, n) and _reports_epoch(st, w, n)]
+        lost = [n for n in back if members.get(n) in (None, "failed")]
+        if lost:
+            rec = dict(have, remotes=fields["remotes"])
+            data = {"name": name, "me": me, "epoch": epoch, "attach": back, "rejoin": lost}
+            return Step("volume.rejoin", name, data, rec, "volumes")
+    return None
 
 
 def secrets_digest(st: dict[str, Any], vol: dict[str, Any]) -> list[bool]:

@@ -225,6 +225,15 @@ class DataPlane(Protocol):
 
     def remove_view(self, view_id: str) -> None: ...
 
+    def block_view(self, view_id: str, size_bytes: int) -> str:
+        """The view keeps existing (and its export) but maps nothing: I/O fails, and the
+        device it mapped is released (a failover hands a secondary's LV to md)."""
+        ...
+
+    def wipe_mirror_member(self, device: str) -> None:
+        """Zero a stopped leg's md superblock so it only ever comes back by a full copy."""
+        ...
+
     def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
         """Make `port` a discovery port whose log page refers to exactly `referrals` (the other
         storage nodes' discovery ports)."""

@@ -24,6 +24,10 @@ STEPS: dict[str, tuple[str, ...]] = {
     "volume.replica": ("intent", "replica-exported", "front-exported", "done"),
     "volume.mirror": ("intent", "remotes-attached", "mirror-assembled", "front-exported", "done"),
     "volume.revoke": ("intent", "export-applied", "done"),
+    "volume.retarget": ("intent", "replica-exported", "done"),
+    "volume.promote": ("intent", "replica-unexported", "mirror-assembled", "front-exported", "done"),
+    "volume.demote": ("intent", "front-fenced", "mirror-stopped", "leg-wiped", "replica-exported", "done"),
+    "volume.rejoin": ("intent", "remotes-attached", "done"),
     "snapshot.freeze": ("frozen",),  # the primary's agent, writes of a mirror just frozen
     "host.add": ("done",),
     "host.remove": ("done",),

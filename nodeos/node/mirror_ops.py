@@ -7,15 +7,32 @@ volume.mirror (the primary): attach every secondary's replica namespace, create 
   end from the md device (ANA optimized) -> record ready.
 Deleting tears down in the reverse order. A failed step leaves the record "standby" and the
 agent tries again on a later pass; a crash is finished at the next start (roll forward).
+
+Failover (the map moved `primary` and bumped `epoch`; the record already holds the new role):
+volume.retarget (a secondary): re-export the replica LV to the new primary only (the old one's
+  controllers are dropped).
+volume.promote (the new primary): unexport my replica (drops the old primary's controllers),
+  point the view at `error` (frees my LV), attach the up in-sync replicas, assemble md (never
+  create), view -> md at offset 0 (the front end keeps its namespace), ANA optimized.
+volume.demote (the old primary): ANA inaccessible first, front end onto the view, view ->
+  `error`, stop md, detach the replicas, wipe my leg's superblock (it may hold writes the others
+  never got: it comes back by a full copy), export it as the new primary's replica, view -> LV.
+volume.rejoin (the primary): attach replicas that came back and re-add their legs.
+A role change that fails keeps its intent: it is retried (periodic recovery) until it is done.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from nodeos.dataplane import mirror_names as names
+from nodeos.errors import NodeosError, OperationFailed
 
 from . import crash, replicas
+
+LOG = logging.getLogger("nodeosd.node")
 
 
 class MirrorOps:
@@ -77,9 +94,131 @@ class MirrorOps:
                 txn.put("volumes", d["name"], dict(vol, state="standby"))
             self.ops.end(txn, d)
 
+    async def back_to_ready(self, d: dict[str, Any]) -> None:
+        """A rejoin that failed changed nothing the mirror needs: the next pass tries again."""
+        with self.ops.store.write() as txn:
+            vol = txn.get("volumes", d["name"])
+            if vol is not None:
+                txn.put("volumes", d["name"], dict(vol, state="ready"))
+            self.ops.end(txn, d)
+
+    async def keep_for_retry(self, d: dict[str, Any]) -> None:
+        """A role change is never undone: its intent stays and recovery finishes it later."""
+        raise OperationFailed(f"{d['op']} of {d.get('name')} is retried by recovery")
+
+    def _log(self, vol: dict[str, Any], what: str, *args: Any) -> None:
+        LOG.info("volume %s epoch %s: " + what, vol["name"], vol.get("epoch"), *args)
+
+    def _save(self, name: str, vol: dict[str, Any]) -> None:
+        with self.ops.store.write() as txn:
+            txn.put("volumes", name, vol)
+
+    async def retarget(self, d: dict[str, Any]) -> None:
+        vol = self._load(d["name"])
+        if vol is None:
+            return self.ops._drop(d)
+        spec = replicas.replica_spec(vol, int(vol["me"]), self.ops.listeners())
+        await self.ops.call("apply_export", spec)
+        self._log(vol, "replica exported to %s only", vol["primary_host_nqn"])
+        crash.point("volume.retarget:replica-exported")
+        self._finish(d, vol)
+
+    async def _attach(self, vol: dict[str, Any], nids: list[int]) -> list[str]:
+        """The devices of the remotes in `nids` (slot order); one that cannot be attached is
+        left out (the mirror runs without it; a rejoin brings it back)."""
+        want = {int(n) for n in nids}
+        have = {r.nqn: r.device for r in await self.ops.call("list_remotes") if r.device}
+        out = []
+        for r, spec in zip(vol.get("remotes") or [], replicas.remote_specs(vol), strict=True):
+            if int(r["node"]) not in want:
+                if have.get(spec.nqn):
+                    out.append(str(have[spec.nqn]))  # attached already: the leg stays in
+                continue
+            try:
+                out.append(str(await self.ops.call("attach_remote", spec)))
+                self._log(vol, "replica of node %s attached", r["node"])
+            except NodeosError as err:
+                LOG.warning("volume %s: replica of node %s not attached: %s", vol["name"], r["node"], err)
+        return out
+
+    async def promote(self, d: dict[str, Any]) -> None:
+        vol = self._load(d["name"])
+        if vol is None:
+            return self.ops._drop(d)
+        mid = names.mirror_id_for(vol["uuid"])
+        size = int(vol["size_bytes"])
+        self._log(vol, "promoting to primary")
+        await self.ops.call("remove_export", names.replica_nqn(vol["uuid"], str(vol["me"])))
+        crash.point("volume.promote:replica-unexported")
+        if await self.ops.call("mirror_status", mid) is None:
+            # md needs the LV exclusively; the view (and the front end on it) stays.
+            await self.ops.call("block_view", replicas.view_id(vol), size)
+        members = [str(vol["lv_device"]), *await self._attach(vol, list(d.get("attach") or []))]
+        info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False))
+        self._log(vol, "mirror assembled over %d leg(s)", len(members))
+        crash.point("volume.promote:mirror-assembled")
+        view = await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
+        vol = dict(vol, device=view, mirror_created=True)
+        self._save(d["name"], vol)
+        await self.ops.call("apply_export", self.ops.spec_for(vol))
+        self._log(vol, "front end optimized")
+        crash.point("volume.promote:front-exported")
+        self._finish(d, vol)
+
+    async def demote(self, d: dict[str, Any]) -> None:
+        vol = self._load(d["name"])
+        if vol is None:
+            return self.ops._drop(d)
+        mid = names.mirror_id_for(vol["uuid"])
+        size = int(vol["size_bytes"])
+        view = replicas.view_path(vol)
+        self._log(vol, "demoting to secondary")
+        info = await self.ops.call("mirror_status", mid)
+        if info is not None:
+            # The record says secondary: this export is ANA inaccessible, on the device it has.
+            await self.ops.call("apply_export", self.ops.spec_for(vol))
+            self._log(vol, "front end inaccessible")
+            crash.point("volume.demote:front-fenced")
+            if vol.get("device") != view:
+                await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
+                vol = dict(vol, device=view)
+                self._save(d["name"], vol)
+                await self.ops.call("apply_export", self.ops.spec_for(vol))
+            await self.ops.call("block_view", replicas.view_id(vol), size)
+            await self.ops.call("stop_mirror", mid)
+            self._log(vol, "mirror stopped")
+        crash.point("volume.demote:mirror-stopped")
+        for spec in replicas.remote_specs(vol):
+            await self.ops.call("detach_remote", spec.nqn)
+        await self.ops.call("wipe_mirror_member", str(vol["lv_device"]))
+        self._log(vol, "own leg wiped: it rejoins by a full copy from the new primary")
+        crash.point("volume.demote:leg-wiped")
+        await self.ops.call("apply_export", replicas.replica_spec(vol, int(vol["me"]), self.ops.listeners()))
+        crash.point("volume.demote:replica-exported")
+        view = await self.ops.call(
+            "ensure_view", replicas.view_id(vol), vol["lv_device"], names.MIRROR_DATA_OFFSET, size
+        )
+        vol = {k: v for k, v in vol.items() if k not in ("remotes", "host_nqn")}
+        vol = dict(vol, device=view)
+        await self.ops.call("apply_export", self.ops.spec_for(vol))
+        self._log(vol, "secondary of %s", vol["primary_host_nqn"])
+        self._finish(d, vol)
+
+    async def rejoin(self, d: dict[str, Any]) -> None:
+        vol = self._load(d["name"])
+        if vol is None:
+            return self.ops._drop(d)
+        members = [str(vol["lv_device"]), *await self._attach(vol, list(d.get("attach") or []))]
+        crash.point("volume.rejoin:remotes-attached")
+        info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False))
+        self._log(vol, "legs reconciled: %s", ", ".join(f"{m.device}={m.state}" for m in info.members))
+        self._finish(d, vol)
+
     async def teardown(self, vol: dict[str, Any]) -> None:
         """Everything a replicated volume made besides its LV and front end (already removed)."""
         if vol.get("role") == "primary":
+            # A promoted primary's view maps md: it goes first, or md cannot stop.
+            await self.ops.call("remove_view", replicas.view_id(vol))
             await self.ops.call("stop_mirror", names.mirror_id_for(vol["uuid"]))
             for spec in replicas.remote_specs(vol):
                 await self.ops.call("detach_remote", spec.nqn)
@@ -89,16 +228,33 @@ class MirrorOps:
             if me is not None:
                 await self.ops.call("remove_export", names.replica_nqn(vol["uuid"], str(me)))
 
-    def mirror_members(self, info: Any, vol: dict[str, Any]) -> dict[int, str]:
-        """The primary's view of each secondary's leg, as replica states of the map."""
-        by_slot = {m.slot: m for m in info.members if m.slot is not None}
-        out: dict[int, str] = {}
-        for slot, r in enumerate(vol.get("remotes") or [], start=1):
-            m = by_slot.get(slot)
-            state = m.state if m is not None else "missing"
-            out[int(r["node"])] = {
-                "in_sync": "in-sync",
-                "rebuilding": "syncing",
-                "spare": "syncing",
-            }.get(state, "failed")
-        return out
+    def mirror_members(
+        self, info: Any, vol: dict[str, Any], remotes: list[Any] | None = None
+    ) -> tuple[dict[int, str], dict[int, float]]:
+        """The primary's view of each secondary's leg, as replica states of the map, and the
+        rebuild progress (0..1) of the legs being synced. A leg is found by its attached
+        device (`remotes`: list_remotes()), else by its placement slot."""
+        return leg_states(info, vol, remotes)
+
+
+def leg_states(
+    info: Any, vol: dict[str, Any], remotes: list[Any] | None = None
+) -> tuple[dict[int, str], dict[int, float]]:
+    """Pure: MirrorInfo + record (+ the attached remotes) -> ({node: state}, {node: progress})."""
+    by_slot = {m.slot: m for m in info.members if m.slot is not None}
+    by_dev = {os.path.basename(m.device): m for m in info.members if m.device}
+    dev_of = {r.nqn: os.path.basename(r.device) for r in remotes or [] if r.device}
+    states: dict[int, str] = {}
+    progress: dict[int, float] = {}
+    for i, r in enumerate(vol.get("remotes") or [], start=1):
+        nid = int(r["node"])
+        if remotes is not None:
+            dev = dev_of.get(names.replica_nqn(vol["uuid"], str(nid)))
+            m = by_dev.get(dev) if dev else None
+        else:
+            m = by_slot.get(int(r.get("slot", i)))
+        state = m.state if m is not None else "missing"
+        states[nid] = {"in_sync": "in-sync", "rebuilding": "syncing", "spare": "syncing"}.get(state, "failed")
+        if m is not None and states[nid] == "syncing":
+            progress[nid] = float(m.progress or 0.0)
+    return states, progress

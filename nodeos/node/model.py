@@ -31,6 +31,11 @@ RECOVERY: dict[str, str] = {
     "volume.revoke": "forward",
     "volume.replica": "forward",
     "volume.mirror": "forward",
+    # Failover (issue 9): a role change the map committed is only ever finished.
+    "volume.retarget": "forward",
+    "volume.promote": "forward",
+    "volume.demote": "forward",
+    "volume.rejoin": "forward",
 }
 
 
@@ -85,9 +90,10 @@ def listeners(addresses: list[str], transports: list[str], rdma_addresses: set[s
 
 
 def export_spec(
-    vol: dict[str, Any], lst: tuple[Listener, ...], hosts: dict[str, dict[str, Any]]
+    vol: dict[str, Any], lst: tuple[Listener, ...], hosts: dict[str, dict[str, Any]], fenced: bool = False
 ) -> ExportSpec:
-    """The subsystem a volume should have: its granted hosts (with their DH-HMAC-CHAP keys)."""
+    """The subsystem a volume should have: its granted hosts (with their DH-HMAC-CHAP keys).
+    `fenced`: this node lost its lease; a replicated volume's front end is ANA inaccessible."""
     access = tuple(
         HostAccess(h, (hosts.get(h) or {}).get("dhchap_secret")) for h in vol.get("hosts", []) if h in hosts
     )
@@ -106,7 +112,7 @@ def export_spec(
     if int(vol.get("replicas") or 1) > 1:
         from nodeos.node import replicas
 
-        return replicas.front_end(vol, spec)
+        return replicas.front_end(vol, spec, fenced)
     return spec
 
 

@@ -40,6 +40,8 @@ class Ops:
     ) -> None:
         self.store = store
         self._hosts = hosts
+        # This node lost its primary lease: every replicated front end is ANA inaccessible.
+        self.fenced = False
         self.mirrors = MirrorOps(self)
         self.dp = dataplane
         self.run_blocking = run_blocking
@@ -57,6 +59,10 @@ class Ops:
             "volume.revoke": self._volume_export,
             "volume.replica": self.mirrors.replica_export,
             "volume.mirror": self.mirrors.assemble,
+            "volume.retarget": self.mirrors.retarget,
+            "volume.promote": self.mirrors.promote,
+            "volume.demote": self.mirrors.demote,
+            "volume.rejoin": self.mirrors.rejoin,
         }
         self.compensate: dict[str, Step] = {
             "pool.create": self._undo_pool_create,
@@ -72,6 +78,10 @@ class Ops:
             # Nothing to undo: the record stays "standby" and the agent's next pass tries again.
             "volume.replica": self.mirrors.back_to_standby,
             "volume.mirror": self.mirrors.back_to_standby,
+            "volume.retarget": self.mirrors.keep_for_retry,
+            "volume.promote": self.mirrors.keep_for_retry,
+            "volume.demote": self.mirrors.keep_for_retry,
+            "volume.rejoin": self.mirrors.back_to_ready,
         }
 
     # --- edges ------------------------------------------------------------------------
@@ -95,7 +105,7 @@ class Ops:
         else:
             with self.store.read() as txn:
                 hosts = self.hosts(txn)
-        return model.export_spec(vol, self.listeners(), hosts)
+        return model.export_spec(vol, self.listeners(), hosts, self.fenced)
 
     # --- the intent engine ------------------------------------------------------------
 

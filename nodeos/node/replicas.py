@@ -47,10 +47,22 @@ def cntlid_range(slot: int) -> tuple[int, int]:
     return slot * CNTLID_SPAN + 1, (slot + 1) * CNTLID_SPAN
 
 
-def front_end(vol: dict[str, Any], spec: ExportSpec) -> ExportSpec:
-    """The volume's export on this replica node: the md device (primary, ANA optimized) or the
-    linear view of the replica (secondary, ANA inaccessible), in this slot's controller-id range."""
-    primary = vol["role"] == "primary"
+def in_sync_of(vol: dict[str, Any]) -> list[int]:
+    """The nodes whose replica holds every acknowledged write (the map's `in_sync`); a volume
+    from before the field: every placement node."""
+    have = vol.get("in_sync")
+    return [int(n) for n in have] if have is not None else [int(s["node"]) for s in vol["placement"]]
+
+
+def node_up(st: dict[str, Any], nid: int) -> bool:
+    return (st["nodes"].get(nid) or {}).get("health", "up") == "up"
+
+
+def front_end(vol: dict[str, Any], spec: ExportSpec, fenced: bool = False) -> ExportSpec:
+    """The volume's export on this replica node: the md device or a view of it (primary, ANA
+    optimized unless this node is fenced) or the linear view of the replica (secondary, ANA
+    inaccessible), in this slot's controller-id range."""
+    primary = vol["role"] == "primary" and not fenced
     lo, hi = cntlid_range(int(vol["slot"]))
     return dataclasses.replace(
         spec,
@@ -118,6 +130,11 @@ def view_id(vol: dict[str, Any]) -> str:
     return names.view_id_for(names.mirror_id_for(vol["uuid"]))
 
 
+def view_path(vol: dict[str, Any]) -> str:
+    """The linear view's device (nodeos/dataplane/kernel/mirror.py names it so)."""
+    return f"/dev/mapper/{names.VIEW_PREFIX}{view_id(vol)}"
+
+
 def record_fields(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str, Any]:
     """What a replicated volume's local record keeps of the map: role, slot, the primary's
     identity (secondary) or the secondaries' addresses (primary)."""
@@ -141,6 +158,7 @@ def record_fields(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str,
                 continue
             lst = ((st["reports"].get(nid) or {}).get("dataplane") or {}).get("listeners") or []
             tcp = next((li for li in lst if li.get("trtype") == "tcp"), None)
-            remotes.append({"node": nid, **(tcp or {"trtype": "tcp", "traddr": "", "trsvcid": "4420"})})
+            addr = tcp or {"trtype": "tcp", "traddr": "", "trsvcid": "4420"}
+            remotes.append({"node": nid, "slot": slots.index(nid), **addr})
         out["remotes"] = remotes
     return out

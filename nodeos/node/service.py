@@ -15,7 +15,7 @@ import contextlib
 from typing import Any
 
 from nodeos.daemon.service import DaemonContext, Handler
-from nodeos.errors import NotSupported
+from nodeos.errors import NodeosError, NotSupported
 
 from . import crash, inventory, model
 from .base import LOG, NodeBase
@@ -44,6 +44,7 @@ class NodeService(NodeBase):
         self.recovery: list[dict[str, Any]] = []
         self.reconcile_report: dict[str, Any] = {}
         self._retry_task: asyncio.Task[None] | None = None
+        self._fence_pending: set[str] = set()  # volumes a fence change could not reach yet
         self.cluster: Any = None
         self.agent: Any = None
         self.ops = Ops(self.store, self.dp, self._run_blocking, lambda: self._listeners, self._map_hosts)
@@ -227,6 +228,40 @@ class NodeService(NodeBase):
             rec = await self.ops.recover()
             self.recovery = (self.recovery + rec)[-50:]
             return {"recovery": rec, "reconcile": await self._reconcile()}
+
+    # --- fencing (issue 9) ------------------------------------------------------------
+
+    async def set_fenced(self, fenced: bool) -> list[str]:
+        """This node lost (True) or holds again (False) its primary lease: (re)apply the front end
+        of every ready primary replicated volume, ANA inaccessible / optimized. The flag stays
+        (Ops.fenced): every later front-end export (grants, recovery, promote) honours it.
+        Non-replicated volumes are never fenced. Cheap when nothing changes (called often); not
+        behind the node lock (a fence must not wait for a step), but data plane calls are
+        serialized in the worker thread. Returns the volumes whose export changed."""
+        if fenced == self.ops.fenced and not self._fence_pending:
+            return []
+        self.ops.fenced = fenced
+        if not self.has_dataplane:
+            return []
+        changed: list[str] = []
+        pending: set[str] = set()
+        for name, v in self._all("volumes").items():
+            if v.get("role") != "primary" or v["state"] != "ready" or int(v.get("replicas") or 1) <= 1:
+                continue
+            try:
+                await self.ops.call("apply_export", self.ops.spec_for(v))
+                changed.append(name)
+                LOG.info(
+                    "volume %s epoch %s: front end %s",
+                    name,
+                    v.get("epoch"),
+                    "inaccessible (fenced)" if fenced else "optimized (fence lifted)",
+                )
+            except NodeosError as err:
+                pending.add(name)
+                LOG.error("volume %s: fence %s not applied: %s", name, "on" if fenced else "off", err.message)
+        self._fence_pending = pending
+        return changed
 
     async def crash_points(self, params: dict[str, Any]) -> list[str]:
         return list(crash.ALL)

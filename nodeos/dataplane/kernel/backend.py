@@ -282,6 +282,10 @@ class KernelDataPlane:
                     n.disallow_host(nqn, host)
                     n.disconnect_host(nqn, host)
                     n.gc_host(host)
+            # A revoked host keeps a live connection until its controllers are dropped; also
+            # after a crash between the unlink above and the disconnect.
+            for host in sorted({h for _, h in n.controllers(nqn)} - set(wanted_hosts)):
+                n.disconnect_host(nqn, host)
             addrs = [PortAddr.of(li) for li in spec.listeners]
             addrs += discovery_addrs(spec.listeners, self.discovery_svcid)
             keep: set[int] = set()
@@ -395,6 +399,12 @@ class KernelDataPlane:
 
     def remove_view(self, view_id: str) -> None:
         self.mirrors.remove_view(view_id)
+
+    def block_view(self, view_id: str, size_bytes: int) -> str:
+        return self.mirrors.block_view(view_id, size_bytes)
+
+    def wipe_mirror_member(self, device: str) -> None:
+        self.mirrors.wipe_member(device)
 
     def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
         check_listener(port)

@@ -118,6 +118,17 @@ def cmd_stop(md_device: str) -> list[str]:
     return ["mdadm", "--stop", md_device]
 
 
+def cmd_zero_superblock(dev: str) -> list[str]:
+    """Wipe a stopped leg's md superblock (and with it its bitmap): the primary then adds it
+    back with a full copy, never a bitmap catch-up (an ex-primary's leg may be a write ahead)."""
+    return ["mdadm", "--zero-superblock", check_device_path(dev, "device")]
+
+
+# `mdadm MD --remove failed|detached`: legs md marked faulty, and legs whose device node is gone
+# (a vanished namespace cannot be named by its path any more).
+CLEAR_KEYWORDS = ("failed", "detached")
+
+
 def cmd_detail(kname: str) -> list[str]:
     return ["mdadm", "--detail", "--export", f"/dev/{kname}"]
 
@@ -151,6 +162,11 @@ def view_name(view_id: str) -> str:
 
 def linear_table(dev_majmin: str, offset_bytes: int, size_bytes: int) -> str:
     return f"0 {size_bytes // SECTOR} linear {dev_majmin} {offset_bytes // SECTOR}"
+
+
+def error_table(size_bytes: int) -> str:
+    """A view that holds no device: every I/O fails (the device it mapped is free again)."""
+    return f"0 {size_bytes // SECTOR} error"
 
 
 def check_view(offset_bytes: int, size_bytes: int) -> None:
@@ -415,6 +431,10 @@ class MdMirrors:
 
     def _reconcile_members(self, spec: MirrorSpec, info: MirrorInfo) -> MirrorInfo:
         want = {os.path.realpath(m): m for m in spec.members}
+        if any(m.state == "faulty" or (m.device and not os.path.exists(m.device)) for m in info.members):
+            for kw in CLEAR_KEYWORDS:
+                self.run(cmd_manage(info.device, "remove", kw), check=False)
+            info = self._wait_status(spec.mirror_id)
         for m in info.members:
             if m.device and (m.state == "faulty" or os.path.realpath(m.device) not in want):
                 if m.state != "faulty":
@@ -448,6 +468,26 @@ class MdMirrors:
             self.run(["dmsetup", "reload", name, "--table", table])
             self.run(["dmsetup", "resume", name])
         return f"/dev/mapper/{name}"
+
+    def block_view(self, view_id: str, size_bytes: int) -> str:
+        """Swap the view's table for an `error` one: the view (and the export on it) stays, the
+        device it mapped is released (md needs its members exclusively)."""
+        name = view_name(view_id)
+        check_volume_size(size_bytes)
+        table = error_table(size_bytes)
+        cur = self.run(["dmsetup", "table", name], check=False)
+        if cur.returncode != 0:
+            self.run(["dmsetup", "create", name, "--table", table])
+        elif cur.stdout.strip() != table:
+            self.run(["dmsetup", "reload", name, "--table", table])
+            self.run(["dmsetup", "resume", name])
+        return f"/dev/mapper/{name}"
+
+    def wipe_member(self, dev: str) -> None:
+        """Zero a leg's md superblock; nothing to do when it has none."""
+        check_device_path(dev, "device")
+        if self._examine(dev).get("MD_UUID"):
+            self.run(cmd_zero_superblock(dev))
 
     def remove_view(self, view_id: str) -> None:
         name = view_name(view_id)

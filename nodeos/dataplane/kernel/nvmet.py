@@ -12,6 +12,7 @@ gets, what the ANA state is called); `Nvmet` carries the decisions out through C
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -342,13 +343,14 @@ class Nvmet:
             out.append((base / name, host))
         return out
 
-    def disconnect_host(self, nqn: str, host: str) -> None:
+    def disconnect_host(self, nqn: str, host: str, settle_s: float = 2.0) -> None:
         """Drop the host's live controllers on this subsystem.
 
-        Preferred: debugfs `state` <- "fatal" on just that host's controllers. Where debugfs
-        is absent, unlink and relink the subsystem on every port: the kernel deletes all of
-        the subsystem's controllers; allowed hosts reconnect by themselves, the revoked one
-        is refused.
+        Preferred: debugfs `state` <- "fatal" on just that host's controllers, then check they
+        are gone (the kernel tears them down asynchronously). Where debugfs is absent, a write
+        is refused or a controller outlives `settle_s`: unlink and relink the subsystem on every
+        port: the kernel deletes all of the subsystem's controllers; allowed hosts reconnect by
+        themselves, the revoked one is refused.
         """
         ctrls = self.controllers(nqn)
         targeted = [d for d, h in ctrls if h == host]
@@ -359,7 +361,13 @@ class Nvmet:
             except OSError:
                 done = False
         if ctrls and done:
-            return
+            deadline = time.monotonic() + settle_s
+            while any(h == host for _, h in self.controllers(nqn)):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            else:
+                return
         for pid in sorted(self.ports()):
             if nqn in self.port_subsystems(pid):
                 self.fs.unlink("ports", str(pid), "subsystems", nqn)

@@ -372,3 +372,105 @@ def test_a_clone_creates_its_own_array_over_legs_carrying_its_origins_only() -> 
     # a create of the clone's array that crashed half-way is finished by assembling
     mine = {"/dev/a": mn.mirror_uuid(adopt.mirror_id), "/dev/b": origin}
     assert not md.MdMirrors(runner=_examining(mine))._create_is_new(adopt, ["/dev/a", "/dev/b"])  # type: ignore[arg-type]
+
+
+# ---- failover (issue 9) -------------------------------------------------------------
+class _Runs:
+    """The runner-injection edge: answers `dmsetup table` / `mdadm --examine` and records
+    every command line."""
+
+    def __init__(self, table: str | None = None, superblock: str | None = None) -> None:
+        self.table, self.superblock = table, superblock
+        self.cmds: list[list[str]] = []
+
+    def __call__(self, cmd: list[str], timeout_s: float = 0, check: bool = True) -> object:
+        import subprocess
+
+        self.cmds.append(list(cmd))
+        if cmd[:2] == ["dmsetup", "table"]:
+            ok = self.table is not None
+            return subprocess.CompletedProcess(cmd, 0 if ok else 1, (self.table or "") + "\n", "")
+        if cmd[:2] == ["mdadm", "--examine"]:
+            out = f"MD_UUID={self.superblock}\n" if self.superblock else ""
+            return subprocess.CompletedProcess(cmd, 0 if self.superblock else 1, out, "")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+def test_a_blocked_view_maps_nothing_and_keeps_its_name() -> None:
+    assert md.error_table(64 * MIB) == "0 131072 error"
+    runs = _Runs(table=md.linear_table("253:4", 8 * MIB, 64 * MIB))
+    dev = md.MdMirrors(runner=runs).block_view("5b0e", 64 * MIB)  # type: ignore[arg-type]
+    assert dev == "/dev/mapper/nodeos-view-5b0e"
+    assert runs.cmds[1:] == [
+        ["dmsetup", "reload", "nodeos-view-5b0e", "--table", "0 131072 error"],
+        ["dmsetup", "resume", "nodeos-view-5b0e"],
+    ]
+    again = _Runs(table="0 131072 error")
+    md.MdMirrors(runner=again).block_view("5b0e", 64 * MIB)  # type: ignore[arg-type]
+    assert len(again.cmds) == 1  # already blocked: only looked at
+
+
+def test_a_leg_is_wiped_only_when_it_carries_a_superblock() -> None:
+    assert md.cmd_zero_superblock("/dev/vg/lv") == ["mdadm", "--zero-superblock", "/dev/vg/lv"]
+    with pytest.raises(BadInput) as e:
+        md.cmd_zero_superblock("vg/lv")
+    assert e.value.field == "device"
+    runs = _Runs(superblock=mn.mirror_uuid(mn.mirror_id_for(VOL)))
+    md.MdMirrors(runner=runs).wipe_member("/dev/vg/lv")  # type: ignore[arg-type]
+    assert runs.cmds[-1] == ["mdadm", "--zero-superblock", "/dev/vg/lv"]
+    bare = _Runs()
+    md.MdMirrors(runner=bare).wipe_member("/dev/vg/lv")  # type: ignore[arg-type]
+    assert [c[1] for c in bare.cmds] == ["--examine"]
+
+
+def test_legs_that_failed_or_vanished_are_removed_by_keyword(tmp_path: object) -> None:
+    from pathlib import Path
+
+    sys_block = Path(str(tmp_path))
+    mdd = sys_block / "md127" / "md"
+    mdd.mkdir(parents=True)
+    (mdd / "uuid").write_text(mn.mirror_uuid(mn.mirror_id_for(VOL)) + "\n")
+    (mdd / "array_state").write_text("clean\n")
+    (mdd / "raid_disks").write_text("2\n")
+    (sys_block / "md127" / "size").write_text("131072\n")
+    runs = _Runs()
+    mirrors = md.MdMirrors(sys_block=sys_block, runner=runs)  # type: ignore[arg-type]
+    spec = mirror(members=(str(sys_block / "lv"),), create=False)
+    gone = md.MirrorInfo(
+        mirror_id=spec.mirror_id,
+        device="/dev/md127",
+        size_bytes=64 * MIB,
+        degraded=True,
+        members=(md.MirrorMember(slot=None, device="/dev/nvme9n9", state="faulty"),),
+        array_state="clean",
+        sync_action="idle",
+    )
+    mirrors._reconcile_members(spec, gone)
+    assert runs.cmds[:2] == [
+        ["mdadm", "/dev/md127", "--remove", "failed"],
+        ["mdadm", "/dev/md127", "--remove", "detached"],
+    ]
+
+
+def test_a_revoked_host_whose_controller_outlives_fatal_is_cut_by_relinking(tmp_path: object) -> None:
+    import os
+    from pathlib import Path
+
+    from nodeos.dataplane.kernel.configfs import ConfigFs
+    from nodeos.dataplane.kernel.nvmet import Nvmet
+
+    root, dbg = Path(str(tmp_path)) / "cfg", Path(str(tmp_path)) / "dbg"
+    nqn = mn.replica_nqn(VOL, "2")
+    for d in (root / "subsystems" / nqn, root / "ports" / "1" / "subsystems", dbg / nqn / "ctrl1"):
+        d.mkdir(parents=True)
+    os.symlink(f"../../../subsystems/{nqn}", root / "ports" / "1" / "subsystems" / nqn)  # as first linked
+    (dbg / nqn / "ctrl1" / "hostnqn").write_text("nqn.old-primary\n")
+    (dbg / nqn / "ctrl1" / "state").write_text("live\n")
+    link = root / "ports" / "1" / "subsystems" / nqn
+    before = os.readlink(link)
+    n = Nvmet(ConfigFs(root), debugfs=dbg)
+    assert n.controllers(nqn)[0][1] == "nqn.old-primary"
+    n.disconnect_host(nqn, "nqn.old-primary", settle_s=0.1)
+    assert (dbg / nqn / "ctrl1" / "state").read_text() == "fatal"
+    # still listed after the fatal write: the subsystem was unlinked and linked again
+    assert os.path.exists(link) and os.readlink(link) != before

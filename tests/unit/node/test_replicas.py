@@ -101,3 +101,45 @@ def test_the_primary_attaches_its_secondaries_in_placement_order_at_their_storag
     m = replicas.mirror_spec(rec, ["/dev/lv", "/dev/nvme1n1", "/dev/nvme2n1"], create=True)
     assert m.size_bytes == 64 << 20 and m.data_offset_bytes == names.MIRROR_DATA_OFFSET
     assert replicas.lv_size(rec) == names.member_size_bytes(64 << 20)
+
+
+def test_a_fenced_node_exports_its_primary_front_end_inaccessible() -> None:
+    st = three_node_map()
+    hosts = {"nqn.2014-08.com.example:h": {"nqn": "nqn.2014-08.com.example:h"}}
+    prim = local(st, 2, "/dev/md/x")
+    assert model.export_spec(prim, LST, hosts).ana_state == "optimized"
+    fenced = model.export_spec(prim, LST, hosts, fenced=True)
+    assert (fenced.ana_state, fenced.ana_group) == ("inaccessible", names.ANA_GROUP_INACCESSIBLE)
+    assert fenced.device == "/dev/md/x"  # same namespace, only its ANA group moves
+    single = {**prim, "replicas": 1}
+    assert model.export_spec(single, LST, hosts, fenced=True).ana_state == "optimized"
+
+
+def test_the_primary_reports_each_leg_by_its_attached_device_with_rebuild_progress() -> None:
+    from nodeos.dataplane.base import MirrorInfo, MirrorMember, RemoteInfo
+    from nodeos.node.mirror_ops import leg_states
+
+    st = three_node_map()
+    st["volumes"][UUID]["primary"] = 1  # after a failover: node 1 holds md slot 1, not 0
+    prim = local(st, 1, "/dev/mapper/v")
+    info = MirrorInfo(
+        mirror_id=names.mirror_id_for(UUID),
+        device="/dev/md127",
+        size_bytes=64 << 20,
+        degraded=True,
+        members=(
+            MirrorMember(slot=0, device="/dev/nvme2n1", state="rebuilding", progress=0.25),
+            MirrorMember(slot=1, device="/dev/mapper/lv", state="in_sync"),
+            MirrorMember(slot=2, device="/dev/nvme1n1", state="in_sync"),
+        ),
+        array_state="clean",
+        sync_action="recover",
+    )
+    remotes = [
+        RemoteInfo(names.replica_nqn(UUID, "2"), None, "live", "/dev/nvme2n1", None),
+        RemoteInfo(names.replica_nqn(UUID, "3"), None, "live", "/dev/nvme1n1", None),
+    ]
+    assert leg_states(info, prim, remotes) == ({2: "syncing", 3: "in-sync"}, {2: 0.25})
+    assert leg_states(info, prim, remotes[1:]) == ({2: "failed", 3: "in-sync"}, {})
+    # without the remotes' devices: by placement slot (node 2 is slot 0, node 3 slot 2)
+    assert leg_states(info, prim) == ({2: "syncing", 3: "in-sync"}, {2: 0.25})
