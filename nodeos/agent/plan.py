@@ -254,7 +254,9 @@ def failover_step(st: dict[str, Any], w: dict[str, Any], have: dict[str, Any], m
         )
     if role == "primary":
         mine = ((st["reports"].get(me) or {}).get("replicas") or {}).get(w["uuid"]) or {}
-        members = {int(k): v for k, v in (mine.get("members") or {}).items()}
+        if "members" not in mine or int(mine.get("epoch") or 0) != epoch:
+            return None  # my mirror has not reported at this epoch yet (just promoted)
+        members = {int(k): v for k, v in mine["members"].items()}
         back = [n for n in others if replicas.node_up(st, n) and _reports_epoch(st, w, n)]
         lost = [n for n in back if members.get(n) in (None, "failed")]
         if lost:

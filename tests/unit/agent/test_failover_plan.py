@@ -137,13 +137,17 @@ def test_the_primary_rejoins_a_replica_that_came_back_at_its_epoch() -> None:
     st = fail_over(three_node_map(), 1, [1, 3])
     have = {"v": dict(ready(st, 1)["v"], **replicas.record_fields(st, st["volumes"][UUID], 1))}
     assert have["v"]["role"] == "primary"
-    report(st, 1, state="degraded", members={2: "failed", 3: "in-sync"})
+    report(st, 2, state="syncing", step=None, epoch=2)
     report(st, 3, state="syncing", step=None, epoch=2)
+    report(st, 1, state="in-sync", epoch=1)
+    assert steps(st, 1, have) == []  # my mirror has not reported at epoch 2 yet
+    report(st, 1, state="degraded", epoch=2, members={2: "failed", 3: "in-sync"})
+    report(st, 2, state="syncing", step=None, epoch=1)
     assert steps(st, 1, have) == []  # node 2 does not export at epoch 2 yet
     report(st, 2, state="syncing", step=None, epoch=2)
     ((op, data),) = steps(st, 1, have)
     assert op == "volume.rejoin" and data["attach"] == [2, 3] and data["rejoin"] == [2]
-    report(st, 1, state="degraded", members={2: "syncing", 3: "in-sync"}, progress={2: 0.5})
+    report(st, 1, state="degraded", epoch=2, members={2: "syncing", 3: "in-sync"}, progress={2: 0.5})
     assert steps(st, 1, have) == []
 
 
