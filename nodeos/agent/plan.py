@@ -254,12 +254,17 @@ def failover_step(st: dict[str, Any], w: dict[str, Any], have: dict[str, Any], m
         )
     if role == "primary":
         mine = ((st["reports"].get(me) or {}).get("replicas") or {}).get(w["uuid"]) or {}
-        if "members" not in mine or int(mine.get("epoch") or 0) != epoch:
+        if int(mine.get("epoch") or 0) != epoch:
             return None  # my mirror has not reported at this epoch yet (just promoted)
-        members = {int(k): v for k, v in mine["members"].items()}
         back = [n for n in others if replicas.node_up(st, n) and _reports_epoch(st, w, n)]
-        lost = [n for n in back if members.get(n) in (None, "failed")]
-        if lost:
+        if mine.get("state") == "failed":
+            lost = back  # my md is not assembled (after a restart): assemble it with them
+        elif "members" in mine:
+            members = {int(k): v for k, v in mine["members"].items()}
+            lost = [n for n in back if members.get(n) in (None, "failed")]
+        else:
+            return None
+        if lost or mine.get("state") == "failed":
             rec = dict(have, remotes=fields["remotes"])
             data = {"name": name, "me": me, "epoch": epoch, "attach": back, "rejoin": lost}
             return Step("volume.rejoin", name, data, rec, "volumes")

@@ -187,6 +187,8 @@ class MirrorOps:
             await self.ops.call("block_view", replicas.view_id(vol), size)
             await self.ops.call("stop_mirror", mid)
             self._log(vol, "mirror stopped")
+        else:
+            await self.ops.call("stop_mirror", mid)  # an inactive leftover would hold the LV
         crash.point("volume.demote:mirror-stopped")
         for spec in replicas.remote_specs(vol):
             await self.ops.call("detach_remote", spec.nqn)
@@ -212,7 +214,36 @@ class MirrorOps:
         crash.point("volume.rejoin:remotes-attached")
         info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False))
         self._log(vol, "legs reconciled: %s", ", ".join(f"{m.device}={m.state}" for m in info.members))
+        await self._front_on_mirror(vol, info.device)
         self._finish(d, vol)
+
+    async def _front_on_mirror(self, vol: dict[str, Any], md_device: str) -> None:
+        """The primary's front end on its (re)assembled md: through the view when it has one."""
+        if vol.get("device") == replicas.view_path(vol):
+            await self.ops.call("ensure_view", replicas.view_id(vol), md_device, 0, int(vol["size_bytes"]))
+        await self.ops.call("apply_export", self.ops.spec_for(vol))
+
+    async def restore(self, vol: dict[str, Any], current: bool = True) -> bool:
+        """After a restart (configfs and dm forget): a ready replica's objects again. A secondary:
+        replica export, view, front end. A primary only when its md runs (else the agent's rejoin
+        assembles it). `current` False: the map moved past this record's epoch; the agent's
+        retarget/demote does it (no export to a primary that is no more). False: nothing done."""
+        if not current and vol.get("role") == "primary":
+            return False
+        if vol.get("role") == "secondary":
+            if current:
+                spec = replicas.replica_spec(vol, int(vol["me"]), self.ops.listeners())
+                await self.ops.call("apply_export", spec)
+            size = int(vol["size_bytes"])
+            view = replicas.view_id(vol)
+            await self.ops.call("ensure_view", view, vol["lv_device"], names.MIRROR_DATA_OFFSET, size)
+            await self.ops.call("apply_export", self.ops.spec_for(vol))
+            return True
+        info = await self.ops.call("mirror_status", names.mirror_id_for(vol["uuid"]))
+        if info is None:
+            return False
+        await self._front_on_mirror(vol, info.device)
+        return True
 
     async def teardown(self, vol: dict[str, Any]) -> None:
         """Everything a replicated volume made besides its LV and front end (already removed)."""

@@ -188,6 +188,14 @@ class NodeService(NodeBase):
                     rep["missing"].append(v["name"])
                     continue
                 wanted.add(v["nqn"])
+                if int(v.get("replicas") or 1) > 1:
+                    try:  # one replicated volume's trouble does not hold up the others
+                        if await self.ops.mirrors.restore(v, current=self._epoch_current(v)):
+                            rep["exports_applied"] += 1
+                    except NodeosError as err:
+                        LOG.error("volume %s not restored: %s", v["name"], err.message)
+                        rep["errors"].append(f"{v['name']}: {err.message}")
+                    continue
                 await self.ops.call("apply_export", self.ops.spec_for(v))
                 rep["exports_applied"] += 1
             for e in await self.ops.call("list_exports"):
@@ -201,6 +209,12 @@ class NodeService(NodeBase):
             LOG.error("volumes missing from the data plane: %s", ", ".join(rep["missing"]))
         self.reconcile_report = rep
         return rep
+
+    def _epoch_current(self, v: dict[str, Any]) -> bool:
+        """The map has not moved the volume's primary past this record's epoch (unknown: True)."""
+        d = getattr(self.cluster, "driver", None)
+        mv = d.map.state["volumes"].get(v["uuid"]) if d is not None else None
+        return mv is None or int(mv.get("epoch") or 1) <= int(v.get("epoch") or 1)
 
     def status(self) -> dict[str, Any]:
         with self.store.read() as txn:

@@ -157,3 +157,16 @@ def _spec() -> Any:
     return ExportSpec(
         nqn="nqn.x:v", serial="s", pool_id="p", vol_id="v", uuid=UUID, nguid="0" * 32, listeners=()
     )
+
+
+def test_a_primary_whose_mirror_is_not_assembled_after_a_restart_assembles_it_again() -> None:
+    st = three_node_map()
+    have = ready(st, 2)
+    report(st, 1, state="syncing", step=None, epoch=1)
+    report(st, 3, state="syncing", step=None, epoch=1)
+    report(st, 2, state="failed", epoch=1, error="the mirror is not assembled")
+    ((op, data),) = steps(st, 2, have)
+    assert op == "volume.rejoin" and data["attach"] == [1, 3]
+    st["nodes"][3]["health"] = "down"
+    ((op, data),) = steps(st, 2, have)
+    assert op == "volume.rejoin" and data["attach"] == [1]
