@@ -70,6 +70,13 @@ class Leases:
     leader_since: float
     last: dict[int, float] = field(default_factory=dict)  # node -> last renewal received
     steady_since: dict[int, float] = field(default_factory=dict)  # start of its unbroken renewals
+    seen: dict[int, float] = field(default_factory=dict)  # when this leader first saw it a member
+    looked: bool = False  # members present at the first look count from leader_since
+
+    def observe(self, members: Any, now: float) -> None:
+        for nid in members:
+            self.seen.setdefault(nid, now if self.looked else self.leader_since)
+        self.looked = True
 
     def renewed(self, nid: int, now: float, timing: LeaseTiming) -> None:
         prev = self.last.get(nid)
@@ -78,7 +85,9 @@ class Leases:
         self.last[nid] = now
 
     def expired(self, nid: int, now: float, timing: LeaseTiming) -> bool:
-        since = max(self.last.get(nid, self.leader_since), self.leader_since)
+        # A member that joined after this leader took over gets a whole lease from then.
+        first = self.seen.get(nid, self.leader_since)
+        since = max(self.last.get(nid, self.leader_since), self.leader_since, first)
         return now - since > timing.down_after_s
 
     def steady(self, nid: int, now: float, timing: LeaseTiming) -> bool:
@@ -90,6 +99,7 @@ class Leases:
 
 def health_commands(st: dict[str, Any], leases: Leases, now: float, timing: LeaseTiming) -> list[Command]:
     out: list[Command] = []
+    leases.observe(st["nodes"], now)
     for nid in sorted(st["nodes"]):
         health = health_of(st, nid)
         if health == "up" and leases.expired(nid, now, timing):

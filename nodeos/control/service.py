@@ -60,6 +60,7 @@ class ControlService:
         self.ctx = ctx
         self.cluster: Any = None
         self.failover: Any = None
+        self.lease: Any = None
 
     # --- Service protocol -----------------------------------------------------------------
 
@@ -97,8 +98,23 @@ class ControlService:
         lease_s = float(self.ctx.config.get("lease_s") or LeaseTiming().lease_s)
         self.failover = FailoverLoop(self.cluster, LeaseTiming(lease_s))
         self.failover.start()
+        from nodeos.agent.lease import LeaseKeeper
+
+        self.lease = LeaseKeeper(self.cluster, self._fence, LeaseTiming(lease_s))
+        self.lease.start()
+
+    async def _fence(self, fenced: bool) -> list[str]:
+        """The node's primaries refuse I/O (fenced) or serve again; a node without a data
+        plane has nothing to fence."""
+        node = self.ctx.services.get("node")
+        set_fenced = getattr(node, "set_fenced", None)
+        if set_fenced is None or not getattr(node, "has_dataplane", False):
+            return []
+        return list(await set_fenced(fenced))
 
     async def stop(self) -> None:
+        if self.lease is not None:
+            await self.lease.stop()
         if self.failover is not None:
             await self.failover.stop()
         if self.cluster is not None:
@@ -114,6 +130,7 @@ class ControlService:
             "volumes": len(st["volumes"]),
             "snapshots": len(st["snapshots"]),
             "hosts": len(st["hosts"]),
+            "lease": self.lease.status() if self.lease is not None else None,
         }
 
     # --- plumbing -------------------------------------------------------------------------

@@ -61,6 +61,22 @@ def test_a_node_is_down_only_after_its_lease_and_a_new_leader_waits_a_whole_leas
     assert len(failover.decide(m.st, fresh, now + T.down_after_s + 0.01, T)) == 3
 
 
+def test_a_member_that_joins_later_gets_a_whole_lease() -> None:
+    m = cluster(2)
+    now = 100.0
+    ls = leases_all_renewing(now, 1, 2)
+    assert failover.decide(m.st, ls, now, T) == []
+    m.ok("add_node", node_id=3, name="s3")
+    ls.renewed(1, now + 3, T)
+    ls.renewed(2, now + 3, T)
+    assert failover.decide(m.st, ls, now + 3, T) == []  # first seen now, not 100 s late
+    assert failover.decide(m.st, ls, now + 3 + T.down_after_s - 0.01, T) == []
+    ls.renewed(1, now + 6, T)
+    ls.renewed(2, now + 6, T)
+    cmds = failover.decide(m.st, ls, now + 3 + T.down_after_s + 0.01, T)
+    assert [(a["node_id"], a["health"]) for _, a in cmds] == [(3, "down")]
+
+
 def test_a_node_comes_back_up_only_after_renewing_steadily() -> None:
     m = cluster(2)
     m.ok("node_health", node_id=2, health="down", reason="test")
