@@ -214,14 +214,18 @@ class MirrorOps:
         crash.point("volume.rejoin:remotes-attached")
         info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False))
         self._log(vol, "legs reconciled: %s", ", ".join(f"{m.device}={m.state}" for m in info.members))
-        await self._front_on_mirror(vol, info.device)
+        vol = await self._front_on_mirror(vol, info.device)
         self._finish(d, vol)
 
-    async def _front_on_mirror(self, vol: dict[str, Any], md_device: str) -> None:
-        """The primary's front end on its (re)assembled md: through the view when it has one."""
+    async def _front_on_mirror(self, vol: dict[str, Any], md_device: str) -> dict[str, Any]:
+        """The primary's front end on its (re)assembled md: through the view when it has one,
+        else on md itself (its kernel name may have changed). Returns the record as exported."""
         if vol.get("device") == replicas.view_path(vol):
             await self.ops.call("ensure_view", replicas.view_id(vol), md_device, 0, int(vol["size_bytes"]))
+        else:
+            vol = dict(vol, device=md_device)
         await self.ops.call("apply_export", self.ops.spec_for(vol))
+        return vol
 
     async def restore(self, vol: dict[str, Any], current: bool = True) -> bool:
         """After a restart (configfs and dm forget): a ready replica's objects again. A secondary:
