@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeos.cluster.failover_map import health_of, in_sync_of
+from nodeos.cluster.failover_map import handed_off, health_of, in_sync_of
 from nodeos.errors import BadInput
 
 DEFAULT_LEASE_S = 3.0
@@ -115,14 +115,45 @@ def health_commands(st: dict[str, Any], leases: Leases, now: float, timing: Leas
     return out
 
 
-def failover_target(st: dict[str, Any], vol: dict[str, Any]) -> int | None:
-    """The replica to promote: the first in-sync one, in placement order, on a node that is up."""
+def _draining(st: dict[str, Any], nid: int) -> bool:
+    return (st["nodes"].get(nid) or {}).get("state") == "draining"
+
+
+def failover_target(st: dict[str, Any], vol: dict[str, Any], planned: bool = False) -> int | None:
+    """The replica to promote: the first in-sync one, in placement order, on a node that is
+    up; one on a draining node only when nothing else is (and never for a planned move)."""
     cur = set(in_sync_of(vol))
-    for slot in vol["placement"]:
-        nid = slot["node"]
-        if nid != vol["primary"] and nid in cur and health_of(st, nid) == "up":
-            return int(nid)
-    return None
+    fits = [
+        int(s["node"])
+        for s in vol["placement"]
+        if s["node"] != vol["primary"] and s["node"] in cur and health_of(st, s["node"]) == "up"
+    ]
+    staying = [n for n in fits if not _draining(st, n)]
+    if staying:
+        return staying[0]
+    return None if planned or not fits else fits[0]
+
+
+def drain_commands(st: dict[str, Any]) -> list[Command]:
+    """Planned moves off draining nodes: hand off first, fail over once the old primary
+    confirmed it stopped serving (its report at the volume's epoch)."""
+    out: list[Command] = []
+    for uuid in sorted(st["volumes"]):
+        vol = st["volumes"][uuid]
+        prim = vol["primary"]
+        if int(vol.get("replicas") or 1) <= 1 or vol["state"] != "ready" or not _draining(st, prim):
+            continue
+        if health_of(st, prim) != "up":
+            continue  # the unplanned path takes it
+        ho = vol.get("handoff")
+        if ho is None or ho.get("epoch") != vol["epoch"]:
+            to = failover_target(st, vol, planned=True)
+            if to is not None:
+                out.append(("volume_handoff", {"uuid": uuid, "epoch": vol["epoch"], "to": to}))
+        elif handed_off(st, vol):
+            args = {"uuid": uuid, "epoch": vol["epoch"], "to": ho["to"], "reason": f"node {prim} drains"}
+            out.append(("volume_failover", args))
+    return out
 
 
 def failover_commands(st: dict[str, Any]) -> list[Command]:
@@ -143,7 +174,7 @@ def failover_commands(st: dict[str, Any]) -> list[Command]:
 
 def decide(st: dict[str, Any], leases: Leases, now: float, timing: LeaseTiming) -> list[Command]:
     """Health changes first: a failover is decided only on a `down` the map has applied."""
-    return health_commands(st, leases, now, timing) or failover_commands(st)
+    return health_commands(st, leases, now, timing) or failover_commands(st) or drain_commands(st)
 
 
 def unavailable(st: dict[str, Any]) -> list[str]:

@@ -145,6 +145,7 @@ def volume_failover_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     old = vol["primary"]
     vol["primary"] = to
     vol["epoch"] = epoch + 1
+    vol["handoff"] = None
     vol["in_sync"] = cur
     _drop_in_sync(st, vol, old, "it was the primary before the failover")
     drop_freezes_of(st, vol)
@@ -163,7 +164,41 @@ def volume_failover_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     return {"uuid": vol["uuid"], "name": vol["name"], "primary": to, "epoch": vol["epoch"]}
 
 
+def volume_handoff_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """A planned move (drain): ask the live primary to stop serving the volume at `epoch`
+    (front end inaccessible, writes drained) and say so; `volume_failover` follows once its
+    report confirms (`handed_off` == epoch), so two primaries never serve at once."""
+    uuid = args.get("uuid")
+    vol = st["volumes"].get(uuid) if isinstance(uuid, str) else None
+    if vol is None:
+        raise NotFound(f"volume {uuid!r} does not exist", field="uuid")
+    epoch, to = args.get("epoch"), args.get("to")
+    if epoch != vol["epoch"]:
+        msg = f"volume {vol['name']} is at epoch {vol['epoch']}, not {epoch!r}"
+        raise OperationFailed(msg, field="epoch")
+    cur = in_sync_of(vol)
+    if to == vol["primary"] or to not in cur or health_of(st, to) != "up":
+        raise OperationFailed(f"node {to!r} cannot take over {vol['name']}", field="to", allowed=cur)
+    vol["handoff"] = {"to": to, "epoch": epoch}
+    map_events.record(
+        st,
+        "handoff",
+        f"volume {vol['name']}: node {vol['primary']} hands the primary over to node {to} (planned)",
+        volume=vol["uuid"],
+        node=vol["primary"],
+        epoch=epoch,
+    )
+    return {"uuid": vol["uuid"], "name": vol["name"], "handoff": vol["handoff"]}
+
+
+def handed_off(st: dict[str, Any], vol: dict[str, Any]) -> bool:
+    """The primary's own report confirms it stopped serving the volume at its epoch."""
+    rep = ((st["reports"].get(vol["primary"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    return rep.get("handed_off") == vol["epoch"]
+
+
 HANDLERS = {
     "node_health": {1: node_health_v1},
     "volume_failover": {1: volume_failover_v1},
+    "volume_handoff": {1: volume_handoff_v1},
 }

@@ -48,6 +48,9 @@ class NodeService(NodeBase):
         self.cluster: Any = None
         self.agent: Any = None
         self.ops = Ops(self.store, self.dp, self._run_blocking, lambda: self._listeners, self._map_hosts)
+        # Start fenced: while this node was gone another may have become primary of its
+        # replicated volumes; the first granted lease renewal lifts it (nodeos/agent/lease.py).
+        self.ops.fenced = True
 
     async def _run_blocking(self, fn: Any, *args: Any) -> Any:
         assert self.ctx.run_blocking is not None

@@ -30,6 +30,7 @@ KINDS = (
     "node_up",
     "leader_changed",
     "failover",
+    "handoff",
     "rebuild_started",
     "rebuild_finished",
     "drive_failed",

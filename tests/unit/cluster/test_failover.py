@@ -182,3 +182,38 @@ def test_bad_health_and_failover_commands_change_nothing() -> None:
     m.ok("node_health", node_id=2, health="down")
     assert m.do("volume_failover", uuid=uuid, epoch=1, to=2)["error"]["field"] == "to"
     assert m.st["volumes"][uuid]["primary"] == 1
+
+
+def test_a_draining_primary_hands_off_first_and_fails_over_once_it_confirmed() -> None:
+    m = cluster(3)
+    uuid = create(m, "v", 1, 2, 3)
+    vol = ready(m, uuid, 1, 2, 3)
+    m.ok("node_set_state", node_id=2, state="draining")
+    m.ok("node_set_state", node_id=1, state="draining")
+    now = 10.0
+    ls = leases_all_renewing(now, 1, 2, 3)
+    # Never to another draining node: node 3, though node 2 comes first in placement.
+    assert failover.decide(m.st, ls, now, T) == [("volume_handoff", {"uuid": uuid, "epoch": 1, "to": 3})]
+    apply_all(m, failover.decide(m.st, ls, now, T))
+    assert vol["primary"] == 1 and vol["handoff"] == {"to": 3, "epoch": 1}
+    assert failover.decide(m.st, ls, now, T) == []  # waits for the primary to confirm
+    m.report(1, replicas={uuid: {"state": "in-sync", "epoch": 1, "handed_off": 0}})
+    assert failover.decide(m.st, ls, now, T) == []  # not at this epoch
+    m.report(1, replicas={uuid: {"state": "in-sync", "epoch": 1, "handed_off": 1}})
+    cmds = failover.decide(m.st, ls, now, T)
+    assert [(c, a["to"], a["epoch"]) for c, a in cmds] == [("volume_failover", 3, 1)]
+    apply_all(m, cmds)
+    assert (vol["primary"], vol["epoch"], vol["handoff"]) == (3, 2, None)
+    assert failover.decide(m.st, ls, now, T) == []
+
+
+def test_unplanned_failover_prefers_a_node_that_stays_and_takes_a_draining_one_if_alone() -> None:
+    m = cluster(3)
+    uuid = create(m, "v", 1, 2, 3)
+    ready(m, uuid, 1, 2, 3)
+    m.ok("node_set_state", node_id=2, state="draining")
+    m.ok("node_health", node_id=1, health="down")
+    assert failover.failover_target(m.st, m.st["volumes"][uuid]) == 3
+    m.ok("node_health", node_id=3, health="down")
+    assert failover.failover_target(m.st, m.st["volumes"][uuid]) == 2
+    assert failover.failover_target(m.st, m.st["volumes"][uuid], planned=True) is None
