@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from nodeos.agent import freeze
+from nodeos.agent import freeze, handoff
 from nodeos.agent.plan import Step, plan
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
@@ -57,6 +57,7 @@ class Agent:
         self._cap_dirty = True
         self.passes = 0
         self.freezer = freeze.Freezer()
+        self.handed_off: dict[str, int] = {}  # uuid -> epoch this node stopped serving at
 
     def start(self) -> None:
         # A snapshot rolled back by recovery lost its moment: report it failed (the map drops
@@ -120,6 +121,7 @@ class Agent:
                 retry |= await self._referrals(st, me)
                 # Freezes first: a thaw must never wait behind a step (a delete stops the mirror).
                 aborts = await self._freezes(st, me, recs[1])
+                await handoff.follow(self.node, st, me, recs[1], self.handed_off)
                 recs = self.node.records()
                 for step in plan(st, me, *recs, skip=set(self.errors)):
                     try:
@@ -304,6 +306,8 @@ class Agent:
         }
         if int(v.get("replicas") or 1) > 1:
             out["epoch"] = int(v.get("epoch") or 1)  # a new primary waits for its legs at its epoch
+            if self.handed_off.get(v["uuid"]) == out["epoch"]:
+                out["handed_off"] = out["epoch"]
             if self.freezer.frozen_for(v["uuid"]):
                 out["frozen"] = self.freezer.frozen_for(v["uuid"])
             if v.get("role") == "secondary" and usable:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 import click
@@ -9,7 +11,7 @@ import click
 from nodeos import validate
 from nodeos.cli.node import _client
 from nodeos.cli.output import command_runner, json_option, table
-from nodeos.errors import BadInput
+from nodeos.errors import BadInput, OperationFailed
 
 
 def _labels(d: dict[str, str]) -> str:
@@ -117,3 +119,67 @@ def node_label(ctx: click.Context, name: str, labels: tuple[str, ...], as_json: 
     check_labels(set_, remove)
     r = _client(ctx).call("node.label", {"node": name, "set": set_, "remove": remove})
     return r, f"node {name}: labels {_labels(r['labels'])}"
+
+
+def _await_drained(client: Any, name: str, timeout: float, as_json: bool) -> dict[str, Any]:
+    """Until no replicated volume has its primary on the node, showing what is left."""
+    tty = sys.stderr.isatty() and not as_json
+    deadline = time.monotonic() + timeout
+    shown = ""
+    try:
+        while True:
+            n = client.call("node.show", {"node": name})
+            left = n.get("primaries") or []
+            if not left:
+                return n
+            if time.monotonic() >= deadline:
+                raise OperationFailed(
+                    f"{name} still holds the primary of {', '.join(left)} after {timeout:.0f} s "
+                    "(a move waits for an in-sync replica on a node that is up and not draining)",
+                    field="node",
+                )
+            noun = "primary" if len(left) == 1 else "primaries"
+            line = f"drain {name}: {len(left)} {noun} to move: {', '.join(left)}"
+            if tty and line != shown:
+                click.echo("\r\033[K" + line, err=True, nl=False)
+                shown = line
+            time.sleep(0.5)
+    finally:
+        if tty and shown:
+            click.echo("\r\033[K", err=True, nl=False)
+
+
+@node.command("drain")
+@click.argument("name")
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until every primary moved.")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="How long to wait (s).")
+@json_option
+@click.pass_context
+@command_runner
+def node_drain(ctx: click.Context, name: str, wait: bool, timeout: float, as_json: bool) -> tuple[Any, Any]:
+    """Take NODE out of placement and move the primary of every replicated volume off it.
+
+    Each move is planned: the node's front end stops serving first, then an in-sync replica on
+    another node takes over (`nodeos events`: handoff, failover). Replicas stay on the node.
+    Running it again resumes; `undrain` brings the node back into placement."""
+    client = _client(ctx)
+    out = client.call("node.drain", {"node": name})
+    if wait:
+        out = dict(out, primaries=_await_drained(client, name, timeout, as_json).get("primaries"))
+
+    def human(o: dict[str, Any]) -> str:
+        return f"{name}: draining" + (
+            ", no primary left on it" if wait else " (moves go on in the background)"
+        )
+
+    return out, human
+
+
+@node.command("undrain")
+@click.argument("name")
+@json_option
+@click.pass_context
+@command_runner
+def node_undrain(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
+    """Bring NODE back into placement; planned moves off it that have not happened are withdrawn."""
+    return _client(ctx).call("node.undrain", {"node": name}), lambda o: f"{name}: active"

@@ -152,6 +152,7 @@ def drain_commands(st: dict[str, Any]) -> list[Command]:
                 out.append(("volume_handoff", {"uuid": uuid, "epoch": vol["epoch"], "to": to}))
         elif handed_off(st, vol):
             args = {"uuid": uuid, "epoch": vol["epoch"], "to": ho["to"], "reason": f"node {prim} drains"}
+            args["planned"] = True
             out.append(("volume_failover", args))
     return out
 

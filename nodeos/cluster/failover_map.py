@@ -142,6 +142,10 @@ def volume_failover_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         )
     if health_of(st, to) != "up":
         raise OperationFailed(f"node {to} is down", field="to")
+    ho = vol.get("handoff")
+    if args.get("planned") and (not ho or ho.get("epoch") != epoch or ho.get("to") != to):
+        # The handoff was withdrawn (undrain) and the old primary may serve again.
+        raise OperationFailed(f"the planned move of {vol['name']} was withdrawn", field="planned")
     old = vol["primary"]
     vol["primary"] = to
     vol["epoch"] = epoch + 1

@@ -127,6 +127,10 @@ def node_set_state_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     if state not in ("active", "draining"):
         raise BadInput(f"state {state!r} is not allowed", field="state", allowed=["active", "draining"])
     st["nodes"][nid]["state"] = state
+    if state == "active":
+        for vol in st["volumes"].values():  # undrained: planned moves not yet done are withdrawn
+            if vol["primary"] == nid and vol.get("handoff"):
+                vol["handoff"] = None
     return {"node_id": nid, "state": state}
 
 

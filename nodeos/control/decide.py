@@ -243,6 +243,11 @@ def node_label(st: dict[str, Any], p: dict[str, Any]) -> Command:
     return "node_label", {"node_id": nid, "set": p.get("set") or {}, "remove": p.get("remove") or []}
 
 
+def node_drain(st: dict[str, Any], p: dict[str, Any], drain: bool) -> Command:
+    nid = _node(st, p["node"], "node")
+    return "node_set_state", {"node_id": nid, "state": "draining" if drain else "active"}
+
+
 WRITES: dict[str, Callable[..., Command]] = {
     "pool.create": pool_create,
     "volume.create": volume_create,
@@ -253,6 +258,8 @@ WRITES: dict[str, Callable[..., Command]] = {
     "volume.grant": lambda st, p: volume_hosts(st, p, True),
     "volume.revoke": lambda st, p: volume_hosts(st, p, False),
     "node.label": lambda st, p: node_label(st, p),
+    "node.drain": lambda st, p: node_drain(st, p, True),
+    "node.undrain": lambda st, p: node_drain(st, p, False),
 }
 NEEDS_ID = {"pool.create", "volume.create", "volume.clone", "volume.snapshot"}
 

@@ -85,6 +85,8 @@ class ControlService:
             "node.list": self.reader("node.list"),
             "node.show": self.node_show,
             "node.label": self.node_label,
+            "node.drain": self.node_drain,
+            "node.undrain": self.node_undrain,
         }
 
     async def start(self) -> None:
@@ -488,6 +490,14 @@ class ControlService:
             raise BadInput("give at least one KEY=VALUE or KEY-", field="labels")
         check_labels(set_, remove)
         return await self._run("node.label", {"node": ref, "set": set_, "remove": remove})
+
+    async def node_drain(self, params: dict[str, Any]) -> dict[str, Any]:
+        ref = _param(params, "node")
+        return await self._run("node.drain", {"node": ref})
+
+    async def node_undrain(self, params: dict[str, Any]) -> dict[str, Any]:
+        ref = _param(params, "node")
+        return await self._run("node.undrain", {"node": ref})
 
 
 # --- reads at the leader (after the read barrier) --------------------------------------------

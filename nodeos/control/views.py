@@ -244,4 +244,9 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
         "drives": len(drives),
         "health": health,
         "replicas": sum(1 for v in st["volumes"].values() if any(s["node"] == nid for s in v["placement"])),
+        "primaries": sorted(
+            v["name"]
+            for v in st["volumes"].values()
+            if v["primary"] == nid and int(v.get("replicas") or 1) > 1
+        ),
     }

@@ -42,6 +42,7 @@ class Ops:
         self._hosts = hosts
         # This node lost its primary lease: every replicated front end is ANA inaccessible.
         self.fenced = False
+        self.handing_off: set[str] = set()  # volume uuids fenced for a planned handoff (agent/handoff.py)
         self.mirrors = MirrorOps(self)
         self.dp = dataplane
         self.run_blocking = run_blocking
@@ -105,7 +106,8 @@ class Ops:
         else:
             with self.store.read() as txn:
                 hosts = self.hosts(txn)
-        return model.export_spec(vol, self.listeners(), hosts, self.fenced)
+        fenced = self.fenced or vol.get("uuid") in self.handing_off
+        return model.export_spec(vol, self.listeners(), hosts, fenced)
 
     # --- the intent engine ------------------------------------------------------------
 

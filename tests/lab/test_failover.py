@@ -208,3 +208,36 @@ def test_secondary_powered_off_volume_runs_degraded_and_resyncs(lab: Lab, cluste
     sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
     assert len(set(sums.values())) == 1, sums
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
+
+
+def test_drain_moves_the_primary_during_io_and_undrain_brings_the_node_back(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    name = "fo2d"
+    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+    cluster["made"].append(name)
+    nodes = [r["node"] for r in vol["replicas"]]
+    prim, other = vol["primary"], next(n for n in nodes if n != vol["primary"])
+    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
+    dev = _connect(lab, vol, nodes)
+    _start_fio(lab, dev, "fo2d")
+    time.sleep(15)
+    try:
+        out = ok(lab, other, "node", "drain", prim, "--timeout", "600", timeout=900)
+        assert out["primaries"] == [], out
+        moved = _show(lab, other, name)
+        assert moved["primary"] == other and moved["epoch"] == vol["epoch"] + 1, moved
+        kinds = [e["kind"] for e in ok(lab, other, "events") if e.get("volume") == vol["uuid"]]
+        assert "handoff" in kinds and "failover" in kinds, kinds
+        job = _fio_result(lab, "fo2d")
+        assert job["error"] == 0, job.get("error")
+        print(f"\ndrain (planned move): longest I/O {_gap_s(job):.1f} s")
+    finally:
+        ok(lab, other, "node", "undrain", prim)
+    assert next(n for n in ok(lab, other, "node", "list") if n["name"] == prim)["state"] == "active"
+    back = _wait("the volume healthy again", lambda: _healthy(lab, other, name, nodes), timeout=900, every=5)
+    assert back["primary"] == other
+    lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+    sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
+    assert len(set(sums.values())) == 1, sums
+    lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)

@@ -217,3 +217,27 @@ def test_unplanned_failover_prefers_a_node_that_stays_and_takes_a_draining_one_i
     m.ok("node_health", node_id=3, health="down")
     assert failover.failover_target(m.st, m.st["volumes"][uuid]) == 2
     assert failover.failover_target(m.st, m.st["volumes"][uuid], planned=True) is None
+
+
+def test_undrain_withdraws_a_pending_handoff_and_a_late_planned_failover_is_refused() -> None:
+    m = cluster(2)
+    uuid = create(m, "v", 1, 2)
+    vol = ready(m, uuid, 1, 2)
+    m.ok("node_set_state", node_id=1, state="draining")
+    ls = leases_all_renewing(10.0, 1, 2)
+    apply_all(m, failover.decide(m.st, ls, 10.0, T))
+    m.report(1, replicas={uuid: {"state": "in-sync", "epoch": 1, "handed_off": 1}})
+    late = failover.decide(m.st, ls, 10.0, T)  # decided before the undrain below commits
+    m.ok("node_set_state", node_id=1, state="active")
+    assert vol["handoff"] is None
+    out = m.do(late[0][0], **late[0][1])
+    assert out["error"]["field"] == "planned" and vol["primary"] == 1 and vol["epoch"] == 1
+    # The agent side: the old primary is no longer asked to stop serving.
+    from nodeos.agent import handoff
+
+    recs = {"v": {"uuid": uuid, "name": "v", "role": "primary", "state": "ready", "epoch": 1}}
+    assert handoff.wanted(m.st, 1, recs) == {}
+    m.ok("node_set_state", node_id=1, state="draining")
+    apply_all(m, failover.decide(m.st, ls, 10.0, T))
+    assert handoff.wanted(m.st, 1, recs) == {uuid: 1}
+    assert handoff.wanted(m.st, 2, recs) == {}  # only the primary itself hands off
