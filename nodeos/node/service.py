@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 from nodeos.daemon.service import DaemonContext, Handler
@@ -25,6 +26,7 @@ RETRY_INTERVAL_S = 30.0
 STARTUP_RECONCILE_TRIES = 12
 STARTUP_RECONCILE_PAUSE_S = 5.0
 MAP_CATCH_UP_S = 30.0
+FENCE_REASSERT_S = 2.0
 
 
 def create_service(ctx: DaemonContext) -> NodeService:
@@ -45,6 +47,7 @@ class NodeService(NodeBase):
         self.reconcile_report: dict[str, Any] = {}
         self._retry_task: asyncio.Task[None] | None = None
         self._fence_pending: set[str] = set()  # volumes a fence change could not reach yet
+        self._fence_at = 0.0  # when the fence was last (re)applied
         self.cluster: Any = None
         self.agent: Any = None
         self.ops = Ops(self.store, self.dp, self._run_blocking, lambda: self._listeners, self._map_hosts)
@@ -255,9 +258,14 @@ class NodeService(NodeBase):
         Non-replicated volumes are never fenced. Cheap when nothing changes (called often); not
         behind the node lock (a fence must not wait for a step), but data plane calls are
         serialized in the worker thread. Returns the volumes whose export changed."""
-        if fenced == self.ops.fenced and not self._fence_pending:
+        # While fenced, re-applied every FENCE_REASSERT_S: an export the worker thread had
+        # already built unfenced when the fence came may have landed after it.
+        reassert = fenced and time.monotonic() - self._fence_at >= FENCE_REASSERT_S
+        if fenced == self.ops.fenced and not self._fence_pending and not reassert:
             return []
+        was = self.ops.fenced
         self.ops.fenced = fenced
+        self._fence_at = time.monotonic()
         if not self.has_dataplane:
             return []
         changed: list[str] = []
@@ -266,17 +274,21 @@ class NodeService(NodeBase):
             if v.get("role") != "primary" or v["state"] != "ready" or int(v.get("replicas") or 1) <= 1:
                 continue
             try:
-                await self.ops.call("apply_export", self.ops.spec_for(v))
+                spec = self.ops.spec_for(v)
+                if fenced and self.dp is not None:
+                    # Not queued behind a long data plane call (an attach can take a minute):
+                    # the fence must land before the leader may call this node down.
+                    await asyncio.to_thread(self.dp.apply_export, spec)
+                else:
+                    await self.ops.call("apply_export", spec)
                 changed.append(name)
-                LOG.info(
-                    "volume %s epoch %s: front end %s",
-                    name,
-                    v.get("epoch"),
-                    "inaccessible (fenced)" if fenced else "optimized (fence lifted)",
-                )
-            except NodeosError as err:
+                if was != fenced or name in self._fence_pending:
+                    how = "inaccessible (fenced)" if fenced else "optimized (fence lifted)"
+                    LOG.info("volume %s epoch %s: front end %s", name, v.get("epoch"), how)
+            except Exception as err:  # the off-queue call raises foreign errors too
                 pending.add(name)
-                LOG.error("volume %s: fence %s not applied: %s", name, "on" if fenced else "off", err.message)
+                why = err.message if isinstance(err, NodeosError) else f"{type(err).__name__}: {err}"
+                LOG.error("volume %s: fence %s not applied: %s", name, "on" if fenced else "off", why)
         self._fence_pending = pending
         return changed
 
