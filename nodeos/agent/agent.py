@@ -58,6 +58,7 @@ class Agent:
         self.passes = 0
         self.freezer = freeze.Freezer()
         self.handed_off: dict[str, int] = {}  # uuid -> epoch this node stopped serving at
+        self._rebuild_applied: tuple[Any, ...] | None = None
 
     def start(self) -> None:
         # A snapshot rolled back by recovery lost its moment: report it failed (the map drops
@@ -122,6 +123,7 @@ class Agent:
                 # Freezes first: a thaw must never wait behind a step (a delete stops the mirror).
                 aborts = await self._freezes(st, me, recs[1])
                 await handoff.follow(self.node, st, me, recs[1], self.handed_off)
+                retry |= await self._rebuild_limit(st, me)
                 recs = self.node.records()
                 for step in plan(st, me, *recs, skip=set(self.errors)):
                     try:
@@ -188,6 +190,20 @@ class Agent:
                         "uuid": snap["uuid"],
                     }
         return aborts
+
+    async def _rebuild_limit(self, st: dict[str, Any], me: int) -> bool:
+        """Apply the node's rebuild cap from the map when it changed (changeable at run time)."""
+        mbps = (st["nodes"].get(me) or {}).get("rebuild_mbps")
+        if self._rebuild_applied == (mbps,) or not hasattr(self.node.dp, "set_rebuild_limit"):
+            return False
+        try:
+            await self.node.ops.call("set_rebuild_limit", None if mbps is None else int(mbps) * 1000)
+        except NodeosError as err:
+            LOG.warning("rebuild limit %s MB/s not applied: %s", mbps, err.message)
+            return True
+        LOG.info("rebuild limit: %s", f"{mbps} MB/s" if mbps is not None else "data plane default")
+        self._rebuild_applied = (mbps,)
+        return False
 
     async def _abort_snapshot(self, snap: str, reason: str) -> None:
         """Ask the leader to drop a snapshot whose freeze lasts too long (retried each pass)."""

@@ -72,6 +72,11 @@ def node_show(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
             f"capacity   {_size(n.get('capacity_bytes'))}   free {_size(n.get('free_bytes'))}",
             f"health     {n['health']}",
             f"replicas   {n['replicas']}",
+            f"primaries  {', '.join(n.get('primaries') or []) or '-'}",
+            f"lease      {n.get('lease', 'up')}",
+            f"rebuilds   capped at {n['rebuild_mbps']} MB/s"
+            if n.get("rebuild_mbps")
+            else "rebuilds   data plane default cap",
         ]
         for p in n.get("pool_list") or []:
             lines.append(
@@ -183,3 +188,27 @@ def node_drain(ctx: click.Context, name: str, wait: bool, timeout: float, as_jso
 def node_undrain(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
     """Bring NODE back into placement; planned moves off it that have not happened are withdrawn."""
     return _client(ctx).call("node.undrain", {"node": name}), lambda o: f"{name}: active"
+
+
+@node.command("rebuild-limit")
+@click.argument("name")
+@click.argument("mbps")
+@json_option
+@click.pass_context
+@command_runner
+def node_rebuild_limit(ctx: click.Context, name: str, mbps: str, as_json: bool) -> tuple[Any, Any]:
+    """Cap NODE's replica rebuilds at MBPS MB/s (1-100000), or `default`; applies at once,
+    also to rebuilds running now."""
+    if mbps == "default":
+        value: int | None = None
+    else:
+        try:
+            value = int(mbps)
+        except ValueError:
+            raise BadInput(
+                f"rebuild limit {mbps!r} is not a number of MB/s",
+                field="rebuild_mbps",
+                allowed="1-100000 or default",
+            ) from None
+    out = _client(ctx).call("node.rebuild_limit", {"node": name, "mbps": value})
+    return out, lambda o: f"{name}: rebuilds capped at " + (f"{value} MB/s" if value else "the default")

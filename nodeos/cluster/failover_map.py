@@ -201,7 +201,27 @@ def handed_off(st: dict[str, Any], vol: dict[str, Any]) -> bool:
     return rep.get("handed_off") == vol["epoch"]
 
 
+REBUILD_MBPS_MAX = 100_000
+
+
+def node_rebuild_limit_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Cap a node's mirror rebuilds in MB/s (None: the data plane's default); its agent applies it."""
+    nid = args.get("node_id")
+    if type(nid) is not int or nid not in st["nodes"]:
+        raise NotFound(f"node {nid!r} is not a member", field="node_id")
+    mbps = args.get("mbps")
+    if mbps is not None and (type(mbps) is not int or not 1 <= mbps <= REBUILD_MBPS_MAX):
+        raise BadInput(
+            f"rebuild limit {mbps!r} MB/s is out of range",
+            field="rebuild_mbps",
+            allowed=f"1-{REBUILD_MBPS_MAX}",
+        )
+    st["nodes"][nid]["rebuild_mbps"] = mbps
+    return {"node_id": nid, "rebuild_mbps": mbps}
+
+
 HANDLERS = {
+    "node_rebuild_limit": {1: node_rebuild_limit_v1},
     "node_health": {1: node_health_v1},
     "volume_failover": {1: volume_failover_v1},
     "volume_handoff": {1: volume_handoff_v1},

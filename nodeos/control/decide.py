@@ -248,6 +248,11 @@ def node_drain(st: dict[str, Any], p: dict[str, Any], drain: bool) -> Command:
     return "node_set_state", {"node_id": nid, "state": "draining" if drain else "active"}
 
 
+def node_rebuild_limit(st: dict[str, Any], p: dict[str, Any]) -> Command:
+    nid = _node(st, p["node"], "node")
+    return "node_rebuild_limit", {"node_id": nid, "mbps": p.get("mbps")}
+
+
 WRITES: dict[str, Callable[..., Command]] = {
     "pool.create": pool_create,
     "volume.create": volume_create,
@@ -260,6 +265,7 @@ WRITES: dict[str, Callable[..., Command]] = {
     "node.label": lambda st, p: node_label(st, p),
     "node.drain": lambda st, p: node_drain(st, p, True),
     "node.undrain": lambda st, p: node_drain(st, p, False),
+    "node.rebuild_limit": node_rebuild_limit,
 }
 NEEDS_ID = {"pool.create", "volume.create", "volume.clone", "volume.snapshot"}
 

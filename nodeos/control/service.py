@@ -87,6 +87,7 @@ class ControlService:
             "node.label": self.node_label,
             "node.drain": self.node_drain,
             "node.undrain": self.node_undrain,
+            "node.rebuild_limit": self.node_rebuild_limit,
         }
 
     async def start(self) -> None:
@@ -494,6 +495,15 @@ class ControlService:
     async def node_drain(self, params: dict[str, Any]) -> dict[str, Any]:
         ref = _param(params, "node")
         return await self._run("node.drain", {"node": ref})
+
+    async def node_rebuild_limit(self, params: dict[str, Any]) -> dict[str, Any]:
+        ref = _param(params, "node")
+        mbps = params.get("mbps")
+        if mbps is not None and (type(mbps) is not int or not 1 <= mbps <= 100_000):
+            raise BadInput(
+                f"rebuild limit {mbps!r} MB/s is out of range", field="rebuild_mbps", allowed="1-100000"
+            )
+        return await self._run("node.rebuild_limit", {"node": ref, "mbps": mbps})
 
     async def node_undrain(self, params: dict[str, Any]) -> dict[str, Any]:
         ref = _param(params, "node")

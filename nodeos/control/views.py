@@ -236,7 +236,10 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
         "role": n.get("role"),
         "raft": (raft or {}).get(nid, "none"),
         "state": n.get("state", "active"),
-        "lease": health_of(st, nid),  # down: its lease ran out (nodeos/cluster/failover.py)
+        "lease": health_of(st, nid),
+        "rebuild_mbps": n.get(
+            "rebuild_mbps"
+        ),  # None: the data plane's default  # down: its lease ran out (nodeos/cluster/failover.py)
         "dataplane": dp.get("name"),
         "capacity_bytes": sum(int(p["size_bytes"] or 0) for p in pools),
         "free_bytes": sum(int(p["free_bytes"] or 0) for p in pools),

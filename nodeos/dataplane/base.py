@@ -234,6 +234,10 @@ class DataPlane(Protocol):
         """Zero a stopped leg's md superblock so it only ever comes back by a full copy."""
         ...
 
+    def set_rebuild_limit(self, kib_per_s: int | None) -> None:
+        """Cap the node's mirror rebuilds (KiB/s, all arrays together); None: the default."""
+        ...
+
     def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
         """Make `port` a discovery port whose log page refers to exactly `referrals` (the other
         storage nodes' discovery ports)."""

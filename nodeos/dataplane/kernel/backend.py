@@ -406,6 +406,9 @@ class KernelDataPlane:
     def wipe_mirror_member(self, device: str) -> None:
         self.mirrors.wipe_member(device)
 
+    def set_rebuild_limit(self, kib_per_s: int | None) -> None:
+        self.mirrors.set_rebuild_limit(kib_per_s)
+
     def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
         check_listener(port)
         for r in referrals:

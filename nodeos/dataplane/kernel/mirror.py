@@ -32,6 +32,8 @@ from nodeos.dataplane.mirror_names import (
 from nodeos.errors import BadInput, EnvironmentProblem, NotFound, OperationFailed
 
 MD_DIR = Path("/dev/md")
+RAID_SPEED_MAX = Path("/proc/sys/dev/raid/speed_limit_max")
+RAID_SPEED_DEFAULT_KIB = 200_000  # the kernel's own default
 SYS_BLOCK = Path("/sys/block")
 MAX_MEMBERS = 8
 SECTOR = 512
@@ -336,6 +338,17 @@ class MdMirrors:
             if info is not None:
                 out.append(info)
         return out
+
+    def set_rebuild_limit(self, kib_per_s: int | None, path: Path = RAID_SPEED_MAX) -> None:
+        """md's resync/recovery cap for the whole node (md slows further under other I/O,
+        down to speed_limit_min); read back so a refused value shows."""
+        want = RAID_SPEED_DEFAULT_KIB if kib_per_s is None else int(kib_per_s)
+        if want <= 0:
+            raise BadInput("the rebuild limit must be positive", field="rebuild_mbps")
+        path.write_text(f"{want}\n")
+        got = _read(path)
+        if got != str(want):
+            raise OperationFailed(f"{path} reads {got!r} after writing {want}", field="rebuild_mbps")
 
     def stop(self, mirror_id: str) -> None:
         check_mirror_id(mirror_id)

@@ -241,3 +241,23 @@ def test_undrain_withdraws_a_pending_handoff_and_a_late_planned_failover_is_refu
     apply_all(m, failover.decide(m.st, ls, 10.0, T))
     assert handoff.wanted(m.st, 1, recs) == {uuid: 1}
     assert handoff.wanted(m.st, 2, recs) == {}  # only the primary itself hands off
+
+
+def test_rebuild_limit_is_kept_per_node_and_bad_values_change_nothing(tmp_path: Any) -> None:
+    m = cluster(2)
+    m.ok("node_rebuild_limit", node_id=2, mbps=50)
+    assert m.st["nodes"][2]["rebuild_mbps"] == 50 and "rebuild_mbps" not in m.st["nodes"][1]
+    for bad in (0, -1, 10**6, "fast", 1.5, True):
+        assert m.do("node_rebuild_limit", node_id=2, mbps=bad)["error"]["field"] == "rebuild_mbps"
+    assert m.st["nodes"][2]["rebuild_mbps"] == 50
+    m.ok("node_rebuild_limit", node_id=2, mbps=None)
+    assert m.st["nodes"][2]["rebuild_mbps"] is None
+    # The kernel side: md's node-wide cap, in KiB/s, read back.
+    from nodeos.dataplane.kernel.mirror import RAID_SPEED_DEFAULT_KIB, MdMirrors
+
+    f = tmp_path / "speed_limit_max"
+    f.write_text("200000\n")
+    MdMirrors().set_rebuild_limit(50_000, f)
+    assert f.read_text().strip() == "50000"
+    MdMirrors().set_rebuild_limit(None, f)
+    assert f.read_text().strip() == str(RAID_SPEED_DEFAULT_KIB)
