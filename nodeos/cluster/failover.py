@@ -16,7 +16,10 @@ applied, so nothing is decided twice):
   steadily for `up_after_s` (hysteresis: a node that renews in fits does not flap);
 - `volume_failover` for a replicated volume whose primary is down, to the first in-sync
   replica (placement order) on a node that is up. With no such replica the volume waits
-  for its last in-sync replica to return: a stale copy is never promoted.
+  for its last in-sync replica to return: a stale copy is never promoted;
+- planned moves off draining nodes (`volume_handoff`, then `volume_failover`);
+- `volume_replace_replica` for a secondary lost past a grace, on a failed pool or drive, or on
+  a draining node (nodeos/cluster/replace.py), once nothing above is left to do.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeos.cluster.failover_map import handed_off, health_of, in_sync_of
+from nodeos.cluster.replace import Refusals, ReplacePolicy, replace_commands, track_down
 from nodeos.errors import BadInput
 
 DEFAULT_LEASE_S = 3.0
@@ -72,6 +76,8 @@ class Leases:
     steady_since: dict[int, float] = field(default_factory=dict)  # start of its unbroken renewals
     seen: dict[int, float] = field(default_factory=dict)  # when this leader first saw it a member
     looked: bool = False  # members present at the first look count from leader_since
+    down_since: dict[int, float] = field(default_factory=dict)  # when this leader first saw it down
+    refused: Refusals = field(default_factory=dict)  # replicas a re-placement found no room for
 
     def observe(self, members: Any, now: float) -> None:
         for nid in members:
@@ -173,9 +179,21 @@ def failover_commands(st: dict[str, Any]) -> list[Command]:
     return out
 
 
-def decide(st: dict[str, Any], leases: Leases, now: float, timing: LeaseTiming) -> list[Command]:
-    """Health changes first: a failover is decided only on a `down` the map has applied."""
-    return health_commands(st, leases, now, timing) or failover_commands(st) or drain_commands(st)
+def decide(
+    st: dict[str, Any],
+    leases: Leases,
+    now: float,
+    timing: LeaseTiming,
+    policy: ReplacePolicy = ReplacePolicy(),  # noqa: B008 (frozen)
+) -> list[Command]:
+    """Health changes first: a failover is decided only on a `down` the map has applied;
+    re-placements last, only once no primary is left to move."""
+    track_down(st, leases.down_since, now)
+    out = health_commands(st, leases, now, timing) or failover_commands(st) or drain_commands(st)
+    if out:
+        return out
+    out, leases.refused = replace_commands(st, leases.down_since, now, policy)
+    return out
 
 
 def unavailable(st: dict[str, Any]) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from nodeos.cluster import events as map_events
-from nodeos.cluster import failover_map, secretroll, snapshot_map, storage_import, storage_map
+from nodeos.cluster import failover_map, replace_map, secretroll, snapshot_map, storage_import, storage_map
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 
 # 2: storage sections (storage_map.SECTIONS) and node labels/state. A version-1 snapshot is
@@ -357,6 +357,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     **storage_map.HANDLERS,
     **snapshot_map.HANDLERS,
     **failover_map.HANDLERS,
+    **replace_map.HANDLERS,
     **storage_import.HANDLERS,
 }
 map_events.register(HANDLERS)

@@ -47,6 +47,7 @@ KINDS = (
     "replica_failed",
     "replica_in_sync",
     "replica_out_of_sync",
+    "replica_replaced",
     "pool_created",
     "pool_failed",
     "pool_deleted",
