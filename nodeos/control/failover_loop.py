@@ -21,6 +21,7 @@ from nodeos.cluster.failover_map import health_of
 from nodeos.cluster.leader_ops import int_param
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.raft import StateRole
+from nodeos.cluster.replace import ReplacePolicy
 from nodeos.errors import NodeosError, NotFound
 
 LOG = logging.getLogger("nodeosd.failover")
@@ -29,9 +30,13 @@ PROPOSE_TIMEOUT_S = 5.0
 
 
 class FailoverLoop:
-    def __init__(self, cluster: Any, timing: failover.LeaseTiming) -> None:
+    def __init__(
+        self, cluster: Any, timing: failover.LeaseTiming, policy: ReplacePolicy | None = None
+    ) -> None:
         self.cluster = cluster
         self.timing = timing
+        self.policy = policy or ReplacePolicy()
+        self._refused: set[tuple[str, int]] = set()  # re-placements refused, logged once each
         self.leases: failover.Leases | None = None
         self._term: int | None = None
         self._task: asyncio.Task[None] | None = None
@@ -83,7 +88,11 @@ class FailoverLoop:
         if leases is None:
             return
         st = d.map.state
-        for cmd, args in failover.decide(st, leases, time.monotonic(), self.timing):
+        cmds = failover.decide(st, leases, time.monotonic(), self.timing, self.policy)
+        for key in sorted(set(leases.refused) - self._refused):
+            LOG.warning("no place to re-place a replica: %s", leases.refused[key])
+        self._refused = set(leases.refused)  # one that found room and is refused again is logged again
+        for cmd, args in cmds:
             LOG.warning("failover controller: %s %s", cmd, args)
             try:
                 await d.propose(encode_command(cmd, args), PROPOSE_TIMEOUT_S)

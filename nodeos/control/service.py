@@ -96,10 +96,12 @@ class ControlService:
             raise OperationFailed("the control plane needs the cluster service", field="cluster")
         self.cluster.leader_handlers["control"] = self._at_leader
         from nodeos.cluster.failover import LeaseTiming
+        from nodeos.cluster.replace import DEFAULT_REPLACE_AFTER_S, ReplacePolicy
         from nodeos.control.failover_loop import FailoverLoop
 
         lease_s = float(self.ctx.config.get("lease_s") or LeaseTiming().lease_s)
-        self.failover = FailoverLoop(self.cluster, LeaseTiming(lease_s))
+        after_s = float(self.ctx.config.get("replace_after_s") or DEFAULT_REPLACE_AFTER_S)
+        self.failover = FailoverLoop(self.cluster, LeaseTiming(lease_s), ReplacePolicy(after_s=after_s))
         self.failover.start()
         from nodeos.agent.lease import LeaseKeeper
 

@@ -15,6 +15,8 @@ Keys (file) / flags:
   net_config       --net-config       the network profile to sample for metrics (unset: none)
   lease_s                             3.0: a primary's lease (1-60 s); the leader's value rules
                                       (docs/operations.md, "Failover")
+  replace_after_s                     600: a replica whose node is down this long is re-placed
+                                      elsewhere and copied in full (1-604800 s; the leader's rules)
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Config:
     metrics_volume_labels_max: int = 1000
     net_config: str | None = None
     lease_s: float = 3.0
+    replace_after_s: float = 600.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +115,9 @@ def check(cfg: Config) -> None:
     lease = cfg.lease_s
     if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 1 <= lease <= 60:
         raise BadInput("lease_s must be a number of seconds in [1, 60]", field="lease_s", allowed="1-60")
+    from nodeos.cluster.replace import ReplacePolicy
+
+    ReplacePolicy(after_s=cfg.replace_after_s)  # BadInput names replace_after_s
     n = cfg.metrics_volume_labels_max
     if type(n) is not int or not 0 <= n <= 100_000:
         raise BadInput(

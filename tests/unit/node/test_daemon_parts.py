@@ -88,6 +88,7 @@ def test_config_file_then_flags(tmp_path: Path) -> None:
         ("api_socket = '" + "/x" * 60 + "'\n", "api_socket"),
         ("log_level = 'loud'\n", "log_level"),
         ("storage_address = ['1.2.3']\n", "storage_address"),
+        ("replace_after_s = 0\n", "replace_after_s"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path: Path, text: str, field: str) -> None:
