@@ -90,6 +90,8 @@ def plan(
     for name, v in vols.items():
         w = want_vols.get(name)
         if v["state"] != "deleting" and (w is None or w["uuid"] != v["uuid"] or w["state"] == "deleting"):
+            if _leg_in_use(st, v, me):
+                continue  # re-placed elsewhere: the primary drops my leg from its mirror first
             steps.append(Step("volume.delete", name, {"name": name}, dict(v, state="deleting"), "volumes"))
 
     # 2. pools the map wants
@@ -114,12 +116,15 @@ def plan(
         if have is not None and have["uuid"] != w["uuid"]:
             continue  # the old one is deleted first (step 1); created on the next pass
         if have is None:
-            if w["state"] != "creating" or (
+            # A ready volume gets a new replica here when one was re-placed onto this node: a
+            # plain new LV (a clone's too), copied in full by the primary's mirror.
+            placed = w["state"] == "ready" and replicas.replicated(w) and w["primary"] != me
+            if (w["state"] != "creating" and not placed) or (
                 _slot(w, me)["pool_id"] not in {p["pool_id"] for p in pools.values()}
             ):
                 continue  # the pool is not there yet
             rec = local_volume(st, w, me)
-            if w["kind"] == "clone":
+            if w["kind"] == "clone" and not placed:
                 snap = st["snapshots"].get(w.get("origin_uuid") or "")
                 if snap is None:
                     continue
@@ -214,6 +219,21 @@ def plan(
     return steps
 
 
+def _leg_in_use(st: dict[str, Any], rec: dict[str, Any], me: int) -> bool:
+    """My replica of a volume that lives on without me (re-placed) is still a leg of its primary's
+    mirror, as the primary's report at the volume's epoch says: tearing my export down first
+    would stall the volume's writes until the primary gives up on it (pitfall 25)."""
+    vol = st["volumes"].get(rec.get("uuid") or "")
+    if vol is None or vol["state"] == "deleting" or vol["primary"] == me or not replicas.replicated(vol):
+        return False
+    if any(s["node"] == me for s in vol["placement"]) or not replicas.node_up(st, vol["primary"]):
+        return False
+    rep = ((st["reports"].get(vol["primary"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    if int(rep.get("epoch") or 0) != int(vol["epoch"]):
+        return False
+    return any(int(n) == me for n in rep.get("members") or {})
+
+
 def _reports_epoch(st: dict[str, Any], vol: dict[str, Any], nid: int) -> bool:
     """`nid` exports its replica at the map's epoch (to the map's primary) and is done with it."""
     rep = ((st["reports"].get(nid) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
@@ -257,16 +277,21 @@ def failover_step(st: dict[str, Any], w: dict[str, Any], have: dict[str, Any], m
         if int(mine.get("epoch") or 0) != epoch:
             return None  # my mirror has not reported at this epoch yet (just promoted)
         back = [n for n in others if replicas.node_up(st, n) and _reports_epoch(st, w, n)]
+        # Replicas re-placed elsewhere: their legs leave my mirror, then their remotes go.
+        gone = sorted({int(r["node"]) for r in have.get("remotes") or []} - set(others))
+        gone = sorted({*gone, *(int(n) for n in have.get("gone") or [])})
         if mine.get("state") == "failed":
             lost = back  # my md is not assembled (after a restart): assemble it with them
         elif "members" in mine:
             members = {int(k): v for k, v in mine["members"].items()}
             lost = [n for n in back if members.get(n) in (None, "failed")]
+        elif gone:
+            lost = []
         else:
             return None
-        if lost or mine.get("state") == "failed":
-            rec = dict(have, remotes=fields["remotes"])
-            data = {"name": name, "me": me, "epoch": epoch, "attach": back, "rejoin": lost}
+        if lost or gone or mine.get("state") == "failed":
+            rec = dict(have, remotes=fields["remotes"], gone=gone)
+            data = {"name": name, "me": me, "epoch": epoch, "attach": back, "rejoin": lost, "detach": gone}
             return Step("volume.rejoin", name, data, rec, "volumes")
     return None
 

@@ -17,7 +17,9 @@ volume.promote (the new primary): unexport my replica (drops the old primary's c
 volume.demote (the old primary): ANA inaccessible first, front end onto the view, view ->
   `error`, stop md, detach the replicas, wipe my leg's superblock (it may hold writes the others
   never got: it comes back by a full copy), export it as the new primary's replica, view -> LV.
-volume.rejoin (the primary): attach replicas that came back and re-add their legs.
+volume.rejoin (the primary): attach replicas that came back and re-add their legs; a replica
+  new to the placement (re-placed onto another node) is added in full (its LV carries no md
+  superblock); the legs of replicas re-placed away (`gone`) leave md, then their remotes go.
 A role change that fails keeps its intent: it is retried (periodic recovery) until it is done.
 """
 
@@ -192,6 +194,7 @@ class MirrorOps:
         crash.point("volume.demote:mirror-stopped")
         for spec in replicas.remote_specs(vol):
             await self.ops.call("detach_remote", spec.nqn)
+        await self._detach_gone(vol)
         await self.ops.call("wipe_mirror_member", str(vol["lv_device"]))
         self._log(vol, "own leg wiped: it rejoins by a full copy from the new primary")
         crash.point("volume.demote:leg-wiped")
@@ -214,8 +217,15 @@ class MirrorOps:
         crash.point("volume.rejoin:remotes-attached")
         info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False))
         self._log(vol, "legs reconciled: %s", ", ".join(f"{m.device}={m.state}" for m in info.members))
+        # Replicas re-placed elsewhere: md dropped their legs (not in the spec), now their remotes.
+        await self._detach_gone(vol)
         vol = await self._front_on_mirror(vol, info.device)
-        self._finish(d, vol)
+        self._finish(d, {k: v for k, v in vol.items() if k != "gone"})
+
+    async def _detach_gone(self, vol: dict[str, Any]) -> None:
+        for nid in vol.get("gone") or []:
+            await self.ops.call("detach_remote", names.replica_nqn(vol["uuid"], str(nid)))
+            self._log(vol, "replica of node %s detached (re-placed elsewhere)", nid)
 
     async def _front_on_mirror(self, vol: dict[str, Any], md_device: str) -> dict[str, Any]:
         """The primary's front end on its (re)assembled md: through the view when it has one,
