@@ -73,6 +73,7 @@ def node_show(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
             f"health     {n['health']}",
             f"replicas   {n['replicas']}",
             f"primaries  {', '.join(n.get('primaries') or []) or '-'}",
+            f"secondary  {', '.join(n.get('secondaries') or []) or '-'}",
             f"lease      {n.get('lease', 'up')}",
             f"rebuilds   capped at {n['rebuild_mbps']} MB/s"
             if n.get("rebuild_mbps")
@@ -126,25 +127,41 @@ def node_label(ctx: click.Context, name: str, labels: tuple[str, ...], as_json: 
     return r, f"node {name}: labels {_labels(r['labels'])}"
 
 
+def drain_left(n: dict[str, Any]) -> str | None:
+    """What a drain still has to move off node view `n`, as one progress line (None: nothing)."""
+    prim, sec = n.get("primaries") or [], n.get("secondaries") or []
+    if not prim and not sec:
+        return None
+    parts = []
+    if prim:
+        parts.append(
+            f"{len(prim)} {'primary' if len(prim) == 1 else 'primaries'} to hand over: {', '.join(prim)}"
+        )
+    if sec:
+        parts.append(f"{len(sec)} {'replica' if len(sec) == 1 else 'replicas'} to re-place: {', '.join(sec)}")
+    return "; ".join(parts)
+
+
 def _await_drained(client: Any, name: str, timeout: float, as_json: bool) -> dict[str, Any]:
-    """Until no replicated volume has its primary on the node, showing what is left."""
+    """Until no replicated volume has its primary or a replica on the node, showing what is left."""
     tty = sys.stderr.isatty() and not as_json
     deadline = time.monotonic() + timeout
     shown = ""
     try:
         while True:
             n = client.call("node.show", {"node": name})
-            left = n.get("primaries") or []
-            if not left:
+            left = drain_left(n)
+            if left is None:
                 return n
             if time.monotonic() >= deadline:
                 raise OperationFailed(
-                    f"{name} still holds the primary of {', '.join(left)} after {timeout:.0f} s "
-                    "(a move waits for an in-sync replica on a node that is up and not draining)",
+                    f"{name} still has {left} after {timeout:.0f} s (a primary moves to an in-sync "
+                    "replica on a node that is up and not draining; a replica moves once a node on "
+                    "another failure domain has room, a few copies at a time: `nodeos volume show`, "
+                    "`nodeos events`); run the drain again to keep waiting",
                     field="node",
                 )
-            noun = "primary" if len(left) == 1 else "primaries"
-            line = f"drain {name}: {len(left)} {noun} to move: {', '.join(left)}"
+            line = f"drain {name}: {left}"
             if tty and line != shown:
                 click.echo("\r\033[K" + line, err=True, nl=False)
                 shown = line
@@ -156,26 +173,38 @@ def _await_drained(client: Any, name: str, timeout: float, as_json: bool) -> dic
 
 @node.command("drain")
 @click.argument("name")
-@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until every primary moved.")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="How long to wait (s).")
+@click.option(
+    "--wait/--no-wait", default=True, show_default=True, help="Wait until every primary and replica moved."
+)
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="How long to wait (s).")
 @json_option
 @click.pass_context
 @command_runner
 def node_drain(ctx: click.Context, name: str, wait: bool, timeout: float, as_json: bool) -> tuple[Any, Any]:
-    """Take NODE out of placement and move the primary of every replicated volume off it.
+    """Take NODE out of placement and move every replicated volume off it: primaries first, then
+    replicas.
 
-    Each move is planned: the node's front end stops serving first, then an in-sync replica on
-    another node takes over (`nodeos events`: handoff, failover). Replicas stay on the node.
-    Running it again resumes; `undrain` brings the node back into placement."""
+    Each primary moves by a planned handoff: the node's front end stops serving first, then an
+    in-sync replica on another node takes over (`nodeos events`: handoff, failover). Then each
+    replica on the node is re-placed on a node of another failure domain and copied in full from
+    the primary, a few at a time (`replica_replaced`; `volume show` shows the copy's progress).
+    Single-replica volumes stay. Running it again resumes; `undrain` brings the node back into
+    placement (moves already made stay)."""
     client = _client(ctx)
     out = client.call("node.drain", {"node": name})
+    single: list[str] = []
     if wait:
-        out = dict(out, primaries=_await_drained(client, name, timeout, as_json).get("primaries"))
+        n = _await_drained(client, name, timeout, as_json)
+        single = n.get("single_copies") or []
+        out = dict(out, primaries=n.get("primaries"), secondaries=n.get("secondaries"), single_copies=single)
 
     def human(o: dict[str, Any]) -> str:
-        return f"{name}: draining" + (
-            ", no primary left on it" if wait else " (moves go on in the background)"
-        )
+        if not wait:
+            return f"{name}: draining (moves go on in the background)"
+        text = f"{name}: draining, no primary or replica of a replicated volume left on it"
+        if single:
+            text += f"; single-replica volume(s) {', '.join(single)} stay on it"
+        return text
 
     return out, human
 

@@ -252,4 +252,19 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
             for v in st["volumes"].values()
             if v["primary"] == nid and int(v.get("replicas") or 1) > 1
         ),
+        # What a drain still has to move off the node (re-placed elsewhere, nodeos/cluster/replace.py),
+        # and what it cannot (a single copy has nothing to be copied from).
+        "secondaries": sorted(
+            v["name"]
+            for v in st["volumes"].values()
+            if v["primary"] != nid
+            and int(v.get("replicas") or 1) > 1
+            and v["state"] != "deleting"
+            and any(s["node"] == nid for s in v["placement"])
+        ),
+        "single_copies": sorted(
+            v["name"]
+            for v in st["volumes"].values()
+            if int(v.get("replicas") or 1) <= 1 and any(s["node"] == nid for s in v["placement"])
+        ),
     }

@@ -229,3 +229,24 @@ def test_policy_values_are_checked() -> None:
     with pytest.raises(BadInput) as e:
         ReplacePolicy(per_node=0)
     assert e.value.field == "per_node"
+
+
+def test_node_show_says_what_a_drain_still_has_to_move() -> None:
+    from nodeos.cli.nodes import drain_left
+    from nodeos.control.views import node_view
+
+    m = cluster(4)
+    a = create(m, "a", 1, 2)
+    b = create(m, "b", 2, 1)
+    create(m, "solo", 1)
+    ready(m, a, 1, 2)
+    ready(m, b, 2, 1)
+    n = node_view(m.st, 1)
+    assert (n["primaries"], n["secondaries"], n["single_copies"]) == (["a"], ["b"], ["solo"])
+    assert drain_left(n) == "1 primary to hand over: a; 1 replica to re-place: b"
+    m.ok("volume_replace_replica", uuid=b, epoch=1, old=1, node=3, pool_id="pool3")
+    assert drain_left(node_view(m.st, 1)) == "1 primary to hand over: a"
+    m.ok("node_health", node_id=1, health="down")
+    m.ok("volume_failover", uuid=a, epoch=1, to=2)
+    m.ok("volume_replace_replica", uuid=a, epoch=2, old=1, node=4, pool_id="pool4")
+    assert drain_left(node_view(m.st, 1)) is None
