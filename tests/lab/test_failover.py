@@ -4,7 +4,9 @@ powered off. The primary's VM: I/O resumes on the other replica with zero verify
 the cluster moves the primary (new epoch); when the VM returns it rejoins as a secondary, is
 copied in full from the new primary (its own leg may be one write ahead) and the volume is
 healthy again with the same bytes on both replicas. A secondary's VM: the volume runs degraded
-without an I/O error and resyncs when the VM returns.
+without an I/O error and resyncs when the VM returns; kept off past the re-placement grace (set
+short for the last test), its replica is re-placed on the third VM and copied in full under
+I/O, and deleted from the VM when it returns. A drain moves the primary, then the replica.
 
 The longest I/O gap (fio's maximum completion latency) is printed and recorded in
 docs/benchmarks.md, never asserted: TCG timings are context, not hardware figures."""
@@ -210,7 +212,7 @@ def test_secondary_powered_off_volume_runs_degraded_and_resyncs(lab: Lab, cluste
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
 
 
-def test_drain_moves_the_primary_during_io_and_undrain_brings_the_node_back(
+def test_drain_moves_the_primary_then_the_replica_during_io_and_undrain_activates_the_node(
     lab: Lab, cluster: dict[str, Any]
 ) -> None:
     name = "fo2d"
@@ -222,22 +224,103 @@ def test_drain_moves_the_primary_during_io_and_undrain_brings_the_node_back(
     dev = _connect(lab, vol, nodes)
     _start_fio(lab, dev, "fo2d")
     time.sleep(15)
+    third = next(vm for vm in STORAGE if vm not in nodes)
     try:
-        out = ok(lab, other, "node", "drain", prim, "--timeout", "600", timeout=900)
-        assert out["primaries"] == [], out
+        # Primaries first (a planned handoff), then the replica left on the node is re-placed.
+        out = ok(lab, other, "node", "drain", prim, "--timeout", "900", timeout=1200)
+        assert out["primaries"] == [] and out["secondaries"] == [], out
         moved = _show(lab, other, name)
         assert moved["primary"] == other and moved["epoch"] == vol["epoch"] + 1, moved
+        assert sorted(r["node"] for r in moved["replicas"]) == sorted([other, third]), moved
         kinds = [e["kind"] for e in ok(lab, other, "events") if e.get("volume") == vol["uuid"]]
-        assert "handoff" in kinds and "failover" in kinds, kinds
+        assert {"handoff", "failover", "replica_replaced"} <= set(kinds), kinds
         job = _fio_result(lab, "fo2d")
         assert job["error"] == 0, job.get("error")
         print(f"\ndrain (planned move): longest I/O {_gap_s(job):.1f} s")
     finally:
         ok(lab, other, "node", "undrain", prim)
     assert next(n for n in ok(lab, other, "node", "list") if n["name"] == prim)["state"] == "active"
-    back = _wait("the volume healthy again", lambda: _healthy(lab, other, name, nodes), timeout=900, every=5)
+    now = [other, third]
+    back = _wait("the volume healthy again", lambda: _healthy(lab, other, name, now), timeout=900, every=5)
     assert back["primary"] == other
     lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
-    sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
+    sums = {vm: _md5_on(lab, vm, vol) for vm in now}
     assert len(set(sums.values())) == 1, sums
+    _wait("the drained node's replica deleted", lambda: not _has_lv(lab, prim, vol), timeout=300)
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
+
+
+def _placed_on(lab: Lab, vm: str, name: str, want: list[str]) -> dict[str, Any] | None:
+    v = _show(lab, vm, name)
+    return v if sorted(r["node"] for r in v["replicas"]) == sorted(want) else None
+
+
+def _has_lv(lab: Lab, vm: str, vol: dict[str, Any]) -> bool:
+    return bool(lab.sh(vm, f"lvs --noheadings -o lv_path -S lv_name=v_{vol['vol_id']}").stdout.strip())
+
+
+GRACE_S = 30  # replace_after_s for the last test: hardware keeps the 600 s default
+CONF = "/etc/nodeos/nodeosd.toml"
+
+
+def _set_grace(lab: Lab, grace_s: int | None) -> None:
+    """Rewrite every storage VM's replace_after_s and restart nodeosd, one VM at a time (the
+    leader's value rules, and any of them may lead)."""
+    line = f"echo 'replace_after_s = {grace_s}' >> {CONF}; " if grace_s else ""
+    for vm in STORAGE:
+        lab.sh(vm, f"sed -i '/^replace_after_s/d' {CONF}; {line}systemctl restart nodeosd", timeout=300)
+        wait_daemon(lab, vm)
+    _wait(
+        "every node up",
+        lambda: all(n["lease"] == "up" for n in ok(lab, "s1", "node", "list")),
+        timeout=300,
+    )
+
+
+def test_a_secondary_lost_past_the_grace_is_re_placed_on_the_third_vm_and_copied_in_full(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    _set_grace(lab, GRACE_S)
+    try:
+        name = "fo2r"
+        vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+        cluster["made"].append(name)
+        nodes = [r["node"] for r in vol["replicas"]]
+        prim, sec = vol["primary"], next(n for n in nodes if n != vol["primary"])
+        third = next(vm for vm in STORAGE if vm not in nodes)
+        ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
+        dev = _connect(lab, vol, nodes)
+        _start_fio(lab, dev, "fo2r")  # writes go on during the copy
+        time.sleep(15)
+
+        lab.kill(sec)
+        killed_at = time.monotonic()
+        placed = _wait("the replica re-placed", lambda: _placed_on(lab, prim, name, [prim, third]), 600, 5)
+        took = time.monotonic() - killed_at
+        assert placed["primary"] == prim and placed["epoch"] == vol["epoch"], placed  # no failover
+        evs = [e for e in ok(lab, prim, "events") if e.get("volume") == vol["uuid"]]
+        assert any(e["kind"] == "replica_replaced" for e in evs), evs[-10:]
+        now = [prim, third]
+        back = _wait("the new replica in sync", lambda: _healthy(lab, prim, name, now), timeout=900, every=5)
+        copied = time.monotonic() - killed_at
+        job = _fio_result(lab, "fo2r")
+        assert job["error"] == 0, job.get("error")
+        assert back["primary"] == prim
+        lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+        sums = {vm: _md5_on(lab, vm, vol) for vm in now}
+        assert len(set(sums.values())) == 1, sums
+        print(
+            f"\nsecondary lost (grace {GRACE_S} s): re-placed after {took:.0f} s, "
+            f"in sync after {copied:.0f} s ({SIZE_MIB} MiB); longest I/O {_gap_s(job):.1f} s"
+        )
+        # The lost VM returns: its replica is no longer wanted and is deleted.
+        lab.start(sec)
+        wait_daemon(lab, sec)
+        _wait("the old replica deleted", lambda: not _has_lv(lab, sec, vol), timeout=600, every=5)
+        lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
+    finally:
+        for vm in STORAGE:  # a failure half-way may have left the lost VM off
+            if lab.exec(vm, ["true"], timeout=30).rc != 0:
+                lab.start(vm)
+                wait_daemon(lab, vm)
+        _set_grace(lab, None)
