@@ -5,7 +5,8 @@ A secondary of a ready replicated volume is re-placed on another node and copied
 - its node has been `down` for `after_s` (config `replace_after_s`, default 600 s) on the
   leader's own clock (a new leader counts from its first look, like leases: the grace may run
   longer across a leader change, never shorter);
-- its pool failed (the map's pool, or the node's report of it) or a drive of its pool is failing;
+- its pool failed (the map's pool, or the node's report of it) or a drive of its pool is failing,
+  or its node failed to create it (a copy re-placed there; it goes elsewhere, not there again);
 - its node drains, once no primary is left on that node (drain: primaries first, then replicas).
 
 The new place comes from the placement package: a node that is up, active and not already a
@@ -68,9 +69,15 @@ def _replicated_ready(vol: dict[str, Any]) -> bool:
     return int(vol.get("replicas") or 1) > 1 and vol["state"] == "ready"
 
 
-def _pool_trouble(st: dict[str, Any], nid: int, pool_id: str) -> str | None:
+def _trouble(st: dict[str, Any], vol: dict[str, Any], nid: int, pool_id: str) -> str | None:
+    """What says the replica on `nid` (up) cannot come back where it is: its pool failed or
+    has a failing drive, or the node failed to make it (a re-placed copy that could not be
+    created goes elsewhere rather than being tried again and again)."""
     pool = next((p for p in st["pools"].values() if p["node"] == nid and p["pool_id"] == pool_id), None)
     rep = st["reports"].get(nid) or {}
+    own = (rep.get("replicas") or {}).get(vol["uuid"]) or {}
+    if own.get("state") == "failed" and own.get("step"):
+        return f"node {nid} could not make its replica ({own['step']}: {own.get('error') or 'failed'})"
     if pool is None:
         return f"its pool {pool_id} is gone"
     if pool["state"] == "failed" or ((rep.get("pools") or {}).get(pool_id) or {}).get("state") == "failed":
@@ -99,7 +106,7 @@ def why_replace(
         if since is None or now - since < policy.after_s:
             return None
         return f"node {nid} has been down for {now - since:.0f} s"
-    trouble = _pool_trouble(st, nid, str(slot["pool_id"]))
+    trouble = _trouble(st, vol, nid, str(slot["pool_id"]))
     if trouble:
         return trouble
     if (st["nodes"].get(nid) or {}).get("state") == "draining":
@@ -120,7 +127,7 @@ def _copying(st: dict[str, Any], vol: dict[str, Any]) -> list[int]:
         and s["node"] not in cur
         and health_of(st, s["node"]) == "up"
         and (st["nodes"].get(s["node"]) or {}).get("state") != "draining"
-        and _pool_trouble(st, int(s["node"]), str(s["pool_id"])) is None
+        and _trouble(st, vol, int(s["node"]), str(s["pool_id"])) is None
     ]
 
 

@@ -250,3 +250,16 @@ def test_node_show_says_what_a_drain_still_has_to_move() -> None:
     m.ok("volume_failover", uuid=a, epoch=1, to=2)
     m.ok("volume_replace_replica", uuid=a, epoch=2, old=1, node=4, pool_id="pool4")
     assert drain_left(node_view(m.st, 1)) is None
+
+
+def test_a_copy_that_could_not_be_created_goes_elsewhere_not_there_again() -> None:
+    m = cluster(5)
+    uuid = create(m, "v", 1, 2, 3)
+    ready(m, uuid, 1, 2, 3)
+    m.ok("node_health", node_id=3, health="down")
+    m.ok("volume_replace_replica", uuid=uuid, epoch=1, old=3, node=4, pool_id="pool4")
+    assert decide(m, 0.0) == ([], {})  # node 4 is being copied to
+    m.report(4, replicas={uuid: {"state": "failed", "step": "volume.create", "error": "no space"}})
+    (cmd,) = decide(m, 0.0)[0]
+    assert (cmd[1]["old"], cmd[1]["node"]) == (4, 5)
+    assert cmd[1]["reason"] == "node 4 could not make its replica (volume.create: no space)"
