@@ -101,7 +101,12 @@ def why_replace(
     nid = int(slot["node"])
     if nid == vol["primary"]:
         return None
+    draining = (st["nodes"].get(nid) or {}).get("state") == "draining"
+    if draining and any(v["primary"] == nid and _replicated_ready(v) for v in st["volumes"].values()):
+        return None  # primaries move first
     if health_of(st, nid) == "down":
+        if draining:
+            return f"node {nid} drains (and is down)"  # leaving anyway: no grace
         since = down_since.get(nid)
         if since is None or now - since < policy.after_s:
             return None
@@ -109,11 +114,7 @@ def why_replace(
     trouble = _trouble(st, vol, nid, str(slot["pool_id"]))
     if trouble:
         return trouble
-    if (st["nodes"].get(nid) or {}).get("state") == "draining":
-        if any(v["primary"] == nid and _replicated_ready(v) for v in st["volumes"].values()):
-            return None  # primaries move first
-        return f"node {nid} drains"
-    return None
+    return f"node {nid} drains" if draining else None
 
 
 def _copying(st: dict[str, Any], vol: dict[str, Any]) -> list[int]:

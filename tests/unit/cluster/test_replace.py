@@ -263,3 +263,14 @@ def test_a_copy_that_could_not_be_created_goes_elsewhere_not_there_again() -> No
     (cmd,) = decide(m, 0.0)[0]
     assert (cmd[1]["old"], cmd[1]["node"]) == (4, 5)
     assert cmd[1]["reason"] == "node 4 could not make its replica (volume.create: no space)"
+
+
+def test_a_draining_node_that_is_down_gets_no_grace() -> None:
+    m = cluster(4)
+    uuid = create(m, "v", 1, 2)
+    ready(m, uuid, 1, 2)
+    m.ok("node_health", node_id=2, health="down")
+    assert decide(m, 10.0, {2: 5.0}) == ([], {})
+    m.ok("node_set_state", node_id=2, state="draining")
+    (cmd,) = decide(m, 10.0, {2: 5.0})[0]
+    assert (cmd[1]["old"], cmd[1]["reason"]) == (2, "node 2 drains (and is down)")
