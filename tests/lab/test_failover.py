@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from nodeos.errors import OperationFailed
 from nodeos.lab import Lab
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
 
@@ -46,9 +47,7 @@ def cluster(lab: Lab) -> Iterator[dict[str, Any]]:
         yield {"host": host, "made": made}
     finally:
         for vm in STORAGE:  # a test that failed half-way may have left a VM off
-            if lab.exec(vm, ["true"], timeout=30).rc != 0:
-                lab.start(vm)
-            wait_daemon(lab, vm)
+            _ensure_running(lab, vm)
         lab.exec("h1", ["nvme", "disconnect-all"], timeout=120)
         for name in made:
             nodeos(lab, "s1", "volume", "revoke", name, "--host", host)
@@ -56,6 +55,18 @@ def cluster(lab: Lab) -> Iterator[dict[str, Any]]:
         nodeos(lab, "s1", "host", "remove", host)
         for vm in STORAGE:
             nodeos(lab, vm, "pool", "delete", "p")
+
+
+def _ensure_running(lab: Lab, vm: str) -> None:
+    try:
+        lab.exec(vm, ["true"], timeout=60)
+    except OperationFailed:  # "not running (start it first)"
+        lab.start(vm)
+    wait_daemon(lab, vm)
+
+
+def _events(lab: Lab, vm: str) -> list[dict[str, Any]]:
+    return list(ok(lab, vm, "events")["events"])
 
 
 def _show(lab: Lab, vm: str, name: str) -> dict[str, Any]:
@@ -151,7 +162,7 @@ def test_primary_powered_off_io_moves_on_and_the_old_primary_rejoins_copied_in_f
     assert moved["epoch"] == vol["epoch"] + 1 and moved["in_sync"] == [new], moved
     node_old = next(n for n in ok(lab, new, "node", "list") if n["name"] == old)
     assert node_old["lease"] == "down", node_old
-    events = ok(lab, new, "events")
+    events = _events(lab, new)
     assert any(e["kind"] == "failover" and e.get("epoch") == moved["epoch"] for e in events), events[-10:]
 
     job = _fio_result(lab, "fo2")
@@ -232,7 +243,7 @@ def test_drain_moves_the_primary_then_the_replica_during_io_and_undrain_activate
         moved = _show(lab, other, name)
         assert moved["primary"] == other and moved["epoch"] == vol["epoch"] + 1, moved
         assert sorted(r["node"] for r in moved["replicas"]) == sorted([other, third]), moved
-        kinds = [e["kind"] for e in ok(lab, other, "events") if e.get("volume") == vol["uuid"]]
+        kinds = [e["kind"] for e in _events(lab, other) if e.get("volume") == vol["uuid"]]
         assert {"handoff", "failover", "replica_replaced"} <= set(kinds), kinds
         job = _fio_result(lab, "fo2d")
         assert job["error"] == 0, job.get("error")
