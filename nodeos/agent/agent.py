@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from nodeos.agent import freeze, handoff
+from nodeos.agent.legwatch import LegWatch
 from nodeos.agent.plan import Step, plan
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
@@ -58,6 +59,7 @@ class Agent:
         self.passes = 0
         self.freezer = freeze.Freezer()
         self.handed_off: dict[str, int] = {}  # uuid -> epoch this node stopped serving at
+        self.legwatch = LegWatch(self)
         self._rebuild_applied: tuple[Any, ...] | None = None
 
     def start(self) -> None:
@@ -71,8 +73,10 @@ class Agent:
                     "uuid": rec["uuid"],
                 }
         self._task = asyncio.create_task(self._run())
+        self.legwatch.start()
 
     async def stop(self) -> None:
+        await self.legwatch.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
