@@ -309,7 +309,7 @@ def test_a_secondary_lost_past_the_grace_is_re_placed_on_the_third_vm_and_copied
         placed = _wait("the replica re-placed", lambda: _placed_on(lab, prim, name, [prim, third]), 600, 5)
         took = time.monotonic() - killed_at
         assert placed["primary"] == prim and placed["epoch"] == vol["epoch"], placed  # no failover
-        evs = [e for e in ok(lab, prim, "events") if e.get("volume") == vol["uuid"]]
+        evs = [e for e in _events(lab, prim) if e.get("volume") == vol["uuid"]]
         assert any(e["kind"] == "replica_replaced" for e in evs), evs[-10:]
         now = [prim, third]
         back = _wait("the new replica in sync", lambda: _healthy(lab, prim, name, now), timeout=900, every=5)
@@ -331,7 +331,5 @@ def test_a_secondary_lost_past_the_grace_is_re_placed_on_the_third_vm_and_copied
         lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
     finally:
         for vm in STORAGE:  # a failure half-way may have left the lost VM off
-            if lab.exec(vm, ["true"], timeout=30).rc != 0:
-                lab.start(vm)
-                wait_daemon(lab, vm)
+            _ensure_running(lab, vm)
         _set_grace(lab, None)
