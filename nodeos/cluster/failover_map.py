@@ -110,7 +110,8 @@ def node_health_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         map_events.record(
             st, "node_down", f"node {name} is down: {reason}", severity="critical", node=nid, reason=reason
         )
-        for vol in st["volumes"].values():
+        for uuid in sorted(st["volumes"]):  # not dict order: every node records the same events
+            vol = st["volumes"][uuid]
             if vol["primary"] != nid and any(s["node"] == nid for s in vol["placement"]):
                 _drop_in_sync(st, vol, nid, "its node is down")
     else:

@@ -124,11 +124,11 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
                     return LmdbRaftStorage.open(path)  # type: ignore[return-value]
 
                 disk = reopen()
-            bootstrap_storage(disk, ids)
+            self._bootstrap(disk, ids)
             self.nodes[nid] = SimNode(
                 nid, disk, cfg.election_tick, cfg.heartbeat_tick, seed, self.max_msg_size, reopen=reopen
             )
-            if self.mapload is not None:
+            if self.mapload is not None or cfg.workload == "failover":
                 self.nodes[nid].cmap = ClusterMap()
         for nid in ids:
             self._start(nid, r.randint(0, cfg.tick_ms - 1))
@@ -145,6 +145,16 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
     def log(self, text: str) -> None:
         if self.cfg.trace:
             self.trace.append(f"{self.now:6d}ms {text}")
+
+    def _bootstrap(self, disk: MemoryStorage, ids: list[int]) -> None:
+        bootstrap_storage(disk, ids)
+
+    def _finished(self) -> bool:
+        """Whether the run may end once the final command is in (a workload may want more)."""
+        return True
+
+    def _map_applied(self, n: SimNode) -> None:
+        """Called after node `n` applied an entry to its map (a workload's checks)."""
 
     def leader(self) -> SimNode | None:
         best: tuple[int, SimNode] | None = None
@@ -198,7 +208,11 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
             if self.disruption is None:
                 if t > end:
                     break  # deadline passed: the final check reports the lost liveness
-                if self.final_index and not (self.cfg.disrupt and self._start_disruption()):
+                if (
+                    self.final_index
+                    and self._finished()
+                    and not (self.cfg.disrupt and self._start_disruption())
+                ):
                     break  # the final command is in and no disruption phase to run
             self.now = t
             self.stats["events"] += 1
@@ -323,6 +337,7 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
                 old = before(n.cmap.state) if self.mapcheck.first_apply(e.index) else None
                 cmd, result = n.apply_map(e.index, e.type, e.data)
                 self.mapcheck.applied(n.id, e.index, n.cmap.state, old, cmd, result)
+                self._map_applied(n)
             n.apply_entry_data(e.index, e.type, e.data)
             owner = self.proposer.get(e.data)
             if owner == (n.id, n.incarnation):
@@ -487,13 +502,16 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
 
 def run_seed(seed: int, cfg: SimConfig | None = None) -> SeedResult:
     cfg = cfg or SimConfig()
-    res = Simulation(seed, cfg).run()
+    cls = Simulation
+    if cfg.workload == "failover":
+        from .failover_sim import FailoverSimulation as cls  # it builds on this module
+    res = cls(seed, cfg).run()
     if not res.ok and not cfg.trace:
         # Replay the same seed with tracing on: the run is deterministic, so the trace
         # shows exactly the failing execution.
         from dataclasses import replace
 
-        traced = Simulation(seed, replace(cfg, trace=True)).run()
+        traced = cls(seed, replace(cfg, trace=True)).run()
         res.trace = traced.trace
         if traced.violation != res.violation:
             res.trace.append(f"(replay diverged: {traced.violation})")
