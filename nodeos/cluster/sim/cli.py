@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import click
 
 from .cluster import SeedResult, SimConfig, run_seed
+from .failover_broken import FAILOVER_BROKEN_VARIANTS
 from .hooks import BROKEN_VARIANTS
 from .mapbroken import MAP_BROKEN_VARIANTS
 
@@ -64,16 +65,14 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
 @click.option(
     "--duration-ms",
     type=click.IntRange(100, 10**7),
-    default=1500,
-    show_default=True,
-    help="virtual time with faults per seed",
+    default=None,
+    help="virtual time with faults per seed [default: 1500]",
 )
 @click.option(
     "--settle-ms",
     type=click.IntRange(500, 10**7),
-    default=5000,
-    show_default=True,
-    help="deadline after the faults stop for a final command to commit",
+    default=None,
+    help="deadline after the faults stop for a final command to commit [default: 5000]",
 )
 @click.option(
     "--trace-lines",
@@ -84,18 +83,23 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
 )
 @click.option(
     "--broken",
-    type=click.Choice(sorted(BROKEN_VARIANTS) + sorted(MAP_BROKEN_VARIANTS)),
+    type=click.Choice(
+        sorted(BROKEN_VARIANTS) + sorted(MAP_BROKEN_VARIANTS) + sorted(FAILOVER_BROKEN_VARIANTS)
+    ),
     default=None,
     hidden=True,
-    help="self-test: run a deliberately broken Raft (or, with --workload map, map) variant",
+    help="self-test: run a deliberately broken Raft (or, with --workload map or failover, map or failover) "
+    "variant",
 )
 @click.option(
     "--workload",
-    type=click.Choice(["opaque", "map"]),
+    type=click.Choice(["opaque", "map", "failover"]),
     default="opaque",
     show_default=True,
-    help="opaque commands (Raft only), or real cluster-map commands decided by the control plane, "
-    "applied to every node's map and checked after every apply",
+    help="opaque commands (Raft only); real cluster-map commands decided by the control plane, "
+    "applied to every node's map and checked after every apply; or failover: leases, the failover "
+    "controller, simulated agents, a simulated data plane and a host (defaults: 5000 ms of faults, "
+    "12000 ms to heal)",
 )
 @click.option(
     "--max-events",
@@ -123,8 +127,8 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
 def main(
     nodes: int,
     seeds_text: str,
-    duration_ms: int,
-    settle_ms: int,
+    duration_ms: int | None,
+    settle_ms: int | None,
     trace_lines: int,
     broken: str | None,
     max_events: int,
@@ -134,6 +138,9 @@ def main(
     quiet: bool,
 ) -> None:
     seeds = parse_seeds(seeds_text)
+    fo = workload == "failover"
+    duration_ms = duration_ms or (5000 if fo else 1500)
+    settle_ms = settle_ms or (12000 if fo else 5000)
     cfg = SimConfig(
         nodes=nodes,
         duration_ms=duration_ms,
@@ -156,8 +163,8 @@ def main(
             click.echo(f"\nseed {seed}: INVARIANT VIOLATED at {res.time_ms} ms: {res.violation}")
             click.echo(
                 f"reproduce: nodeos-sim --nodes {nodes} --seeds {seed}..{seed}"
-                + (f" --duration-ms {duration_ms}" if duration_ms != 1500 else "")
-                + (f" --settle-ms {settle_ms}" if settle_ms != 5000 else "")
+                + (f" --duration-ms {duration_ms}" if duration_ms != (5000 if fo else 1500) else "")
+                + (f" --settle-ms {settle_ms}" if settle_ms != (12000 if fo else 5000) else "")
                 + (f" --storage {storage}" if storage != "memory" else "")
                 + (f" --workload {workload}" if workload != "opaque" else "")
                 + (f" --broken {broken}" if broken else "")

@@ -224,6 +224,8 @@ class SimFailoverAgent:
             return set()
         vol = st["volumes"].get(uuid)
         need = set(in_sync_of(vol)) if vol is not None else set()
+        if self.broken == "ack_on_map_view":
+            return need - {self.nid}
         held = (st["reports"].get(self.nid) or {}).get("seq", 0)
         for seq, legs in self.sent:
             if seq >= held:

@@ -21,6 +21,8 @@ FAILOVER_BROKEN_VARIANTS = {
     "no_self_fence": "a node whose lease ran out keeps serving as primary",
     "no_epoch_check": "replicas take writes from any primary, whatever its epoch",
     "unfence_on_any_grant": "any granted renewal lifts the fence (a node called down, its map behind)",
+    "ack_on_map_view": "a primary holds writes only for the legs its map counts in-sync, not those its "
+    "own reports in flight may bring back",
     "ack_degraded": "a primary acknowledges a write its mirror dropped a leg for before the map knows",
 }
 

@@ -52,6 +52,7 @@ from .node import SimNode
 FO_TICK, FO_MSG, FO_HOST = 100, 101, 102
 AGENT_TICK_MS = 50
 LEASE_S = 1.0
+CONTROL_KINDS = ("lease", "lease_ok", "lease_no", "report")  # the cluster network; the rest: storage
 DATA_KINDS = ("leg", "leg_ok", "leg_no", "write", "w_ok", "w_no", "resync")
 GIB = 1024**3
 STATS = (
@@ -140,14 +141,16 @@ class FailoverSimulation(Simulation):
         drift = r.choice((0.0, 0.01, 0.03))
         self.rate = {n: 1 + r.uniform(-drift, drift) for n in range(1, cfg.nodes + 1)}
         self.offset = {n: r.uniform(0, 1000) for n in range(1, cfg.nodes + 1)}
-        self.stall_p = r.choice((0.0, 0.01, 0.05))  # a data message stuck in a queue
+        self.stall_p = r.choice((0.0, 0.02, 0.1))  # a data message stuck in a queue
         self.agents: dict[int, SimFailoverAgent] = {}
         self.shells: dict[int, SimLeaderShell] = {}
         self.next_ctx = 0
         self.max_applied = 0
         self.settled_at: int | None = None
+        self.next_health_check = 0
         self.acked_after_settle = 0
         self.epochs: dict[str, int] = {}
+        self.storage_ok: set[tuple[int, int]] = set()  # links cut for the cluster network only
         super().__init__(seed, replace(cfg, disrupt=False))
         self.stats.update(dict.fromkeys(STATS, 0))
         for uuid in self.vols:
@@ -198,6 +201,8 @@ class FailoverSimulation(Simulation):
         elif kind == FO_HOST:
             self._host_event(*payload)
         else:
+            if kind == HEAL:
+                self.storage_ok.clear()
             super()._dispatch(kind, payload)
 
     # --- plumbing for the agents ---
@@ -209,7 +214,11 @@ class FailoverSimulation(Simulation):
         if frm == to:
             self._at(self.now, FO_MSG, (kind, frm, to, body))
             return
-        times = self.net.arrivals(self.now, frm, to)
+        storage = kind not in CONTROL_KINDS
+        if storage and (frm, to) in self.storage_ok:
+            times = [self.now + self.frng.randint(1, 5)]
+        else:
+            times = self.net.arrivals(self.now, frm, to)
         if data or kind in DATA_KINDS:
             times = times[:1]  # a connection (TCP) does not duplicate; it may stall
             if times and self.stall_p and self.frng.random() < self.stall_p:
@@ -221,7 +230,9 @@ class FailoverSimulation(Simulation):
         return propose(self, n, cmd)
 
     def _fo_deliver(self, kind: str, frm: int, to: int, body: dict[str, Any]) -> None:
-        if not self.net.can_pass(frm, to):
+        if not self.net.can_pass(frm, to) and not (
+            kind not in CONTROL_KINDS and (frm, to) in self.storage_ok
+        ):
             return
         if to == HOST:
             self._host_answer(kind, body)
@@ -288,7 +299,9 @@ class FailoverSimulation(Simulation):
         if w is None:
             return
         self.acked_after_settle += self.settled_at is not None
-        check_acked_on_in_sync(self._latest_map(), self.dp, self.host, f"write v{w.version} acknowledged")
+        st = self._latest_map()
+        if st["applied_index"] == self.max_applied:  # (all maps behind after restarts: the next apply checks)
+            check_acked_on_in_sync(st, self.dp, self.host, f"write v{w.version} acknowledged")
         self._at(self.now + self.frng.randint(*HOST_GAP_MS), FO_HOST, (uuid, None))
 
     # --- checks ---
@@ -338,7 +351,10 @@ class FailoverSimulation(Simulation):
         return out
 
     def _finished(self) -> bool:
-        return self.settled_at is not None and not self.unhealthy()
+        if self.settled_at is None or self.now < self.next_health_check:
+            return False
+        self.next_health_check = self.now + 10  # looked at every 10 ms of virtual time
+        return not self.unhealthy()
 
     def _settle(self) -> None:
         super()._settle()
@@ -374,11 +390,15 @@ class FailoverSimulation(Simulation):
                 side = [lead.id, r.choice(others)] if others else [lead.id]
             else:
                 side = [lead.id] if lead is not None else [r.choice(prims)]
-            self.net.partition(side, [i for i in ids if i not in side])
-            if r.random() < 0.5:
+            rest = [i for i in ids if i not in side]
+            self.net.partition(side, rest)
+            how = r.random()
+            if how < 0.4:
                 self.net.partition(side, [HOST])  # cut off from everyone, the host too
+            elif how < 0.7:  # the cluster network only: the storage network still carries data
+                self.storage_ok |= {(a, b) for a in side for b in rest} | {(b, a) for a in side for b in rest}
             self.stats["long_partitions"] += 1
-            self.log(f"failover fault: partition {side} | rest")
+            self.log(f"failover fault: partition {side} | rest ({how:.2f})")
             self._at(self.now + r.randint(800, 3000), HEAL, None)
         else:
             victim = self.nodes[r.choice(prims)]
