@@ -6,11 +6,13 @@ A granted renewal makes the lease valid until the moment the request was *sent* 
 Past `fence_after_s` without a granted renewal the node fences itself: every primary's front
 end goes ANA inaccessible, so the target refuses host I/O there, before the leader may call
 the node down and promote another replica (nodeos/cluster/failover.py). A renewal granted
-again lifts the fence, unless the map has meanwhile moved the primary (then the agent demotes
-the replica and the fence no longer matters).
+again lifts the fence, but only when the grant says the node is up and the node's own map has
+applied what the leader's had at the grant: a node the leader called down may have had its
+volumes failed over (it stays fenced until the leader calls it up), and a node whose map is
+behind may still believe it is the primary of a volume that moved (found by the simulator's
+failover workload: two writable primaries). A grant saying down fences at once.
 
-A node starts fenced: after a restart it may have been replaced as primary while it was gone;
-its first granted renewal (or the map saying it is still the primary) lifts it.
+A node starts fenced: after a restart it may have been replaced as primary while it was gone.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class LeaseKeeper:
         self.fence = fence
         self.timing = timing
         self.granted_at: float | None = None  # send time of the last granted renewal
+        self.grant: tuple[str, int] = ("down", 0)  # the last grant's health and leader's applied index
         self.fenced = True
         self.renewals = 0
         self.failures = 0
@@ -54,6 +57,17 @@ class LeaseKeeper:
 
     def valid(self, now: float) -> bool:
         return self.granted_at is not None and now - self.granted_at < self.timing.fence_after_s
+
+    def fence_wanted(self, now: float, applied: int) -> bool:
+        """Fenced without a valid lease or when the last grant called the node down; a fence
+        lifts only once the node's map (`applied`) reached the leader's at the grant."""
+        if not self.valid(now) or self.grant[0] != "up":
+            return True
+        return self.fenced and applied < self.grant[1]
+
+    def _applied(self) -> int:
+        d = getattr(self.cluster, "driver", None)
+        return int(d.map.state["applied_index"]) if d is not None else 0
 
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -88,6 +102,8 @@ class LeaseKeeper:
         self.failures = 0
         self.renewals += 1
         self.granted_at = max(self.granted_at or sent, sent)
+        if isinstance(out, dict):
+            self.grant = (str(out.get("health") or "up"), int(out.get("index") or 0))
         return True
 
     async def _renew_loop(self) -> None:
@@ -101,7 +117,7 @@ class LeaseKeeper:
 
     async def _fence_loop(self) -> None:
         while True:
-            want = not self.valid(time.monotonic())
+            want = self.fence_wanted(time.monotonic(), self._applied())
             try:
                 changed = await self.fence(want)
             except Exception:

@@ -72,7 +72,13 @@ class FailoverLoop:
         if leases is None:
             raise NotLeader(f"node {d.id} is no longer the leader")
         leases.renewed(int(nid), time.monotonic(), self.timing)
-        return {"lease_s": self.timing.lease_s, "health": health_of(d.map.state, int(nid))}
+        # The node lifts its fence only once its own map reached this index (nodeos/agent/lease.py).
+        st = d.map.state
+        return {
+            "lease_s": self.timing.lease_s,
+            "health": health_of(st, int(nid)),
+            "index": st["applied_index"],
+        }
 
     async def _run(self) -> None:
         while True:
