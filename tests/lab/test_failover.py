@@ -87,7 +87,7 @@ def _wait(what: str, probe: Any, timeout: float = 600, every: float = 3) -> Any:
 def _head(lab: Lab, nqn: str) -> str:
     script = f"""
 for s in /sys/class/nvme-subsystem/nvme-subsys*; do
-  [ "$(cat $s/subsysnqn)" = "{nqn}" ] && ls -d $s/nvme*n1 2>/dev/null | head -1 | xargs -r basename
+  if [ "$(cat $s/subsysnqn)" = "{nqn}" ]; then ls -d $s/nvme*n1 2>/dev/null | head -1 | xargs -r basename; fi
 done"""
     return lab.sh("h1", script).stdout.strip()
 
