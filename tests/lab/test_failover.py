@@ -334,3 +334,51 @@ def test_a_secondary_lost_past_the_grace_is_re_placed_on_the_third_vm_and_copied
         for vm in STORAGE:  # a failure half-way may have left the lost VM off
             _ensure_running(lab, vm)
         _set_grace(lab, None)
+
+
+def _journal(lab: Lab, vm: str, since: str) -> str:
+    return lab.sh(vm, f"journalctl -u nodeosd --no-pager -o cat --since '{since}'", timeout=120).stdout
+
+
+def test_primary_cut_off_fences_itself_and_after_heal_is_copied_from_the_new_primary(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    """A split: the primary keeps running, cut off from the cluster and the host. It must fence
+    itself (its front end inaccessible) before the others promote; after the heal it comes back
+    as a secondary and its leg is copied from the new primary, not the other way round."""
+    name = "fo2c"
+    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+    cluster["made"].append(name)
+    nodes = [r["node"] for r in vol["replicas"]]
+    old, new = vol["primary"], next(n for n in nodes if n != vol["primary"])
+    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
+    dev = _connect(lab, vol, nodes)
+    since = lab.sh(old, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    _start_fio(lab, dev, "fo2c")
+    time.sleep(15)
+    lab.cut(old)
+    try:
+        moved = _wait("the primary moved", lambda: (v := _show(lab, new, name))["primary"] == new and v, 300)
+        assert moved["epoch"] == vol["epoch"] + 1, moved
+        # The cut-off node, still running, fenced itself: its front end refuses I/O.
+        log = _journal(lab, old, since)
+        assert "lease lost" in log and "fenced" in log, log[-2000:]
+        ana = lab.sh(
+            old, f"cat /sys/kernel/config/nvmet/subsystems/{vol['nqn']}/namespaces/1/ana_grpid"
+        ).stdout
+        assert ana.strip() == "2", (
+            f"the cut-off primary's namespace is in ANA group {ana!r}, not inaccessible"
+        )
+    finally:
+        lab.heal(old)
+    job = _fio_result(lab, "fo2c")
+    assert job["error"] == 0, job.get("error")
+    print(f"\nprimary cut off: longest I/O {_gap_s(job):.1f} s")
+    back = _wait("the volume healthy again", lambda: _healthy(lab, new, name, nodes), timeout=900, every=5)
+    assert back["primary"] == new
+    log = _journal(lab, old, since)
+    assert "demoting to secondary" in log and "own leg wiped" in log, log[-2000:]
+    lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+    sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
+    assert len(set(sums.values())) == 1, sums
+    lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
