@@ -111,6 +111,19 @@ def _start_fio(lab: Lab, dev: str, tag: str) -> None:
     lab.sh("h1", "for i in $(seq 60); do pgrep -x fio && break; sleep 1; done; pgrep -x fio", timeout=90)
 
 
+def _volume_under_fio(lab: Lab, cluster: dict[str, Any], name: str) -> tuple[dict[str, Any], list[str], str]:
+    """A 2-replica volume granted to h1, connected on every path, fio writing through it for a
+    while already: (the volume as created, its nodes in placement order, the host's device)."""
+    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+    cluster["made"].append(name)
+    nodes = [r["node"] for r in vol["replicas"]]
+    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
+    dev = _connect(lab, vol, nodes)
+    _start_fio(lab, dev, name)
+    time.sleep(15)  # writes flowing through the primary's mirror to every leg
+    return vol, nodes, dev
+
+
 def _fio_result(lab: Lab, tag: str) -> dict[str, Any]:
     lab.sh("h1", "while pgrep -x fio >/dev/null; do sleep 2; done", timeout=FIO_RUNTIME_S + 900)
     out = lab.sh("h1", f"cat /root/{tag}.json").stdout
@@ -143,14 +156,8 @@ def test_primary_powered_off_io_moves_on_and_the_old_primary_rejoins_copied_in_f
     lab: Lab, cluster: dict[str, Any]
 ) -> None:
     name = "fo2"
-    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
-    cluster["made"].append(name)
-    nodes = [r["node"] for r in vol["replicas"]]
+    vol, nodes, dev = _volume_under_fio(lab, cluster, name)
     old, new = vol["primary"], next(n for n in nodes if n != vol["primary"])
-    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
-    dev = _connect(lab, vol, nodes)
-    _start_fio(lab, dev, "fo2")
-    time.sleep(20)  # writes flowing through the primary's mirror to both legs
 
     lab.kill(old)
     killed_at = time.monotonic()
@@ -195,14 +202,8 @@ def test_primary_powered_off_io_moves_on_and_the_old_primary_rejoins_copied_in_f
 
 def test_secondary_powered_off_volume_runs_degraded_and_resyncs(lab: Lab, cluster: dict[str, Any]) -> None:
     name = "fo2s"
-    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
-    cluster["made"].append(name)
-    nodes = [r["node"] for r in vol["replicas"]]
+    vol, nodes, dev = _volume_under_fio(lab, cluster, name)
     prim, sec = vol["primary"], next(n for n in nodes if n != vol["primary"])
-    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
-    dev = _connect(lab, vol, nodes)
-    _start_fio(lab, dev, "fo2s")
-    time.sleep(15)
 
     lab.kill(sec)
     degraded = _wait(
@@ -228,14 +229,8 @@ def test_drain_moves_the_primary_then_the_replica_during_io_and_undrain_activate
     lab: Lab, cluster: dict[str, Any]
 ) -> None:
     name = "fo2d"
-    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
-    cluster["made"].append(name)
-    nodes = [r["node"] for r in vol["replicas"]]
+    vol, nodes, dev = _volume_under_fio(lab, cluster, name)
     prim, other = vol["primary"], next(n for n in nodes if n != vol["primary"])
-    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
-    dev = _connect(lab, vol, nodes)
-    _start_fio(lab, dev, "fo2d")
-    time.sleep(15)
     third = next(vm for vm in STORAGE if vm not in nodes)
     try:
         # Primaries first (a planned handoff), then the replica left on the node is re-placed.
@@ -295,15 +290,9 @@ def test_a_secondary_lost_past_the_grace_is_re_placed_on_the_third_vm_and_copied
     _set_grace(lab, GRACE_S)
     try:
         name = "fo2r"
-        vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
-        cluster["made"].append(name)
-        nodes = [r["node"] for r in vol["replicas"]]
+        vol, nodes, dev = _volume_under_fio(lab, cluster, name)  # writes go on during the copy
         prim, sec = vol["primary"], next(n for n in nodes if n != vol["primary"])
         third = next(vm for vm in STORAGE if vm not in nodes)
-        ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
-        dev = _connect(lab, vol, nodes)
-        _start_fio(lab, dev, "fo2r")  # writes go on during the copy
-        time.sleep(15)
 
         lab.kill(sec)
         killed_at = time.monotonic()
@@ -347,15 +336,9 @@ def test_primary_cut_off_fences_itself_and_after_heal_is_copied_from_the_new_pri
     itself (its front end inaccessible) before the others promote; after the heal it comes back
     as a secondary and its leg is copied from the new primary, not the other way round."""
     name = "fo2c"
-    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
-    cluster["made"].append(name)
-    nodes = [r["node"] for r in vol["replicas"]]
+    since = lab.sh("s1", "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    vol, nodes, dev = _volume_under_fio(lab, cluster, name)
     old, new = vol["primary"], next(n for n in nodes if n != vol["primary"])
-    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
-    dev = _connect(lab, vol, nodes)
-    since = lab.sh(old, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
-    _start_fio(lab, dev, "fo2c")
-    time.sleep(15)
     lab.cut(old)
     try:
         moved = _wait("the primary moved", lambda: (v := _show(lab, new, name))["primary"] == new and v, 300)
