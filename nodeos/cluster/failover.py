@@ -14,7 +14,8 @@ Decisions, each a map command the shell proposes (one at a time, re-deciding on 
 applied, so nothing is decided twice):
 - `node_health down` for a node whose lease ran out; `node_health up` once it has renewed
   steadily for `up_after_s` (hysteresis: a node that renews in fits does not flap);
-- `volume_failover` for a replicated volume whose primary is down, to the first in-sync
+- `volume_failover` for a replicated volume whose primary is down and whose lease ran out by
+  this leader's own table, to the first in-sync
   replica (placement order) on a node that is up. With no such replica the volume waits
   for its last in-sync replica to return: a stale copy is never promoted;
 - planned moves off draining nodes (`volume_handoff`, then `volume_failover`);
@@ -163,13 +164,17 @@ def drain_commands(st: dict[str, Any]) -> list[Command]:
     return out
 
 
-def failover_commands(st: dict[str, Any]) -> list[Command]:
+def failover_commands(st: dict[str, Any], leases: Leases, now: float, timing: LeaseTiming) -> list[Command]:
+    """Volumes whose primary is down in the map *and* whose lease ran out by this leader's
+    table: `down` may have been decided by an earlier leader, or before a renewal this leader
+    granted since (the node may be serving again), so the map alone does not prove the old
+    primary has fenced itself (found by the failover simulator: two writable primaries)."""
     out: list[Command] = []
     for uuid in sorted(st["volumes"]):
         vol = st["volumes"][uuid]
         if int(vol.get("replicas") or 1) <= 1 or vol["state"] != "ready":
             continue
-        if health_of(st, vol["primary"]) != "down":
+        if health_of(st, vol["primary"]) != "down" or not leases.expired(vol["primary"], now, timing):
             continue
         to = failover_target(st, vol)
         if to is None:
@@ -189,7 +194,11 @@ def decide(
     """Health changes first: a failover is decided only on a `down` the map has applied;
     re-placements last, only once no primary is left to move."""
     track_down(st, leases.down_since, now)
-    out = health_commands(st, leases, now, timing) or failover_commands(st) or drain_commands(st)
+    out = (
+        health_commands(st, leases, now, timing)
+        or failover_commands(st, leases, now, timing)
+        or drain_commands(st)
+    )
     if out:
         return out
     out, leases.refused = replace_commands(st, leases.down_since, now, policy)

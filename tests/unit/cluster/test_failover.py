@@ -122,6 +122,25 @@ def test_primary_down_fails_over_to_the_first_in_sync_replica_and_bumps_the_epoc
     assert out["error"]["field"] == "epoch" and vol["primary"] == 2
 
 
+def test_a_primary_down_in_the_map_is_failed_over_only_once_its_lease_ran_out_here() -> None:
+    # `down` may come from an earlier leader, or be applied after a renewal this leader granted
+    # since: the old primary may be serving. Found by the simulator's failover workload (a new
+    # leader failed a volume over 0.1 s after taking over: two writable primaries).
+    m = cluster(3)
+    uuid = create(m, "v", 1, 2, 3)
+    ready(m, uuid, 1, 2, 3)
+    m.ok("node_health", node_id=1, health="down", reason="called down by the last leader")
+    fresh = Leases(leader_since=100.0)  # a new leader knows no grant of the old one
+    assert failover.decide(m.st, fresh, 100.0 + T.down_after_s - 0.01, T) == []
+    renewing = leases_all_renewing(200.0, 1, 2, 3)  # node 1 renewed with this leader since
+    assert failover.decide(m.st, renewing, 200.0 + T.down_after_s - 0.01, T) == []
+    later = 200.0 + T.down_after_s + 0.01
+    renewing.renewed(2, later, T)
+    renewing.renewed(3, later, T)
+    cmds = failover.decide(m.st, renewing, later, T)
+    assert [(c, a["to"]) for c, a in cmds] == [("volume_failover", 2)]
+
+
 def test_a_stale_replica_is_never_promoted() -> None:
     m = cluster(2)
     uuid = create(m, "v", 1, 2)
