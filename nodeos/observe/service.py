@@ -54,7 +54,6 @@ PROPOSED_KINDS = (
     "leader_changed",
     "node_failed",
     "node_recovered",
-    "failover",
     "drift_found",
     "drift_cleared",
 )

@@ -166,10 +166,8 @@ def _member_changes(pc: dict[str, Any], cc: dict[str, Any], at: float) -> list[d
 
 
 def _volume_changes(pc: dict[str, Any], cc: dict[str, Any], at: float) -> list[dict[str, Any]]:
-    """Failovers (epoch bumps) and rebuilds seen in the map, reported by the leader only.
-
-    Until the controller records its own events in the map, the leader derives them here.
-    """
+    """Rebuilds seen in the map, reported by the leader only. Failovers are not derived here:
+    the map records its own (`failover`, with the epoch: nodeos/cluster/failover_map.py)."""
     if _alive(pc) is None or _alive(cc) is None:
         return []
     pm, cm = pc.get("map") or {}, cc.get("map") or {}
@@ -177,25 +175,8 @@ def _volume_changes(pc: dict[str, Any], cc: dict[str, Any], at: float) -> list[d
     prs, crs = pm.get("replica_states") or {}, cm.get("replica_states") or {}
     out = []
     for uuid in sorted(set(pv) & set(cv), key=str):
-        old, new = pv[uuid] or {}, cv[uuid] or {}
+        new = cv[uuid] or {}
         name = new.get("name") or uuid
-        if (
-            isinstance(new.get("epoch"), int)
-            and isinstance(old.get("epoch"), int)
-            and new["epoch"] > old["epoch"]
-        ):
-            out.append(
-                ev.make_event(
-                    "failover",
-                    f"volume {name}: primary {old.get('primary')} -> {new.get('primary')} "
-                    f"(epoch {new['epoch']})",
-                    severity="warning",
-                    at=at,
-                    volume=str(uuid),
-                    node=new.get("primary") if isinstance(new.get("primary"), (int, str)) else None,
-                    epoch=new["epoch"],
-                )
-            )
         was, now = prs.get(uuid) or {}, crs.get(uuid) or {}
         for node in sorted(set(now), key=str):
             a = str((was.get(node) or {}).get("state", "")).lower()
