@@ -39,7 +39,7 @@ def test_failover_seeds_no_violation() -> None:
     for key in ("failovers", "fences", "demotions", "rebuilds", "host_acked", "host_resubmitted", "crashes"):
         assert totals.get(key, 0) > 0, (key, totals)
     assert totals["elections"] > len(SEEDS_3) + len(SEEDS_5), totals
-    assert totals["failovers"] > 30, totals
+    assert totals["failovers"] > 10, totals
 
 
 CAUGHT_BY = {
