@@ -10,14 +10,13 @@ failover lifts the fence again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
+from nodeos.dataplane.mirror_names import mirror_id_for
 from nodeos.errors import NodeosError
 
 LOG = logging.getLogger("nodeosd.agent")
-DRAIN_S = 1.0  # in-flight writes already inside md finish in device time; this bounds it
 
 
 def wanted(st: dict[str, Any], me: int, vrecs: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -52,18 +51,20 @@ async def follow(
             except NodeosError as err:
                 ops.handing_off.add(uuid)  # retried at the next pass
                 LOG.error("volume %s: handoff withdrawal not applied: %s", v["name"], err.message)
-    fresh = [u for u in sorted(want) if done.get(u) != want[u]]
-    for uuid in fresh:
+    for uuid in [u for u in sorted(want) if done.get(u) != want[u]]:
         v = by_uuid[uuid]
         ops.handing_off.add(uuid)
+        mid = mirror_id_for(uuid)
         try:
             await ops.call("apply_export", ops.spec_for(v))
+            # A write the target took before the flip may still be on its way to a leg; the
+            # new primary must hold it before it serves (the lab saw a verify error without).
+            await ops.call("freeze_mirror_writes", mid)
+            await ops.call("thaw_mirror_writes", mid)
         except NodeosError as err:
             LOG.error("volume %s: handoff fence not applied: %s", v["name"], err.message)
             continue
-        LOG.warning("volume %s epoch %d: front end inaccessible for a planned handoff", v["name"], want[uuid])
-    if fresh:
-        await asyncio.sleep(DRAIN_S)
-        for uuid in fresh:
-            if uuid in ops.handing_off:
-                done[uuid] = want[uuid]
+        done[uuid] = want[uuid]
+        LOG.warning(
+            "volume %s epoch %d: front end inaccessible, writes drained: handed off", v["name"], want[uuid]
+        )
