@@ -119,6 +119,7 @@ def test_lab_init_writes_nodeosd_config_with_vm_name_and_lab_address(tmp_path: P
         "peer_listen": f"{s1.addr}:{PEER_PORT}",
         "storage_address": [s1.addr],
         "metrics_listen": "127.0.0.1:9810",
+        "lease_s": 8.0,
     }
     # The daemon accepts it as it is.
     from nodeos.daemon import config
