@@ -178,9 +178,6 @@ def test_primary_powered_off_io_moves_on_and_the_old_primary_rejoins_copied_in_f
     events = _events(lab, new)
     assert any(e["kind"] == "failover" and e.get("epoch") == moved["epoch"] for e in events), events[-10:]
 
-    # The old primary returns (its boot overlaps fio's last minutes): it must come back as a
-    # secondary, copied from the new primary.
-    lab.start(old, wait=False)
     job = _fio_result(lab, "fo2")
     assert job["error"] == 0, job.get("error")  # zero verify errors, no I/O error
     assert job["write"]["io_bytes"] > 0
@@ -188,7 +185,9 @@ def test_primary_powered_off_io_moves_on_and_the_old_primary_rejoins_copied_in_f
         f"\nprimary power-off: failover seen by the console after {took:.1f} s; "
         f"longest I/O {_gap_s(job):.1f} s"
     )
-    lab.wait_ready(old)
+
+    # The old primary returns: it must come back as a secondary, copied from the new primary.
+    lab.start(old)
     wait_daemon(lab, old)
     back = _wait("the volume healthy again", lambda: _healthy(lab, new, name, nodes), timeout=900, every=5)
     assert back["primary"] == new and back["epoch"] == moved["epoch"]
