@@ -92,6 +92,24 @@ def settle_in_sync(st: dict[str, Any], vol: dict[str, Any]) -> None:
 # --- commands ---------------------------------------------------------------------------------
 
 
+def volume_of(st: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """The volume a leader's decision names by `uuid`."""
+    uuid = args.get("uuid")
+    vol = st["volumes"].get(uuid) if isinstance(uuid, str) else None
+    if vol is None:
+        raise NotFound(f"volume {uuid!r} does not exist", field="uuid")
+    return vol
+
+
+def volume_at_epoch(st: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """The volume, if the decision was taken at its current epoch (else it is stale)."""
+    vol, epoch = volume_of(st, args), args.get("epoch")
+    if epoch != vol["epoch"]:
+        msg = f"volume {vol['name']} is at epoch {vol['epoch']}, the decision was taken at {epoch!r}"
+        raise OperationFailed(msg, field="epoch")
+    return vol
+
+
 def node_health_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     nid = args.get("node_id")
     if type(nid) is not int or nid not in st["nodes"]:
@@ -124,16 +142,8 @@ def volume_failover_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     from nodeos.cluster.snapshot_map import drop_freezes_of
     from nodeos.cluster.storage_map import set_paths
 
-    uuid = args.get("uuid")
-    vol = st["volumes"].get(uuid) if isinstance(uuid, str) else None
-    if vol is None:
-        raise NotFound(f"volume {uuid!r} does not exist", field="uuid")
-    epoch, to = args.get("epoch"), args.get("to")
-    if epoch != vol["epoch"]:
-        raise OperationFailed(
-            f"volume {vol['name']} is at epoch {vol['epoch']}, the failover was decided at {epoch!r}",
-            field="epoch",
-        )
+    vol = volume_at_epoch(st, args)
+    epoch, to = vol["epoch"], args.get("to")
     if vol["state"] in ("deleting", "failed"):
         raise OperationFailed(f"volume {vol['name']} is {vol['state']}", field="uuid")
     cur = in_sync_of(vol)
@@ -173,14 +183,8 @@ def volume_handoff_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """A planned move (drain): ask the live primary to stop serving the volume at `epoch`
     (front end inaccessible, writes drained) and say so; `volume_failover` follows once its
     report confirms (`handed_off` == epoch), so two primaries never serve at once."""
-    uuid = args.get("uuid")
-    vol = st["volumes"].get(uuid) if isinstance(uuid, str) else None
-    if vol is None:
-        raise NotFound(f"volume {uuid!r} does not exist", field="uuid")
-    epoch, to = args.get("epoch"), args.get("to")
-    if epoch != vol["epoch"]:
-        msg = f"volume {vol['name']} is at epoch {vol['epoch']}, not {epoch!r}"
-        raise OperationFailed(msg, field="epoch")
+    vol = volume_at_epoch(st, args)
+    epoch, to = vol["epoch"], args.get("to")
     cur = in_sync_of(vol)
     if to == vol["primary"] or to not in cur or health_of(st, to) != "up":
         raise OperationFailed(f"node {to!r} cannot take over {vol['name']}", field="to", allowed=cur)

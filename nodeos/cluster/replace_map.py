@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeos.cluster import events as map_events
-from nodeos.cluster.failover_map import health_of, in_sync_of
+from nodeos.cluster.failover_map import health_of, in_sync_of, volume_of
 from nodeos.errors import BadInput, NotFound, OperationFailed
 
 
@@ -36,10 +36,7 @@ def volume_replace_replica_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Move the replica of volume `uuid` on node `old` to `node`/`pool_id`, decided at `epoch`."""
     from nodeos.cluster.storage_map import _check_placement, _check_spread, set_paths
 
-    uuid = args.get("uuid")
-    vol = st["volumes"].get(uuid) if isinstance(uuid, str) else None
-    if vol is None:
-        raise NotFound(f"volume {uuid!r} does not exist", field="uuid")
+    vol = volume_of(st, args)
     old, new, pool_id = args.get("old"), args.get("node"), args.get("pool_id")
     if type(old) is not int:
         raise BadInput("old must be a node id", field="old")

@@ -499,11 +499,15 @@ class ControlService:
         return await self._run("node.drain", {"node": ref})
 
     async def node_rebuild_limit(self, params: dict[str, Any]) -> dict[str, Any]:
+        from nodeos.cluster.failover_map import REBUILD_MBPS_MAX
+
         ref = _param(params, "node")
         mbps = params.get("mbps")
-        if mbps is not None and (type(mbps) is not int or not 1 <= mbps <= 100_000):
+        if mbps is not None and (type(mbps) is not int or not 1 <= mbps <= REBUILD_MBPS_MAX):
             raise BadInput(
-                f"rebuild limit {mbps!r} MB/s is out of range", field="rebuild_mbps", allowed="1-100000"
+                f"rebuild limit {mbps!r} MB/s is out of range",
+                field="rebuild_mbps",
+                allowed=f"1-{REBUILD_MBPS_MAX}",
             )
         return await self._run("node.rebuild_limit", {"node": ref, "mbps": mbps})
 

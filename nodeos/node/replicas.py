@@ -17,6 +17,7 @@ import dataclasses
 import uuid as uuidlib
 from typing import Any
 
+from nodeos.cluster.failover_map import in_sync_of  # noqa: F401 - the agent's plan reads it here
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MirrorSpec, RemoteSpec
 
@@ -45,13 +46,6 @@ def lv_size(vol: dict[str, Any]) -> int:
 
 def cntlid_range(slot: int) -> tuple[int, int]:
     return slot * CNTLID_SPAN + 1, (slot + 1) * CNTLID_SPAN
-
-
-def in_sync_of(vol: dict[str, Any]) -> list[int]:
-    """The nodes whose replica holds every acknowledged write (the map's `in_sync`); a volume
-    from before the field: every placement node."""
-    have = vol.get("in_sync")
-    return [int(n) for n in have] if have is not None else [int(s["node"]) for s in vol["placement"]]
 
 
 def node_up(st: dict[str, Any], nid: int) -> bool:
