@@ -73,3 +73,29 @@ def test_a_new_leader_calls_no_live_member_down(nodes: Any) -> None:
     kinds = [(e["kind"], e.get("node")) for e in events(rest[1]) if e["seq"] > start]
     assert [k for k in kinds if k[0] == "node_down"] == [("node_down", old_id)], kinds
     assert {lease_of(rest[1], f"n{n.raft_id}") for n in rest} == {"up"}
+
+
+def test_drain_and_rebuild_limit_refuse_bad_input_naming_the_field_and_change_nothing(nodes: Any) -> None:
+    ns = three(nodes)
+    rc, before = run(ns[1], "node", "list")
+    assert rc == 0
+    for args, field in (
+        (("node", "drain", "nosuch", "--no-wait"), "node"),
+        (("node", "undrain", "nosuch"), "node"),
+        (("node", "rebuild-limit", "n2", "fast"), "rebuild_mbps"),
+        (("node", "rebuild-limit", "n2", "0"), "rebuild_mbps"),
+        (("node", "rebuild-limit", "n2", "1000000"), "rebuild_mbps"),
+    ):
+        rc, out = run(ns[1], *args)
+        assert rc == 2, (args, out)
+        assert out["error"]["field"] == field, (args, out)
+    rc, after = run(ns[1], "node", "list")
+
+    def kept(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(r["name"], r["state"], r.get("rebuild_mbps")) for r in rows]
+
+    assert kept(after) == kept(before)
+    rc, out = run(ns[1], "node", "rebuild-limit", "n2", "50")
+    assert rc == 0, out
+    shown = next(r for r in run(ns[0], "node", "list")[1] if r["name"] == "n2")
+    assert shown["rebuild_mbps"] == 50
