@@ -163,6 +163,16 @@ def check(
     result = Result(LINEARIZABLE, len(ops), len(by_key))
     unknown: list[str] = []
     for key, part in sorted(by_key.items(), key=lambda kv: (len(kv[1]), repr(kv[0]))):
+        bad = model.impossible_read(part) if model.impossible_read else None
+        if bad is not None:
+            result.per_key[key] = NOT_LINEARIZABLE
+            result.verdict = NOT_LINEARIZABLE
+            result.failed_key = key
+            result.detail = (
+                f"key {key!r}: {bad.f} by process {bad.process!r} returned {bad.output!r},"
+                " a value no write in the history could produce"
+            )
+            return result
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             ok, explored = _check_partition(model, part, deadline, max_states)
