@@ -187,6 +187,13 @@ class DataPlane(Protocol):
 
     def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None: ...
 
+    def fence_export(self, nqn: str) -> bool:
+        """The export's namespace becomes ANA inaccessible on every listener, at once; nothing
+        else changes (hosts, listeners, device, the other exports on its ports). Idempotent.
+        False when there is no such export. The one fence of a replicated front end: the lease
+        keeper's (nodeos/node/service.py) and `nodeosd --fence` after the daemon stopped."""
+        ...
+
     # mirrors over the fabric (issue 8); names in nodeos.dataplane.mirror_names
     def attach_remote(self, spec: RemoteSpec) -> str:
         """Connect to a replica subsystem on another node; the local block device of the

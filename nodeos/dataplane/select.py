@@ -127,3 +127,6 @@ class NoDataPlane(NoMirrors):
 
     def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None:
         raise self._refuse()
+
+    def fence_export(self, nqn: str) -> bool:
+        return False  # a witness exports nothing

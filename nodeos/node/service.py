@@ -274,13 +274,13 @@ class NodeService(NodeBase):
             if v.get("role") != "primary" or v["state"] != "ready" or int(v.get("replicas") or 1) <= 1:
                 continue
             try:
-                spec = self.ops.spec_for(v)
                 if fenced and self.dp is not None:
                     # Not queued behind a long data plane call (an attach can take a minute):
-                    # the fence must land before the leader may call this node down.
-                    await asyncio.to_thread(self.dp.apply_export, spec)
+                    # the fence must land before the leader may call this node down. The same
+                    # call fences after the daemon stopped (`nodeosd --fence`, node/stopfence.py).
+                    await asyncio.to_thread(self.dp.fence_export, v["nqn"])
                 else:
-                    await self.ops.call("apply_export", spec)
+                    await self.ops.call("apply_export", self.ops.spec_for(v))
                 changed.append(name)
                 if was != fenced or name in self._fence_pending:
                     how = "inaccessible (fenced)" if fenced else "optimized (fence lifted)"

@@ -49,3 +49,14 @@ def test_capabilities_nothing_in_nodeos_uses_are_dropped() -> None:
         assert cap in dropped.split()
     for needed in ("CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SYS_RAWIO", "CAP_SYS_MODULE", "CAP_IPC_LOCK"):
         assert needed not in dropped  # configfs/mounts, DCB, NVMe, modules, LVM's mlock
+
+
+def test_every_stop_of_the_daemon_fences_its_replicated_front_ends_without_holding_back_a_restart() -> None:
+    """nvmet and md outlive nodeosd: after a crash, kill -9, watchdog kill or stop, ExecStopPost
+    fences (node/stopfence.py) with the daemon's own configuration; "-": a failed fence (logged
+    as critical) does not keep the unit from restarting."""
+    svc = service_section()
+    post = svc["ExecStopPost"]
+    assert post.startswith("-") and post.endswith(" --fence"), post
+    start_cmd = svc["ExecStart"].split()
+    assert post.lstrip("-").split()[:-1] == start_cmd, (post, start_cmd)

@@ -29,6 +29,7 @@ from nodeos.dataplane.kernel.nvmet import (
     discovery_addrs,
     find_port,
 )
+from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec, check_listener
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 
@@ -328,6 +329,20 @@ class KernelDataPlane:
         for pid in sorted(self.nvmet.ports()):
             if nqn in self.nvmet.port_subsystems(pid):
                 self.nvmet.set_port_ana_state(pid, ana_group, state)
+
+    def fence_export(self, nqn: str) -> bool:
+        """Move the namespace into the inaccessible ANA group (ANA groups are shared by every
+        subsystem on a port, so the group's state is never flipped in place): the group is
+        made inaccessible on the export's ports first, then the namespace joins it."""
+        check_nqn(nqn)
+        if not self.fs.usable() or not self.nvmet.has_subsystem(nqn):
+            return False
+        grp = ANA_GROUP_INACCESSIBLE
+        for pid in sorted(self.nvmet.ports()):
+            if nqn in self.nvmet.port_subsystems(pid):
+                self.nvmet.set_port_ana_state(pid, grp, "inaccessible")
+        self.nvmet.set_namespace_ana_group(nqn, grp)
+        return True
 
     def _export_info(self, nqn: str) -> ExportInfo:
         n = self.nvmet

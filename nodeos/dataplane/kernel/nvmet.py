@@ -252,9 +252,16 @@ class Nvmet:
             for k, v in want.items():
                 if have[k] != v:
                     self.fs.write(v, *ns, k)
-        self._set(str(ana_grp), *ns, "ana_grpid")
+        self.set_namespace_ana_group(nqn, ana_grp)
         if not enabled:
             self.fs.write("1", *ns, "enable")
+
+    def set_namespace_ana_group(self, nqn: str, grp: int) -> None:
+        """The namespace's ANA group (allowed while it is enabled; connected hosts get an ANA
+        change event). No namespace: nothing to do."""
+        ns = ("subsystems", nqn, "namespaces", str(NSID))
+        if self.fs.exists(*ns):
+            self._set(str(grp), *ns, "ana_grpid")
 
     def namespace(self, nqn: str) -> dict[str, str]:
         ns = ("subsystems", nqn, "namespaces", str(NSID))

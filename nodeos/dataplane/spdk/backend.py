@@ -503,6 +503,18 @@ class SpdkDataPlane(NoMirrors):
         for a in sub.get("listen_addresses") or []:
             self.call(rq.set_ana_state(nqn, parse.listener_of(a), state, ana_group))
 
+    def fence_export(self, nqn: str) -> bool:
+        """SPDK keeps ANA states per subsystem and listener: the namespace's own group goes
+        inaccessible on each of the subsystem's listeners (no other subsystem is touched)."""
+        check_nqn(nqn)
+        sub = self._subsystem(nqn)
+        if sub is None:
+            return False
+        grp = int((parse.subsystem_ns1(sub) or {}).get("anagrpid", 1))
+        for a in sub.get("listen_addresses") or []:
+            self.call(rq.set_ana_state(nqn, parse.listener_of(a), "inaccessible", grp))
+        return True
+
 
 def _norm(li: Listener) -> Listener:
     return Listener(trtype=li.trtype, traddr=li.traddr, trsvcid=str(li.trsvcid), adrfam=li.adrfam)
