@@ -141,7 +141,20 @@ def leave(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
 def remove(ctx: click.Context, node_id: int, as_json: bool) -> tuple[Any, Any]:
     """Remove another member (gone for good or compromised); it holds no pools."""
     out = _client(ctx).call("cluster.remove", {"node_id": node_id}, progress="removing")
-    return out, lambda d: f"node {d['removed']} removed from the cluster"
+    return out, _removed_human
+
+
+def _removed_human(d: dict[str, Any]) -> str:
+    text = f"node {d['removed']} removed from the cluster"
+    ca = d.get("ca")
+    if ca is None:
+        return text
+    if ca.get("moved"):
+        return (
+            f"{text}; it held the cluster CA: a new CA (generation {ca['generation']}) now lives on "
+            f"node {ca['holder']}, which issues join tokens; the old CA is not trusted"
+        )
+    return f"{text}; it held the cluster CA, which did not move: {ca['problem']}"
 
 
 @cluster.command()
@@ -200,7 +213,7 @@ def rotate_secret(ctx: click.Context, timeout: float | None, as_json: bool) -> t
 @click.pass_context
 @command_runner
 def rotate_ca(ctx: click.Context, timeout: float | None, as_json: bool) -> tuple[Any, Any]:
-    """Replace the cluster CA and every member's certificate (on the member that holds the CA)."""
+    """Replace the cluster CA and every member's certificate; the new CA lives on this member."""
     return (
         _rotate(ctx, timeout, "cluster.ca.rotate"),
         lambda d: (
@@ -229,7 +242,8 @@ def _status_human(d: dict[str, Any]) -> str:
     if ca:
         roll = ca.get("roll") or {}
         rolling = f"   (rolling to {roll['gen']})" if roll.get("phase") == "switch" else ""
-        head += f"\nca       generation {ca['generation']}{rolling}"
+        where = f"   on node {ca['holder']}" if ca.get("holder") is not None else ""
+        head += f"\nca       generation {ca['generation']}{where}{rolling}"
         if ca.get("problem"):
             head += f"\n         {ca['problem']}"
     rows = [

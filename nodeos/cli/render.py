@@ -46,6 +46,12 @@ def status_human(d: dict[str, Any]) -> str:
         if svc != "node" and isinstance(d.get(svc), dict):
             lines.append(
                 f"{svc:<9} "
-                + ", ".join(f"{k}={v}" for k, v in d[svc].items() if not isinstance(v, (dict, list)))
+                + ", ".join(
+                    f"{k}={v}"
+                    for k, v in d[svc].items()
+                    if not isinstance(v, (dict, list)) and k != "warning"
+                )
             )
+            if d[svc].get("warning"):
+                lines.append(f"WARNING   {svc}: {d[svc]['warning']}")
     return "\n".join(lines)

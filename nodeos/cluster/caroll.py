@@ -48,3 +48,50 @@ def actions(m: MemberCa, roll: dict[str, Any]) -> tuple[list[str], str | None]:
     if phase == "stable":
         steps.append("finish")
     return steps, None
+
+
+STALE_STAGE_S = 60.0  # a staged CA older than this, never switched to, is a dead roller's leftover
+
+
+def stage_refusal(
+    staged_fp: bytes | None,
+    staged_by: int | None,
+    staged_age_s: float,
+    new_fp: bytes,
+    frm: int,
+    members: set[int],
+) -> str | None:
+    """Why a member refuses to stage the new CA `new_fp` of a roll driven by node `frm` while it
+    holds another CA staged (by `staged_by`, `staged_age_s` ago); None: it stages it.
+
+    Any member may drive a roll; two at once must not mix. A staged CA is replaced only by the
+    same roller, when its roller is no longer a member, or once it is stale."""
+    if staged_fp is None or staged_fp == new_fp or staged_by == frm:
+        return None
+    if staged_by is not None and staged_by not in members:
+        return None
+    if staged_age_s >= STALE_STAGE_S:
+        return None
+    who = f"node {staged_by}" if staged_by is not None else "another member"
+    return (
+        f"a rotation of the cluster CA driven by {who} is under way (staged {staged_age_s:.0f} s ago); "
+        "try again once it is done"
+    )
+
+
+def holder_warning(holder: int | None, members: set[int], down: bool) -> str | None:
+    """What `cluster status` says when the member holding the cluster CA cannot sign joins."""
+    if holder is None:
+        return None
+    if holder not in members:
+        return (
+            f"node {holder}, which held the cluster CA, is no longer a member: no node can join; run "
+            "`nodeos cluster rotate-ca` on any member to make a new CA there"
+        )
+    if down:
+        return (
+            f"node {holder}, which holds the cluster CA, is down: no node can join until it is back; "
+            f"if it is lost for good, run `nodeos cluster remove {holder}` on another member (the CA "
+            "then moves to that member)"
+        )
+    return None

@@ -1,8 +1,11 @@
 """Rotating the cluster CA: the CA node's procedure and each member's side of it.
 
 Part of ClusterService (nodeos/cluster/service.py); a member's steps are pure, in
-nodeos/cluster/caroll.py. `nodeos cluster rotate-ca` runs on the member holding the CA (the one
-that ran `cluster init`, as `cluster token` does):
+nodeos/cluster/caroll.py. `nodeos cluster rotate-ca` runs on any member: that member makes the
+new CA and holds its key from then on (the map's `ca.holder`), so a cluster whose CA's node is
+lost for good gets a CA again (`cluster remove` of the CA's node does it on the member that ran
+it). The new CA is trusted through the existing authenticated, encrypted peer links; no key
+travels.
 
 - stage: a new CA key and certificate (generation g+1, kept in `ca-new.key`); every member,
   this one too, gets the new CA certificate (public) and trusts it beside the old one, makes a
@@ -12,8 +15,12 @@ that ran `cluster init`, as `cluster token` does):
 - switch: `ca_roll {gen, phase: switch, fp}` committed; each member's watcher presents its new
   certificate (both CAs still trusted) and hands its connections over.
 - stable: once every member presents it and has no connection of its old identity left, `ca_roll
-  {phase: stable}`; each member trusts only the new CA, whose key replaces the old on the CA's
-  node. Connections whose peer certificate came from the old CA are closed.
+  {phase: stable}`; each member trusts only the new CA, whose key replaces the old on the new
+  CA's node; a member holding the old CA's key deletes it. Connections whose peer certificate
+  came from the old CA are closed.
+
+A member stages one roll at a time (caroll.stage_refusal): two members rotating at once fail,
+nothing changed, rather than mix.
 
 Joins and join tokens wait while a roll is under way (the joiner would get the old CA).
 Test-only (NODEOS_TEST_FAULTS=1): NODEOS_SECRET_CRASH_FILE's step `ca-switched` kills a member
@@ -29,6 +36,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nodeos.cluster import caroll, secretroll, tlsca
+from nodeos.cluster.failover_map import health_of
 from nodeos.errors import BadInput, NodeosError, OperationFailed
 
 if TYPE_CHECKING:
@@ -131,6 +139,9 @@ class CaRotation:
         if t.ca_key_new.exists():
             t.write("ca.key", t.ca_key_new.read_bytes())
             t.remove(t.ca_key_new)
+        elif t.ca_key.exists() and not tlsca.key_matches(t.ca_new.read_bytes(), t.ca_key.read_bytes()):
+            t.remove(t.ca_key)  # the old CA's key (another member drove the roll): worth nothing now
+            log.info("cluster CA generation %d: this member does not hold the CA any more", roll["gen"])
         t.write("ca.pem", t.ca_new.read_bytes())
         self._ca_identity(ca_gen=roll["gen"])
         t.remove(t.ca_new)
@@ -145,11 +156,11 @@ class CaRotation:
         if type(gen) is not int or gen < 1:
             raise BadInput("gen must be a positive integer", field="gen")
         if method == "cluster.ca.stage":
-            return await self._ca_stage_here(gen, params.get("ca"))
+            return await self._ca_stage_here(gen, params.get("ca"), frm)
         if method == "cluster.ca.cert":
             return self._ca_install_cert(gen, params.get("cert"))
         if method == "cluster.ca.unstage":
-            self._ca_unstage(gen)
+            self._ca_unstage(gen, params.get("fp"))
             return {"unstaged": gen}
         if method == "cluster.ca.state":
             self._reconcile_ca()
@@ -161,7 +172,7 @@ class CaRotation:
             }
         raise BadInput(f"unknown peer method {method!r}", field="method")
 
-    async def _ca_stage_here(self, gen: int, ca: Any) -> dict[str, Any]:
+    async def _ca_stage_here(self, gen: int, ca: Any, frm: int) -> dict[str, Any]:
         # A roll right after another: this member may not have applied the last one's end yet.
         deadline = time.monotonic() + 3.0
         while True:
@@ -175,14 +186,22 @@ class CaRotation:
         if not isinstance(ca, bytes) or not self.tls.present():
             raise BadInput("ca must be a PEM certificate (and this member must use TLS)", field="ca")
         try:
-            tlsca.cert_fp(ca)
+            fp = tlsca.cert_fp(ca)
         except ValueError:
             raise BadInput("ca must be a PEM certificate", field="ca") from None
         assert self.identity is not None
         ident = self.identity
+        if m.new_fp is not None:
+            age = time.time() - self.tls.ca_new.stat().st_mtime
+            d = self._drv()
+            by = ident.get("ca_staged_by")
+            why = caroll.stage_refusal(m.new_fp, by, age, fp, frm, {d.id, *self._others(d)})
+            if why:
+                raise BadInput(why, field="cluster")
         key, csr = await asyncio.to_thread(tlsca.make_request, ident["raft_id"], ident["cluster_id"])
         self.tls.write("node-new.key", key)
         self.tls.remove(self.tls.cert_new)
+        self._ca_identity(ca_staged_by=frm)
         self.tls.write("ca-new.pem", ca)
         self._reload_tls()  # trust both CAs from now on
         return {"csr": csr}
@@ -201,27 +220,50 @@ class CaRotation:
         t.write("node-new.pem", cert)
         return {"installed": gen}
 
-    def _ca_unstage(self, gen: int) -> None:
+    def _ca_unstage(self, gen: int, fp: Any = None) -> None:
         m = self._member_ca()
         if m.presenting_new or gen != m.gen + 1:
             return  # the roll went on (or never reached here): nothing to take back
+        if fp is not None and m.new_fp != fp:
+            return  # staged by another roll (or not at all): not this roller's to take back
         self.tls.remove(self.tls.ca_new, self.tls.key_new, self.tls.cert_new, self.tls.ca_key_new)
         self._reload_tls()
 
+    def ca_holder(self) -> int | None:
+        """The member holding the key of the newest cluster CA (None: a map from before it was kept)."""
+        d = self.driver
+        return None if d is None else secretroll.section_of(d.map.state, "ca").get("holder")
+
     def ca_status(self) -> dict[str, Any]:
-        roll = secretroll.section_of(self.driver.map.state, "ca") if self.driver is not None else None
+        d = self.driver
+        roll = secretroll.section_of(d.map.state, "ca") if d is not None else None
+        holder = self.ca_holder()
+        warning = None
+        if d is not None and holder is not None:
+            members = set(d.conf_state.voters) | set(d.conf_state.learners)
+            down = health_of(d.map.state, holder) == "down"
+            warning = caroll.holder_warning(holder, members, down)
         return {
             "generation": int((self.identity or {}).get("ca_gen", 0)),
             "roll": None if roll is None else {"gen": roll["gen"], "phase": roll["phase"]},
-            "problem": self.ca_problem,
+            "holder": holder,
+            "problem": self.ca_problem or warning,
         }
+
+    def ca_summary(self) -> dict[str, Any]:
+        """For `nodeos status`: where the cluster CA is and, when it cannot sign joins, what to do."""
+        st = self.ca_status()
+        out: dict[str, Any] = {"ca_holder": st["holder"]}
+        if st["problem"]:
+            out["warning"] = st["problem"]
+        return out
 
     def _maybe_resume_ca(self) -> None:
         """The CA's node finishes a roll it finds half done (after it was restarted, say)."""
         d = self.driver
         if (
             d is None
-            or not self.tls.is_ca()
+            or not self.tls.ca_key_new.exists()  # the roll's new CA is this member's
             or self._ca_lock.locked()
             or time.monotonic() < self._ca_resume_at
         ):
@@ -238,15 +280,29 @@ class CaRotation:
 
         asyncio.get_running_loop().create_task(resume())
 
+    async def _move_ca_here(self, d: RaftDriver, gone: int) -> dict[str, Any]:
+        """The removed member held the cluster CA: a new CA on this member (its key stays here), so
+        joins keep working and the removed member's CA is trusted no more."""
+        deadline = time.monotonic() + 10.0
+        while gone in self._others(d) and time.monotonic() < deadline:  # this member applies the removal
+            await asyncio.sleep(0.05)
+        try:
+            rolled = await self.api_rotate_ca({"timeout": 20})
+        except NodeosError as err:
+            log.error("the cluster CA did not move here after node %d was removed: %s", gone, err.message)
+            return {
+                "moved": False,
+                "problem": f"{err.message}; no node can join until `nodeos cluster rotate-ca` succeeds "
+                "on a member",
+            }
+        return {"moved": True, "holder": d.id, "generation": rolled["generation"]}
+
     # --- the CA's node ---
     async def api_rotate_ca(self, params: dict[str, Any]) -> dict[str, Any]:
         timeout = secretroll.rotate_timeout(params)
         d = self._drv()
-        if not self.tls.present() or not self.tls.is_ca():
-            raise BadInput(
-                "the cluster CA is rotated on the member holding it (the one that ran `cluster init`)",
-                field="cluster",
-            )
+        if not self.tls.present():
+            raise BadInput("this member has no TLS identity (a cluster made before TLS)", field="cluster")
         deadline = time.monotonic() + timeout
         async with self._ca_lock:
             roll = secretroll.section_of(d.map.state, "ca")
@@ -263,7 +319,7 @@ class CaRotation:
         left = max(0.5, min(10.0, deadline - time.monotonic()))
         failed: dict[int, BaseException] = {}
         try:
-            mine = await self._ca_stage_here(gen, ca_cert)
+            mine = await self._ca_stage_here(gen, ca_cert, d.id)
             self._ca_install_cert(gen, tlsca.sign_request(ca_key, ca_cert, mine["csr"], d.id))
         except NodeosError as err:
             failed[d.id] = err
@@ -286,21 +342,22 @@ class CaRotation:
         for m, a in zip(certs, sent, strict=True):
             if isinstance(a, BaseException):
                 failed[m] = a
+        fp = tlsca.cert_fp(ca_cert)
         if failed:
             took = [m for m in members if m not in failed]
-            await self._ask_all(took, "cluster.ca.unstage", {"gen": gen}, 2.0)
-            self._ca_unstage(gen)
+            await self._ask_all(took, "cluster.ca.unstage", {"gen": gen, "fp": fp}, 2.0)
+            self._ca_unstage(gen, fp)
+            self.tls.remove(self.tls.ca_key_new)
             why = "; ".join(f"node {m}: {getattr(e, 'message', e)}" for m, e in sorted(failed.items()))
             raise OperationFailed(
                 f"the cluster CA was not rotated, nothing changed: not every member took a certificate "
                 f"of the new CA ({why}); bring those members back (or remove them) and rotate again"
             )
-        fp = tlsca.cert_fp(ca_cert)
-        cmd = {"cmd": "ca_roll", "args": {"gen": gen, "phase": "switch", "fp": fp}}
+        cmd = {"cmd": "ca_roll", "args": {"gen": gen, "phase": "switch", "fp": fp, "holder": d.id}}
         await self._at_leader("command", cmd, max(0.5, min(10.0, deadline - time.monotonic())))
         log.info("cluster CA generation %d: every member holds a certificate of it; switching", gen)
         self._secret_crash_point("ca-node-switched")
-        return dict(cmd["args"])
+        return {"gen": gen, "phase": "switch", "fp": fp}
 
     async def _ca_finish_roll(self, d: RaftDriver, roll: dict[str, Any], deadline: float) -> dict[str, Any]:
         gen = roll["gen"]

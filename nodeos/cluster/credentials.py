@@ -1,7 +1,8 @@
 """A member's credentials: its mutual-TLS identity and the join tokens it issues.
 
-Part of ClusterService (nodeos/cluster/service.py). The member that ran `cluster init` holds
-the cluster CA (nodeos/cluster/tlsca.py) and issues join tokens (nodeos/cluster/token.py),
+Part of ClusterService (nodeos/cluster/service.py). The member holding the cluster CA
+(nodeos/cluster/tlsca.py: the one that ran `cluster init` or the last `cluster rotate-ca`, the
+map's `ca.holder`) issues join tokens (nodeos/cluster/token.py),
 kept in its own 0600 state (`meta`, key `join_tokens`) until they expire or are revoked.
 """
 
@@ -34,6 +35,8 @@ class MemberCredentials:
         def _member(self) -> dict[str, Any]: ...
 
         def ca_roll_under_way(self) -> bool: ...
+
+        def ca_holder(self) -> int | None: ...
 
     def _tls_contexts(self) -> dict[str, Any]:
         if not self.tls.present():
@@ -76,9 +79,11 @@ class MemberCredentials:
         ca = b""
         if self.tls.present():
             if not self.tls.is_ca():
+                holder = self.ca_holder()
+                where = f"node {holder}" if holder is not None else "the member that ran `cluster init`"
                 raise BadInput(
-                    "join tokens are issued by the member holding the cluster CA (the one that ran "
-                    "`cluster init`)",
+                    f"join tokens are issued by the member holding the cluster CA ({where}); if it is "
+                    "lost for good, `nodeos cluster remove` it and the CA moves to the member that ran that",
                     field="cluster",
                 )
             ca = self.tls.ca_cert.read_bytes()

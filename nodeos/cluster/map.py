@@ -82,9 +82,13 @@ def _empty_state() -> dict[str, Any]:
 
 
 def _node_id(args: dict[str, Any]) -> int:
-    nid = args.get("node_id")
+    return _member_id(args, "node_id")
+
+
+def _member_id(args: dict[str, Any], name: str) -> int:
+    nid = args.get(name)
     if type(nid) is not int or nid <= 0:
-        raise BadInput("node_id must be a positive integer", field="node_id")
+        raise BadInput(f"{name} must be a positive integer", field=name)
     return nid
 
 
@@ -194,6 +198,8 @@ def _init_cluster_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     if st["cluster_id"] is not None and st["cluster_id"] != cid:
         raise AlreadyExists(f"cluster already has id {st['cluster_id']}", field="cluster_id")
     st["cluster_id"] = cid
+    if "ca_holder" in args:  # the member whose `cluster init` made the cluster CA
+        st["ca"] = {**secretroll.empty_section(), "holder": _member_id(args, "ca_holder")}
     return {"cluster_id": cid}
 
 
@@ -332,7 +338,13 @@ def _secret_roll_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 def _ca_roll_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """One step of a cluster CA roll (nodeos/cluster/caroll.py): the same steps as the secret's."""
-    new = secretroll.next_section(dict(st.get("ca") or secretroll.empty_section()), args)
+    cur = dict(st.get("ca") or secretroll.empty_section())
+    new = secretroll.next_section(cur, args)
+    # `holder`: the member holding the key of the newest CA (the roll's, from its switch on).
+    if new["phase"] == "switch" and "holder" in args:
+        new["holder"] = _member_id(args, "holder")
+    elif cur.get("holder") is not None:
+        new["holder"] = cur["holder"]
     st["ca"] = new
     step = (
         "every member presents a certificate of it"

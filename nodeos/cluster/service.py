@@ -177,6 +177,7 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation, CaRota
             "term": st.hard_state.term,
             "commit": st.hard_state.commit,
             "peer_listen": self.advertise,
+            **self.ca_summary(),
         }
 
     # --- membership of this node ---
@@ -367,7 +368,8 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation, CaRota
         await self._start_member(extra_peers={})
         assert self.driver is not None
         self.driver.campaign()
-        await self._at_leader("command", {"cmd": "init_cluster", "args": {"cluster_id": cluster_id}}, 10)
+        init = {"cluster_id": cluster_id, "ca_holder": raft_id}
+        await self._at_leader("command", {"cmd": "init_cluster", "args": init}, 10)
         await self._at_leader("command", {"cmd": "add_node", "args": self._node_args(raft_id, fd)}, 10)
         log.info("created cluster %s%s as node %d", cluster_id, " (of one)" if solo else "", raft_id)
 
@@ -489,6 +491,8 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation, CaRota
             )
         out: dict[str, Any] = await self._at_leader("remove", {"node_id": nid}, timeout=20.0)
         log.info("node %d removed from the cluster", nid)
+        if nid == self.ca_holder():
+            out["ca"] = await self._move_ca_here(d, nid)
         return out
 
     async def _hand_over_leadership(self, d: RaftDriver) -> None:

@@ -122,9 +122,16 @@ def issued_by(cert_pem: bytes, ca_pem: bytes, key_pem: bytes | None = None) -> b
         cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
     except (ValueError, TypeError, InvalidSignature):
         return False
-    if key_pem is None:
-        return True
-    key = serialization.load_pem_private_key(key_pem, password=None)
+    return key_pem is None or key_matches(cert_pem, key_pem)
+
+
+def key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
+    """Whether `key_pem` is the private key of the certificate `cert_pem`."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return False
     pub = serialization.PublicFormat.SubjectPublicKeyInfo
     enc = serialization.Encoding.DER
     return bool(cert.public_key().public_bytes(enc, pub) == key.public_key().public_bytes(enc, pub))
