@@ -1,8 +1,9 @@
-"""Rotating the cluster CA on 3 real daemons (loopback) through the `nodeos` CLI: refused on a
-member that does not hold the CA, a member killed -9 right after it presents its new
-certificate, the cluster converging, writes through every member, afterwards a peer
-certificate of the old CA refused (and the old CA not trusting anyone) while the new one works,
-and the CA's node killed -9 in the middle of a second roll, finishing it once it is back."""
+"""Rotating the cluster CA on 3 real daemons (loopback) through the `nodeos` CLI: bad input refused,
+a member killed -9 right after it presents its new certificate, the cluster converging, writes
+through every member, afterwards a peer certificate of the old CA refused (and the old CA not
+trusting anyone) while the new one works, the CA's node killed -9 in the middle of a second roll,
+finishing it once it is back, and a roll driven by another member moving the CA there (the old
+CA's key dropped, its node issuing no join token)."""
 
 from __future__ import annotations
 
@@ -62,9 +63,7 @@ def test_rotate_the_ca_through_a_crash_and_refuse_the_old_one(tmp_path: Path) ->
         for f in ("ca.pem", "node.key", "node.pem"):
             (old / f).write_bytes((tls_dir(n3) / f).read_bytes())
 
-        # Only the member holding the CA rotates it; bad input exits 2. Nothing changes.
-        rc, out = rotate_ca(n2)
-        assert rc == 2 and out["error"]["field"] == "cluster", out
+        # Bad input exits 2. Nothing changes.
         rc, out = rotate_ca(n1, "--timeout", "0")
         assert rc == 2 and out["error"]["field"] == "timeout", out
         assert (tls_dir(n3) / "ca.pem").read_bytes() == (old / "ca.pem").read_bytes()
@@ -80,7 +79,7 @@ def test_rotate_the_ca_through_a_crash_and_refuse_the_old_one(tmp_path: Path) ->
         for gen in (2, 3):
             assert n1.call("cluster.ca.rotate", {}, timeout=60) == {"generation": gen, "members": [1, 2, 3]}
 
-        want = {"generation": 3, "roll": {"gen": 3, "phase": "stable"}, "problem": None}
+        want = {"generation": 3, "roll": {"gen": 3, "phase": "stable"}, "holder": 1, "problem": None}
         for n in c.nodes:
             wait_ca(c, n, want)
             files = sorted(p.name for p in tls_dir(n).iterdir())
@@ -110,12 +109,25 @@ def test_rotate_the_ca_through_a_crash_and_refuse_the_old_one(tmp_path: Path) ->
         crash_and_restart(n1, crash[1])
         rc, _ = finish(p)
         assert rc != 0  # the node answering the command died
-        want2 = {"generation": 4, "roll": {"gen": 4, "phase": "stable"}, "problem": None}
+        want2 = {"generation": 4, "roll": {"gen": 4, "phase": "stable"}, "holder": 1, "problem": None}
         for n in c.nodes:
             wait_ca(c, n, want2)
         newer_ca = (tls_dir(n1) / "ca.pem").read_bytes()
         assert all(tlsca.issued_by((tls_dir(n) / "node.pem").read_bytes(), newer_ca) for n in c.nodes)
         assert not (tls_dir(n1) / "ca-new.key").exists()
         n2.call("cluster.kv.put", {"key": "after-ca-2", "value": "ok"}, timeout=30)
+
+        # Any member rotates the CA; the new CA then lives there and the old CA's key is dropped.
+        rc, out = rotate_ca(n2)
+        assert rc == 0 and out == {"generation": 5, "members": [1, 2, 3]}, out
+        want3 = {"generation": 5, "roll": {"gen": 5, "phase": "stable"}, "holder": 2, "problem": None}
+        for n in c.nodes:
+            wait_ca(c, n, want3)
+            files = sorted(p.name for p in tls_dir(n).iterdir())
+            assert files == (["ca.key"] if n is n2 else []) + ["ca.pem", "node.key", "node.pem"]
+        rc, out = finish(rotate(n1, command="token"))
+        assert rc == 2 and out["error"]["field"] == "cluster" and "node 2" in out["error"]["message"], out
+        assert decode_token(n2.call("cluster.token", {})["token"]).ca == (tls_dir(n1) / "ca.pem").read_bytes()
+        n3.call("cluster.kv.put", {"key": "after-ca-3", "value": "ok"}, timeout=30)
     finally:
         c.stop()

@@ -273,3 +273,47 @@ def test_certificates_say_which_ca_signed_them_and_for_which_key() -> None:
     m = ClusterMap()
     m.apply(1, encode_command("ca_roll", switch(1, tlsca.cert_fp(new_ca))))
     assert m.state["ca"]["phase"] == "switch" and m.state["secret"] == roll.empty_section()
+
+
+# --- where the CA lives: any member may drive a roll and then holds the new CA ----------------
+
+
+def test_the_map_says_which_member_holds_the_ca_from_init_through_rolls() -> None:
+    m = ClusterMap()
+    m.apply(1, encode_command("init_cluster", {"cluster_id": "c", "ca_holder": 1}))
+    assert m.state["ca"] == {**roll.empty_section(), "holder": 1}
+    m.apply(2, encode_command("ca_roll", {**switch(1), "holder": 2}))
+    assert m.state["ca"]["holder"] == 2  # the new CA's key is on the member that drove the roll
+    m.apply(3, encode_command("ca_roll", stable(1)))
+    assert m.state["ca"] == {**stable(1), "holder": 2}
+    out = m.apply(4, encode_command("ca_roll", {**switch(2), "holder": 0}))
+    assert out["error"]["field"] == "holder" and m.state["ca"]["holder"] == 2  # refused: nothing changed
+
+
+def test_a_member_stages_one_roll_at_a_time() -> None:
+    old, new = b"o" * 16, b"n" * 16
+    members = {1, 2, 3}
+    assert caroll.stage_refusal(None, None, 0.0, new, 2, members) is None  # nothing staged
+    assert caroll.stage_refusal(old, 2, 5.0, new, 2, members) is None  # the same roller again
+    why = caroll.stage_refusal(old, 3, 5.0, new, 2, members)
+    assert why is not None and "driven by node 3" in why  # two rollers at once: refused, not mixed
+    assert caroll.stage_refusal(old, 4, 5.0, new, 2, members) is None  # its roller was removed
+    assert (
+        caroll.stage_refusal(old, 3, caroll.STALE_STAGE_S, new, 2, members) is None
+    )  # a dead roll's leftover
+
+
+def test_status_says_when_the_cas_node_cannot_sign_joins_and_what_to_run() -> None:
+    assert caroll.holder_warning(1, {1, 2, 3}, down=False) is None
+    assert caroll.holder_warning(None, {2, 3}, down=False) is None  # a map from before it was kept
+    down = caroll.holder_warning(1, {1, 2, 3}, down=True)
+    assert down is not None and "is down" in down and "nodeos cluster remove 1" in down
+    gone = caroll.holder_warning(1, {2, 3}, down=False)
+    assert gone is not None and "no longer a member" in gone and "nodeos cluster rotate-ca" in gone
+
+
+def test_a_key_matches_only_its_own_certificate() -> None:
+    key, ca = tlsca.make_ca("c")
+    other, _ = tlsca.make_ca("c", 1)
+    assert tlsca.key_matches(ca, key) and not tlsca.key_matches(ca, other)
+    assert not tlsca.key_matches(b"not a certificate", key)
