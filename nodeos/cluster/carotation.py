@@ -274,7 +274,7 @@ class CaRotation:
 
         async def resume() -> None:
             try:
-                await self.api_rotate_ca({"timeout": 3})
+                await self.api_rotate_ca({"timeout": 3}, finish_only=True)
             except NodeosError as err:
                 log.info("CA roll not finished yet: %s", err.message)
 
@@ -297,8 +297,10 @@ class CaRotation:
             }
         return {"moved": True, "holder": d.id, "generation": rolled["generation"]}
 
-    # --- the CA's node ---
-    async def api_rotate_ca(self, params: dict[str, Any]) -> dict[str, Any]:
+    # --- the member driving a roll ---
+    async def api_rotate_ca(self, params: dict[str, Any], finish_only: bool = False) -> dict[str, Any]:
+        """`finish_only`: finish a roll under way, start none (this member's map may not have
+        applied the end of the roll it drove when it looked: it must not start another)."""
         timeout = secretroll.rotate_timeout(params)
         d = self._drv()
         if not self.tls.present():
@@ -306,9 +308,22 @@ class CaRotation:
         deadline = time.monotonic() + timeout
         async with self._ca_lock:
             roll = secretroll.section_of(d.map.state, "ca")
+            if roll["phase"] == "stable" and finish_only:
+                return {"generation": roll["gen"], "members": sorted([d.id, *self._others(d)])}
             if roll["phase"] == "stable":
                 # This node's map may apply the switch after the leader answered: go by what was committed.
                 roll = await self._ca_stage_everywhere(d, roll["gen"] + 1, deadline)
+                return await self._ca_finish_roll(d, roll, deadline)
+            done = await self._ca_finish_roll(d, roll, deadline)
+            holder = self.ca_holder()
+            if holder is None or holder in {d.id, *self._others(d)}:
+                return done
+            # The roll's driver is no longer a member (lost at its switch): its CA's key went with
+            # it, so a new CA here.
+            log.info(
+                "cluster CA generation %d: its node %d is gone; a new CA here", done["generation"], holder
+            )
+            roll = await self._ca_stage_everywhere(d, done["generation"] + 1, deadline)
             return await self._ca_finish_roll(d, roll, deadline)
 
     async def _ca_stage_everywhere(self, d: RaftDriver, gen: int, deadline: float) -> dict[str, Any]:

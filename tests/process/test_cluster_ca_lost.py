@@ -2,7 +2,9 @@
 `nodeos` CLI: init on n1, join n2 and n3, kill n1 for good. `cluster status` and `nodeos status`
 say where the CA is and that its node is down, with the command to run; no join token can be
 issued. `nodeos cluster remove 1` on n2 moves the CA to n2 (a new CA, its key made there); n4
-joins with a token of n2, writes go through every member, and the old CA is trusted no more."""
+joins with a token of n2, writes go through every member, and the old CA is trusted no more. And
+the CA's node lost right after the switch of a roll it drove: removing it finishes that roll and
+makes a CA on the member that ran the removal."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from nodeos.cluster import tlsca
 from nodeos.cluster.localcluster import LocalCluster, LocalNode
 from nodeos.cluster.token import decode_token
 from nodeos.errors import BadInput, NodeosError
-from tests.process.test_cluster_ca_rotation import dial, tls_dir
-from tests.process.test_cluster_secret_rotation import NODEOS
+from tests.process.test_cluster_ca_rotation import dial, rotate_ca, tls_dir
+from tests.process.test_cluster_secret_rotation import NODEOS, arm_crash_files
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
@@ -129,5 +131,35 @@ def test_the_ca_moves_off_a_lost_node_and_joins_work_again(tmp_path: Path) -> No
         with pytest.raises(BadInput) as exc:
             dial(n3, n2, cluster_id, tlsca.client_context(old_ca, *was3))
         assert exc.value.field == "cluster"
+    finally:
+        c.stop()
+
+
+def test_a_roll_whose_node_is_lost_at_its_switch_is_finished_and_the_ca_made_anew(tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path, 3)
+    crash = arm_crash_files(c, tmp_path)
+    n1, n2, n3 = c.nodes
+    try:
+        c.form()
+        crash[1].write_text("ca-node-switched")  # n1 dies -9 once the switch to its new CA is committed
+        rc, _ = rotate_ca(n1)
+        assert rc != 0 and n1.proc is not None and n1.proc.wait(timeout=60) == 137
+        n1.kill()
+        wait_for("a leader among n2, n3", lambda: c.leader(among=[n2, n3]))
+        switch = {"gen": 1, "phase": "switch"}
+        wait_for("the switch on n2", lambda: ca_of(n2)["roll"] == switch and ca_of(n2)["holder"] == 1)
+
+        rc, out = cli(n2, "cluster", "remove", "1")
+        assert rc == 0 and out["ca"] == {"moved": True, "holder": 2, "generation": 2}, out
+        want = {"generation": 2, "roll": {"gen": 2, "phase": "stable"}, "holder": 2, "problem": None}
+        for n in (n2, n3):
+            wait_for(f"n{n.index} on the new CA", lambda n=n: ca_of(n) == want)
+        new_ca = (tls_dir(n2) / "ca.pem").read_bytes()
+        assert tlsca.issued_by((tls_dir(n3) / "node.pem").read_bytes(), new_ca)
+        rc, out = cli(n2, "cluster", "token")
+        assert rc == 0, out
+        got = decode_token(out["token"]).ca
+        assert got == new_ca, (tlsca.subject_cns(got), tlsca.subject_cns(new_ca), sorted(tls_dir(n2).iterdir()))
+        n3.call("cluster.kv.put", {"key": "after", "value": "ok"}, timeout=30)
     finally:
         c.stop()
