@@ -84,7 +84,7 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation, CaRota
         # Registered by other services too (e.g. "control"); the secret roll is the cluster's own.
         self.leader_handlers: dict[str, LeaderHandler] = {"rotate_secret": self.lead_rotation}
         self._roll_lock = asyncio.Lock()  # one secret roll at a time on this leader
-        self._ca_lock = asyncio.Lock()  # one CA roll at a time (on the CA's node)
+        self._ca_lock = asyncio.Lock()  # one CA roll at a time driven by this member
         self._secret_watch: asyncio.Task[None] | None = None
         self.failure: str | None = None  # set while this node's Raft member is down after a fault
         self._supervisor: asyncio.Task[None] | None = None

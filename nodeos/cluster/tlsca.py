@@ -1,9 +1,10 @@
 """The cluster's own certificate authority and each member's TLS identity (mutual TLS).
 
 `cluster init` makes the CA (an EC P-256 key that never leaves that node) and the node's own
-key and certificate. A joining node makes its key and sends only a certificate request; the
-CA's node signs it for `node-<raft id>` and returns the certificate with the CA's. Keys never
-leave the node that made them. Files live in `<state-dir>/cluster/tls/` (0600).
+key and certificate; `cluster rotate-ca` makes a new one on the member it runs on (the map's
+`ca.holder`). A joining node makes its key and sends only a certificate request; the CA's node
+signs it for `node-<raft id>` and returns the certificate with the CA's. Keys never leave the
+node that made them. Files live in `<state-dir>/cluster/tls/` (0600).
 
 Peer connections are TLS 1.3 with the cluster CA as the only trust anchor; the acceptor asks
 for a client certificate but lets a joining node (which has none yet) in, and the transport
