@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from nodeos.agent import freeze, handoff
+from nodeos.agent.legs import Sent, in_sync_called
 from nodeos.agent.legwatch import LegWatch
 from nodeos.agent.plan import Step, plan
 from nodeos.dataplane.base import Listener
@@ -60,6 +61,7 @@ class Agent:
         self.freezer = freeze.Freezer()
         self.handed_off: dict[str, int] = {}  # uuid -> epoch this node stopped serving at
         self.legwatch = LegWatch(self)
+        self.sent: list[Sent] = []  # reports sent that the map may not hold yet (nodeos/agent/legs.py)
         self._rebuild_applied: tuple[Any, ...] | None = None
 
     def start(self) -> None:
@@ -302,6 +304,13 @@ class Agent:
             return False  # this node joined or left a cluster meanwhile: the next pass reports there
         old = (d.map.state["reports"].get(d.id) or {}).get("seq", 0)
         seq = max(old, self._last_seq) + 1
+        # A report that times out may still land: its seq is never reused (a later report with the
+        # same seq would be dropped as stale), and what it calls in sync counts until the map holds
+        # a newer one (the leg watch drops no leg it may bring back).
+        self._last_seq = seq
+        reps = body["replicas"].items()
+        called = {u: in_sync_called(r["members"]) for u, r in reps if isinstance(r.get("members"), dict)}
+        self.sent = [x for x in self.sent if x[0] > old] + [(seq, called)]
         args = {"node_id": d.id, "seq": seq, **body}
         try:
             await self.cluster.at_leader("command", {"cmd": "node_report", "args": args}, 10.0)
@@ -347,7 +356,8 @@ class Agent:
                         remotes = await self.node.ops.call("list_remotes")
                     except NodeosError:
                         remotes = None  # legs matched by slot
-                    members, progress = self.node.ops.mirrors.mirror_members(info, v, remotes)
+                    down = self.legwatch.down_of(v)
+                    members, progress = self.node.ops.mirrors.mirror_members(info, v, remotes, down)
                     out["members"] = members
                     if progress:
                         out["progress"] = progress

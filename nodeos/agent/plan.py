@@ -249,6 +249,10 @@ def failover_step(st: dict[str, Any], w: dict[str, Any], have: dict[str, Any], m
     follows already). The map moves `primary` within `placement` and bumps `epoch` each time."""
     name, role, epoch = w["name"], have.get("role"), int(w["epoch"])
     have_epoch = int(have.get("epoch") or 1)
+    if epoch < have_epoch:
+        # A map behind what this node followed already (read back after a restart, or a stale
+        # copy): never follow an older epoch (promote, demote or retarget to its primary).
+        return None
     fields = replicas.record_fields(st, w, me)
     others = [int(s["node"]) for s in w["placement"] if s["node"] != me]
     if role == "primary" and (w["primary"] != me or have_epoch < epoch):

@@ -100,8 +100,11 @@ class RemoteSpec:
     host_id: str  # UUID; given with host_nqn always (a lone hostnqn= clashes with an old hostid)
     nguid: str  # the replica namespace's fixed NGUID: the device is found by it, never by name
     keep_alive_tmo: int = 5
-    ctrl_loss_tmo: int = 60
-    fast_io_fail_tmo: int = 0  # fail I/O at once when the path drops: md fails the leg, not stalls
+    # Never give up and never fail I/O on a lost path: a leg's I/O blocks (nvme requeues it) until
+    # the path returns or the primary drops the leg, which it does only once the map no longer
+    # counts that replica in sync (nodeos/agent/legwatch.py): md cannot degrade on its own.
+    ctrl_loss_tmo: int = -1
+    fast_io_fail_tmo: int = -1
     reconnect_delay: int = 2
 
 
@@ -206,6 +209,12 @@ class DataPlane(Protocol):
 
     def list_remotes(self) -> list[RemoteInfo]:
         """Replica connections (NQNs under the replica prefix) of this node's initiator."""
+        ...
+
+    def drop_mirror_leg(self, mirror_id: str, nqn: str) -> None:
+        """Take the leg of remote `nqn` out of a running mirror even while its I/O blocks: fail it
+        in md, then delete its controllers (the blocked I/O fails, md completes the held writes on
+        the other legs). Only for a leg the map no longer counts in sync. Absent: nothing."""
         ...
 
     def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:

@@ -24,6 +24,9 @@ class NoMirrors:
     def list_remotes(self) -> list[RemoteInfo]:
         return []
 
+    def drop_mirror_leg(self, mirror_id: str, nqn: str) -> None:
+        raise self._no_mirrors("mirror_id")
+
     def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:
         raise self._no_mirrors("mirror_id")
 

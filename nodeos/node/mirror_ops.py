@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from nodeos.dataplane import mirror_names as names
@@ -181,6 +182,9 @@ class MirrorOps:
             await self.ops.call("apply_export", self.ops.spec_for(vol))
             self._log(vol, "front end inaccessible")
             crash.point("volume.demote:front-fenced")
+            # Replicas that moved on dropped my controllers: md's writes wait on those legs for
+            # ever (no fast-fail). Nothing below that waits for md's I/O may run before they go.
+            await self.unblock(vol)
             if vol.get("device") != view:
                 await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
                 vol = dict(vol, device=view)
@@ -213,6 +217,9 @@ class MirrorOps:
         vol = self._load(d["name"])
         if vol is None:
             return self.ops._drop(d)
+        # Legs of replicas re-placed away may block (their node is gone): md cannot remove a leg
+        # with I/O pending, so they are dropped first. The others are the leg watch's to judge.
+        await self.unblock(vol, {int(n) for n in vol.get("gone") or []})
         members = [str(vol["lv_device"]), *await self._attach(vol, list(d.get("attach") or []))]
         crash.point("volume.rejoin:remotes-attached")
         info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False))
@@ -221,6 +228,25 @@ class MirrorOps:
         await self._detach_gone(vol)
         vol = await self._front_on_mirror(vol, info.device)
         self._finish(d, {k: v for k, v in vol.items() if k != "gone"})
+
+    async def unblock(self, vol: dict[str, Any], nodes: set[int] | None = None) -> list[str]:
+        """Drop the legs (of `nodes`, default all) whose controller is not live: their I/O blocks
+        (no fast-fail, no ctrl loss), so stopping md, swapping the view's table or removing the leg
+        would wait for ever. Only where the map no longer needs them in sync (a demote, a delete,
+        a replica re-placed away). Returns the replica NQNs dropped."""
+        mid = names.mirror_id_for(vol["uuid"])
+        state = {r.nqn: r.state for r in await self.ops.call("list_remotes")}
+        want = {int(r["node"]) for r in vol.get("remotes") or []} if nodes is None else nodes
+        want |= {int(n) for n in vol.get("gone") or []} if nodes is None else set()
+        out = []
+        for nid in sorted(want):
+            nqn = names.replica_nqn(vol["uuid"], str(nid))
+            if state.get(nqn, "live") == "live":
+                continue
+            await self.ops.call("drop_mirror_leg", mid, nqn)
+            self._log(vol, "leg of node %s dropped (controller %s: its I/O would block)", nid, state[nqn])
+            out.append(nqn)
+        return out
 
     async def _detach_gone(self, vol: dict[str, Any]) -> None:
         for nid in vol.get("gone") or []:
@@ -262,6 +288,7 @@ class MirrorOps:
     async def teardown(self, vol: dict[str, Any]) -> None:
         """Everything a replicated volume made besides its LV and front end (already removed)."""
         if vol.get("role") == "primary":
+            await self.unblock(vol)  # a leg blocked on a lost replica holds md's last writes
             # A promoted primary's view maps md: it goes first, or md cannot stop.
             await self.ops.call("remove_view", replicas.view_id(vol))
             await self.ops.call("stop_mirror", names.mirror_id_for(vol["uuid"]))
@@ -274,21 +301,24 @@ class MirrorOps:
                 await self.ops.call("remove_export", names.replica_nqn(vol["uuid"], str(me)))
 
     def mirror_members(
-        self, info: Any, vol: dict[str, Any], remotes: list[Any] | None = None
+        self, info: Any, vol: dict[str, Any], remotes: list[Any] | None = None, down: Iterable[int] = ()
     ) -> tuple[dict[int, str], dict[int, float]]:
         """The primary's view of each secondary's leg, as replica states of the map, and the
         rebuild progress (0..1) of the legs being synced. A leg is found by its attached
-        device (`remotes`: list_remotes()), else by its placement slot."""
-        return leg_states(info, vol, remotes)
+        device (`remotes`: list_remotes()), else by its placement slot; `down`: nodes whose
+        leg's controller has not been live for too long (nodeos/agent/legs.py): failed."""
+        return leg_states(info, vol, remotes, down)
 
 
 def leg_states(
-    info: Any, vol: dict[str, Any], remotes: list[Any] | None = None
+    info: Any, vol: dict[str, Any], remotes: list[Any] | None = None, down: Iterable[int] = ()
 ) -> tuple[dict[int, str], dict[int, float]]:
-    """Pure: MirrorInfo + record (+ the attached remotes) -> ({node: state}, {node: progress})."""
+    """Pure: MirrorInfo + record (+ the attached remotes, + the nodes whose leg is down: its I/O
+    blocks) -> ({node: state}, {node: progress})."""
     by_slot = {m.slot: m for m in info.members if m.slot is not None}
     by_dev = {os.path.basename(m.device): m for m in info.members if m.device}
     dev_of = {r.nqn: os.path.basename(r.device) for r in remotes or [] if r.device}
+    downs = {int(n) for n in down}
     states: dict[int, str] = {}
     progress: dict[int, float] = {}
     for i, r in enumerate(vol.get("remotes") or [], start=1):
@@ -300,6 +330,8 @@ def leg_states(
             m = by_slot.get(int(r.get("slot", i)))
         state = m.state if m is not None else "missing"
         states[nid] = {"in_sync": "in-sync", "rebuilding": "syncing", "spare": "syncing"}.get(state, "failed")
+        if nid in downs:
+            states[nid] = "failed"
         if m is not None and states[nid] == "syncing":
             progress[nid] = float(m.progress or 0.0)
     return states, progress

@@ -384,6 +384,12 @@ class KernelDataPlane:
     def list_remotes(self) -> list[RemoteInfo]:
         return self.initiator.remotes()
 
+    def drop_mirror_leg(self, mirror_id: str, nqn: str) -> None:
+        dev = next((r.device for r in self.initiator.remotes() if r.nqn == nqn and r.device), None)
+        if dev is not None:
+            self.mirrors.fail_member(mirror_id, dev)  # first: md then fails the held writes' leg only
+        self.initiator.cut(nqn)
+
     def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:
         return self.mirrors.assemble(spec)
 

@@ -266,6 +266,21 @@ class Initiator:
                     f"could not delete controller {c.name} of {nqn}: {e.strerror}"
                 ) from None
 
+    def cut(self, nqn: str) -> None:
+        """Delete the controllers to `nqn` even while a mirror holds its device: I/O blocked on
+        them (no fast-fail, no ctrl loss) fails and the device goes. Waits for the kernel, which
+        finishes a reconnect attempt first (one SYN retry with nvme-tcp: a few seconds)."""
+        check_nqn(nqn)
+        for c in controllers_of(self.controllers(), nqn):
+            try:
+                (self.sys_nvme / c.name / "delete_controller").write_text("1")
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise OperationFailed(
+                    f"could not delete controller {c.name} of {nqn}: {e.strerror}"
+                ) from None
+
     def remotes(self) -> list[RemoteInfo]:
         return remote_infos(self.controllers(), self.disks())
 

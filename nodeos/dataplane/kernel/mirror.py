@@ -11,8 +11,10 @@ edge (`MdMirrors`: runs mdadm/dmsetup, reads /sys/block/mdX/md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -37,6 +39,7 @@ RAID_SPEED_DEFAULT_KIB = 200_000  # the kernel's own default
 SYS_BLOCK = Path("/sys/block")
 MAX_MEMBERS = 8
 SECTOR = 512
+FAIL_WAIT_S = 3.0  # how long drop_mirror_leg waits for md to mark a blocked leg faulty
 
 
 # ---- pure -----------------------------------------------------------------------------
@@ -261,6 +264,12 @@ def run(cmd: Sequence[str], timeout_s: float = 120.0, check: bool = True) -> sub
     return p
 
 
+def _mark_faulty(state: Path, done: threading.Event) -> None:
+    with contextlib.suppress(OSError):
+        state.write_text("faulty")
+    done.set()
+
+
 class MdMirrors:
     def __init__(
         self,
@@ -356,6 +365,25 @@ class MdMirrors:
         if kname is None:
             return
         self.run(cmd_stop(f"/dev/{kname}"))
+
+    def fail_member(self, mirror_id: str, device: str, wait_s: float = FAIL_WAIT_S) -> bool:
+        """Mark the leg on `device` faulty (md's dev-*/state <- faulty) without waiting more than
+        `wait_s`: md takes its lock for it, which a superblock write blocked on that very leg may
+        hold; the write then finishes once the leg's I/O fails. False: not (yet) marked."""
+        check_mirror_id(mirror_id)
+        kname = self._kname(mirror_id)
+        want = os.path.basename(os.path.realpath(device))
+        if kname is None:
+            return False
+        for d in sorted((self.sys_block / kname / "md").glob("dev-*")):
+            if os.path.basename(os.path.realpath(d / "block")) != want and d.name != f"dev-{want}":
+                continue
+            done = threading.Event()
+            threading.Thread(
+                target=_mark_faulty, args=(d / "state", done), name=f"md-fail-{want}", daemon=True
+            ).start()
+            return done.wait(wait_s)
+        return False
 
     def _md_dir_of(self, mirror_id: str) -> Path:
         check_mirror_id(mirror_id)

@@ -170,3 +170,18 @@ def test_a_primary_whose_mirror_is_not_assembled_after_a_restart_assembles_it_ag
     st["nodes"][3]["health"] = "down"
     ((op, data),) = steps(st, 2, have)
     assert op == "volume.rejoin" and data["attach"] == [1]
+
+
+def test_a_map_behind_the_epoch_a_node_followed_moves_nothing() -> None:
+    """A map read back after a restart, older than what a record follows: a secondary of epoch 2
+    is not promoted by an epoch-1 map naming it primary, a primary of epoch 2 not demoted."""
+    st = three_node_map()  # epoch 1, node 2 primary, every node in sync
+    sec = ready(st, 2)
+    sec["v"] = dict(sec["v"], role="secondary", epoch=2)
+    assert steps(st, 2, sec) == []
+    prim = ready(st, 1)
+    prim["v"] = dict(prim["v"], role="primary", epoch=2)
+    assert steps(st, 1, prim) == []
+    other = ready(st, 3)
+    other["v"] = dict(other["v"], epoch=2)
+    assert steps(st, 3, other) == []

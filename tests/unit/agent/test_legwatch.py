@@ -8,6 +8,7 @@ from nodeos.agent.legwatch import pending
 
 def vol(primary: int = 1, epoch: int = 2, in_sync: list[int] | None = None) -> dict:
     return {
+        "uuid": "5b0e7c1d-2a3f-4e5d-8c7b-6a5f4e3d2c1b",
         "primary": primary,
         "epoch": epoch,
         "in_sync": [1, 2, 3] if in_sync is None else in_sync,

@@ -86,7 +86,7 @@ def test_connect_string_carries_hostnqn_hostid_and_timeouts() -> None:
         "hostid": HOSTID,
         "keep_alive_tmo": "3",
         "ctrl_loss_tmo": "30",
-        "fast_io_fail_tmo": "0",
+        "fast_io_fail_tmo": "-1",
         "reconnect_delay": "2",
     }
 

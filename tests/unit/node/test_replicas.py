@@ -143,3 +143,5 @@ def test_the_primary_reports_each_leg_by_its_attached_device_with_rebuild_progre
     assert leg_states(info, prim, remotes[1:]) == ({2: "failed", 3: "in-sync"}, {})
     # without the remotes' devices: by placement slot (node 2 is slot 0, node 3 slot 2)
     assert leg_states(info, prim) == ({2: "syncing", 3: "in-sync"}, {2: 0.25})
+    # a leg whose controller has not been live for too long (its I/O blocks): failed, whatever md says
+    assert leg_states(info, prim, remotes, down={3}) == ({2: "syncing", 3: "failed"}, {2: 0.25})
