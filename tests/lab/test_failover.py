@@ -374,3 +374,65 @@ def test_primary_cut_off_fences_itself_and_after_heal_is_copied_from_the_new_pri
     sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
     assert len(set(sums.values())) == 1, sums
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
+
+
+def _kernel_md_failures(lab: Lab, vm: str, since: str) -> list[float]:
+    """Unix times of md failing a leg on `vm` since `since` (kernel log)."""
+    out = lab.sh(vm, f"journalctl -k --no-pager -o short-unix --since '{since}'", timeout=120).stdout
+    return [float(ln.split()[0]) for ln in out.splitlines() if "Disk failure on" in ln]
+
+
+@pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)
+def test_a_secondary_cut_off_blocks_writes_until_the_map_drops_it_and_none_is_acked_degraded_before(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    """The primary cannot reach its replica: the leg's I/O blocks (no fast-fail), the agent
+    reports the leg failed once its controller is not live for a while, and only once the map
+    no longer counts the replica in sync does it drop the leg: md fails it no earlier than the
+    map dropped it, so no write was acknowledged without the replica while it counted in sync.
+    fio goes on through the host's multipath device with zero errors; after the heal the
+    replica resyncs and the replicas hold the same bytes."""
+    name = "fo2b"
+    since = lab.sh("s1", "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    vol, nodes, dev = _volume_under_fio(lab, cluster, name)
+    prim, sec = vol["primary"], next(n for n in nodes if n != vol["primary"])
+    sec_id = next(int(r["node_id"]) for r in _show(lab, prim, name)["replicas"] if r["node"] == sec)
+    cut_at = time.time()
+    lab.cut(sec)
+    try:
+        _wait("the replica out of the in-sync set", lambda: _show(lab, prim, name)["in_sync"] == [prim], 300)
+
+        def dropped_leg() -> str | None:
+            text = _journal(lab, prim, since)
+            return text if f"leg of node {sec_id} dropped" in text else None
+
+        log = _wait("the primary dropping the blocked leg", dropped_leg, 180)
+        assert "reported failed" in log, log[-2000:]
+        dropped = [
+            float(e["at"])
+            for e in _events(lab, prim)
+            if e.get("volume") == vol["uuid"]
+            and e.get("node") == sec_id
+            and e["kind"] in ("replica_out_of_sync", "replica_failed")
+            and float(e["at"]) >= cut_at - 5
+        ]
+        md_fail = _kernel_md_failures(lab, prim, since)
+        assert dropped and md_fail, (dropped, md_fail)
+        print(
+            f"\nsecondary cut: map dropped the replica {min(dropped) - cut_at:.1f} s after the cut, "
+            f"md failed its leg {min(md_fail) - cut_at:.1f} s after"
+        )
+        assert min(md_fail) >= min(dropped), (
+            "md failed the leg (acks degraded) while the map counted it in sync"
+        )
+    finally:
+        lab.heal(sec)
+    job = _fio_result(lab, name)
+    assert job["error"] == 0, job.get("error")
+    print(f"secondary cut: longest I/O {_gap_s(job):.1f} s")
+    back = _wait("the volume healthy again", lambda: _healthy(lab, prim, name, nodes), timeout=900, every=5)
+    assert back["primary"] == prim
+    lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+    sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
+    assert len(set(sums.values())) == 1, sums
+    lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
