@@ -64,19 +64,32 @@ class SpdkTarget:
         )
 
 
-@pytest.fixture(scope="module")
-def spdk_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpdkTarget]:
-    bin_dir = spdk_dir()
-    if os.geteuid() != 0:
-        pytest.skip("SPDK's nvmf_tgt needs root")
-    work = tmp_path_factory.mktemp("spdk")
+def start_target(
+    bin_dir: Path,
+    work: Path,
+    extra_args: tuple[str, ...] = (),
+    nice: int = 0,
+    discovery_svcid: str | None = "8009",
+) -> SpdkTarget:
+    """A REAL nvmf_tgt on its own RPC socket in `work` (no hugepages, no PCI scan, one core)."""
+    work.mkdir(parents=True, exist_ok=True)
     sock = work / "spdk.sock"
     log = work / "nvmf_tgt.log"
-    with open(log, "wb") as lf:
+    cmd = [
+        str(bin_dir / "nvmf_tgt"),
+        "-u",
+        "--no-huge",
+        "-s",
+        "1024",
+        "-m",
+        "0x1",
+        "-r",
+        str(sock),
+        *extra_args,
+    ]
+    with open(log, "ab") as lf:
         proc = subprocess.Popen(
-            [str(bin_dir / "nvmf_tgt"), "-u", "--no-huge", "-s", "1024", "-m", "0x1", "-r", str(sock)],
-            stdout=lf,
-            stderr=subprocess.STDOUT,
+            cmd, stdout=lf, stderr=subprocess.STDOUT, preexec_fn=(lambda: os.nice(nice)) if nice else None
         )
     deadline = time.monotonic() + START_TIMEOUT_S
     while not spdk_answers(str(sock)):
@@ -84,15 +97,35 @@ def spdk_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpdkTarget
             proc.kill()
             pytest.fail(f"nvmf_tgt did not answer on {sock}:\n{log.read_text()[-3000:]}")
         time.sleep(0.2)
-    dp = SpdkDataPlane(str(sock), keys_dir=work / "keys", transports=("tcp", "rdma"))
-    target = SpdkTarget(bin_dir, sock, proc, log, work, dp)
+    dp = SpdkDataPlane(
+        str(sock), keys_dir=work / "keys", discovery_svcid=discovery_svcid, transports=("tcp", "rdma")
+    )
+    return SpdkTarget(bin_dir, sock, proc, log, work, dp)
+
+
+def stop_target(t: SpdkTarget, sig: int = signal.SIGTERM) -> None:
+    t.dp.close()
+    if t.proc.poll() is not None:
+        return
+    t.proc.send_signal(sig)
+    try:
+        t.proc.wait(timeout=30)  # nvmf_tgt can take a few seconds to exit
+    except subprocess.TimeoutExpired:
+        t.proc.kill()
+        t.proc.wait()
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("SPDK's nvmf_tgt needs root")
+
+
+@pytest.fixture(scope="module")
+def spdk_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpdkTarget]:
+    bin_dir = spdk_dir()
+    need_root()
+    target = start_target(bin_dir, tmp_path_factory.mktemp("spdk"))
     try:
         yield target
     finally:
-        dp.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)  # nvmf_tgt can take a few seconds to exit
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_target(target)

@@ -17,11 +17,11 @@ from typing import Any
 
 from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener, PoolInfo, VolumeInfo
 from nodeos.dataplane.ids import check_id, check_nqn, normalize_nguid, normalize_uuid
-from nodeos.dataplane.no_mirrors import NoMirrors
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
 from nodeos.dataplane.spdk.errors import map_error
+from nodeos.dataplane.spdk.mirror import SpdkMirrors, raid_of
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, NotSupported, OperationFailed
 
@@ -50,7 +50,7 @@ def check_qos(iops: int | None, mbps: int | None) -> tuple[int, int]:
     return i, m
 
 
-class SpdkDataPlane(NoMirrors):
+class SpdkDataPlane(SpdkMirrors):
     name = "spdk"
 
     def __init__(
@@ -104,6 +104,8 @@ class SpdkDataPlane(NoMirrors):
             "dhchap": True,
             "discovery_svcid": self.discovery_svcid,
             "connections_visible": True,  # nvmf_subsystem_get_controllers
+            # raid1 over bdev_nvme without superblock (spdk/mirror.py): full-copy rebuilds only
+            "mirrors": {"data_offset": 0, "write_intent_bitmap": False, "write_freeze": False},
         }
 
     # ---- transports ------------------------------------------------------------------
@@ -336,8 +338,9 @@ class SpdkDataPlane(NoMirrors):
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         check_export_spec(spec)
-        if spec.device is not None:
-            raise NotSupported("the SPDK data plane exports lvols only, not a block device", field="device")
+        mirror = spec.device is not None
+        if mirror and not raid_of(self._mirror_bdev(str(spec.device))):
+            raise NotSupported("the SPDK data plane exports lvols and its mirrors only", field="device")
         if spec.ana_state not in rq.ANA_TO_SPDK:
             raise NotSupported(
                 f"ANA state {spec.ana_state!r} is not supported by the SPDK data plane",
@@ -345,10 +348,10 @@ class SpdkDataPlane(NoMirrors):
                 allowed=sorted(rq.ANA_TO_SPDK),
             )
         iops, mbps = check_qos(spec.qos_iops, spec.qos_mbps)
-        b = self._require(spec.pool_id, spec.vol_id)
+        b = self._mirror_bdev(str(spec.device)) if mirror else self._require(spec.pool_id, spec.vol_id)
         if (parse.bdev_lvol(b) or {}).get("snapshot"):
             raise BadInput(f"{spec.vol_id!r} is a snapshot; export a clone of it", field="vol_id")
-        bdev = alias(spec.pool_id, spec.vol_id)
+        bdev = str(spec.device) if mirror else alias(spec.pool_id, spec.vol_id)
         limits = b.get("assigned_rate_limits") or {}
         if (int(limits.get("rw_ios_per_sec", 0)), int(limits.get("rw_mbytes_per_sec", 0))) != (iops, mbps):
             self.call(rq.set_qos_limit(bdev, iops, mbps))
@@ -424,6 +427,13 @@ class SpdkDataPlane(NoMirrors):
             self.call(rq.remove_listener(nqn, li))
         self._ensure_discovery(spec.listeners)
 
+    def _mirror_bdev(self, name: str) -> dict[str, Any]:
+        """The raid bdev of a mirror this node assembled (ExportSpec.device on a primary)."""
+        found = self._maybe(rq.get_bdevs(name)) if name.startswith("nodeos-") else None
+        if not found:
+            raise NotFound(f"no mirror {name!r} to export (assemble it first)", field="device")
+        return dict(found[0])
+
     def _uuid_of(self, bdev: str) -> str | None:
         b = self._maybe(rq.get_bdevs(bdev))
         return b[0].get("name") if b else None
@@ -486,6 +496,7 @@ class SpdkDataPlane(NoMirrors):
             hosts=tuple(parse.subsystem_hosts(sub)),
             ana_state=ana,
             connected_hosts=tuple(sorted({str(c.get("hostnqn")) for c in ctrls if c.get("hostnqn")})),
+            device=str(ns["bdev_name"]) if ns.get("bdev_name") and b and raid_of(b[0]) else None,
         )
 
     def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None:

@@ -1,0 +1,491 @@
+"""Mirrors over the fabric on the SPDK data plane (issue 8): raid1 bdevs over the local lvol and
+replica namespaces attached with bdev_nvme.
+
+What differs from md (kernel/mirror.py), per ../shared/replication/spdk-raid1.md:
+- No superblock (`superblock: false`): nothing about the mirror is written on its members, so
+  the control plane alone keeps members, order and offsets, a replica node never auto-claims its
+  lvol (raid examine), a mirror can always be started again without its dead members, and data
+  starts at offset 0 on every member however it is seen (local lvol or over NVMe-oF), so
+  `MirrorSpec.data_offset_bytes` must be 0 and members are exactly the volume's size.
+- No write-intent bitmap: a leg that comes back is rebuilt by a full copy. An assembled (not
+  created) mirror starts on `members[0]` alone and copies it onto every other member: without a
+  superblock nothing tells a stale leg from a current one, so the control plane names the leg
+  that is current first. SPDK runs one rebuild per mirror at a time: the members it could not add
+  yet stay `missing` until the next `assemble_mirror`.
+- A failed leg leaves its slot at once (no `faulty` state): it shows as `missing`.
+- No write freeze: SPDK has no RPC that holds a bdev's writes, so freeze is refused.
+- No linear views: a secondary exports its lvol itself (offset 0), so views are refused.
+Pure parts first (request builders, checks, parsers), then `SpdkMirrors`, mixed into the backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import uuid as uuidlib
+from typing import Any
+
+from nodeos.dataplane.base import MirrorInfo, MirrorMember, MirrorSpec, RemoteInfo, RemoteSpec
+from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
+from nodeos.dataplane.mirror_names import REPLICA_NQN_PREFIX, check_mirror_id, check_volume_size
+from nodeos.dataplane.no_mirrors import NoMirrors
+from nodeos.dataplane.spdk import parse
+from nodeos.dataplane.spdk.requests import Request, listen_address
+from nodeos.dataplane.spec_checks import check_listener
+from nodeos.errors import BadInput, EnvironmentProblem, NodeosError, NotFound, NotSupported, OperationFailed
+
+DATA_OFFSET = 0  # no superblock: data starts at block 0 of every member
+MAX_MEMBERS = 8
+CTRL_PREFIX = "nodeos_rep_"
+HOLD_SUFFIX = "_hold"
+_BDEV_RE = re.compile(r"^[A-Za-z0-9_.:/+-]{1,240}$")
+
+
+# ---- pure: names and checks -------------------------------------------------------------
+def ctrl_name(nqn: str) -> str:
+    """bdev_nvme controller name of a replica subsystem (its namespace bdev is `<name>n1`)."""
+    return CTRL_PREFIX + hashlib.sha256(check_nqn(nqn).encode()).hexdigest()[:20]
+
+
+def nguid_uuid(nguid: str) -> str:
+    """SPDK names an NVMe namespace's bdev uuid after its NGUID: the bdev is found by it."""
+    return str(uuidlib.UUID(hex=normalize_nguid(nguid)))
+
+
+def hold_name(mirror_id: str, slot: int) -> str:
+    return f"{mirror_id}{HOLD_SUFFIX}{slot}"
+
+
+def check_member(name: str, field: str = "members") -> str:
+    if not isinstance(name, str) or not _BDEV_RE.match(name):
+        raise BadInput(f"{field}: {name!r} is not a bdev name", field=field, allowed="an SPDK bdev name")
+    return name
+
+
+def check_spdk_mirror_spec(spec: MirrorSpec) -> None:
+    check_mirror_id(spec.mirror_id)
+    if not 1 <= len(spec.members) <= MAX_MEMBERS:
+        raise BadInput(
+            f"a mirror has 1-{MAX_MEMBERS} members, not {len(spec.members)}",
+            field="members",
+            allowed=f"1-{MAX_MEMBERS}",
+        )
+    for m in spec.members:
+        check_member(m)
+    if len(set(spec.members)) != len(spec.members):
+        raise BadInput("a member is listed twice", field="members")
+    check_volume_size(spec.size_bytes)
+    if spec.data_offset_bytes != DATA_OFFSET:
+        raise BadInput(
+            f"data_offset_bytes {spec.data_offset_bytes!r}: SPDK mirrors keep no metadata on their "
+            "members, data starts at offset 0 on every member",
+            field="data_offset_bytes",
+            allowed=[DATA_OFFSET],
+        )
+    if spec.adopt_uuid is not None:
+        raise BadInput(
+            "adopt_uuid: SPDK mirror members carry no superblock, there is nothing to adopt",
+            field="adopt_uuid",
+        )
+
+
+def ctrl_timeouts(spec: RemoteSpec) -> dict[str, int]:
+    """RemoteSpec's kernel-style timeouts in bdev_nvme's terms. The kernel's fast_io_fail_tmo 0
+    fails I/O at once; bdev_nvme's 0 means never, and its earliest is the reconnect delay."""
+    loss, delay, fast = spec.ctrl_loss_tmo, spec.reconnect_delay, spec.fast_io_fail_tmo
+    for name, v in (("ctrl_loss_tmo", loss), ("reconnect_delay", delay), ("fast_io_fail_tmo", fast)):
+        if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v <= 3600:
+            raise BadInput(f"{name} {v!r} is not a number of seconds", field=name, allowed="-1..3600")
+    if loss == 0:
+        return {"ctrlr_loss_timeout_sec": 0, "reconnect_delay_sec": 0, "fast_io_fail_timeout_sec": 0}
+    if delay <= 0 or (loss > 0 and delay > loss):
+        raise BadInput(
+            f"reconnect_delay {delay} must be 1..ctrl_loss_tmo ({loss}) for bdev_nvme",
+            field="reconnect_delay",
+        )
+    fast = max(fast, delay) if loss < 0 else min(max(fast, delay), loss)
+    return {"ctrlr_loss_timeout_sec": loss, "reconnect_delay_sec": delay, "fast_io_fail_timeout_sec": fast}
+
+
+def check_remote(spec: RemoteSpec) -> None:
+    check_nqn(spec.nqn)
+    check_nqn(spec.host_nqn, "host_nqn")
+    normalize_uuid(spec.host_id, "host_id")
+    normalize_nguid(spec.nguid)
+    check_listener(spec.listener)
+    ctrl_timeouts(spec)
+
+
+# ---- pure: requests ---------------------------------------------------------------------
+def nvme_attach(spec: RemoteSpec) -> Request:
+    # multipath disable: one controller per replica subsystem; a second path is an error.
+    return "bdev_nvme_attach_controller", {
+        "name": ctrl_name(spec.nqn),
+        **listen_address(spec.listener),
+        "subnqn": spec.nqn,
+        "hostnqn": spec.host_nqn,
+        "multipath": "disable",
+        **ctrl_timeouts(spec),
+    }
+
+
+def nvme_detach(name: str) -> Request:
+    return "bdev_nvme_detach_controller", {"name": name}
+
+
+def nvme_get_controllers(name: str | None = None) -> Request:
+    return "bdev_nvme_get_controllers", {"name": name} if name else {}
+
+
+def raid1_create(name: str, members: list[str]) -> Request:
+    return "bdev_raid_create", {
+        "name": name,
+        "raid_level": "raid1",
+        "base_bdevs": members,
+        "superblock": False,
+    }
+
+
+def raid_delete(name: str) -> Request:
+    return "bdev_raid_delete", {"name": name}
+
+
+def raid_get_bdevs(category: str = "all") -> Request:
+    return "bdev_raid_get_bdevs", {"category": category}
+
+
+def raid_add_base(raid: str, member: str) -> Request:
+    return "bdev_raid_add_base_bdev", {"raid_bdev": raid, "base_bdev": member}
+
+
+def raid_remove_base(member: str) -> Request:
+    return "bdev_raid_remove_base_bdev", {"name": member}
+
+
+def raid_set_options(max_mb_per_s: int) -> Request:
+    return "bdev_raid_set_options", {"process_max_bandwidth_mb_sec": max_mb_per_s}
+
+
+def null_create(name: str, num_blocks: int, block_size: int) -> Request:
+    return "bdev_null_create", {"name": name, "num_blocks": num_blocks, "block_size": block_size}
+
+
+def null_delete(name: str) -> Request:
+    return "bdev_null_delete", {"name": name}
+
+
+def rebuild_limit_mb(kib_per_s: int | None) -> int:
+    """bdev_raid_set_options takes whole MB/s; 0 is SPDK's default (no cap)."""
+    if kib_per_s is None:
+        return 0
+    if not isinstance(kib_per_s, int) or isinstance(kib_per_s, bool) or kib_per_s <= 0:
+        raise BadInput("the rebuild limit must be positive", field="rebuild_mbps")
+    return max(1, -(-kib_per_s // 1024))
+
+
+# ---- pure: parsers ----------------------------------------------------------------------
+def raid_of(bdev: dict[str, Any]) -> dict[str, Any] | None:
+    r = (bdev.get("driver_specific") or {}).get("raid")
+    return r if isinstance(r, dict) else None
+
+
+def mirror_info(mirror_id: str, bdev: dict[str, Any]) -> MirrorInfo:
+    """A MirrorInfo from bdev_get_bdevs of the raid bdev (driver_specific.raid)."""
+    raid = raid_of(bdev) or {}
+    blocklen = int(bdev.get("block_size") or 0)
+    proc = raid.get("process") or {}
+    target = proc.get("target") if proc.get("type") == "rebuild" else None
+    total = int(bdev.get("num_blocks") or 0)
+    done = int((proc.get("progress") or {}).get("blocks") or 0)
+    members = []
+    offset = None
+    for slot, b in enumerate(raid.get("base_bdevs_list") or []):
+        name = b.get("name")
+        if offset is None and b.get("is_configured"):
+            offset = int(b.get("data_offset") or 0) * blocklen
+        if not name:
+            members.append(MirrorMember(slot=slot, device=None, state="missing"))
+        elif name == target:
+            members.append(MirrorMember(slot, name, "rebuilding", progress=done / total if total else 0.0))
+        elif b.get("is_configured"):
+            members.append(MirrorMember(slot=slot, device=name, state="in_sync"))
+        else:
+            members.append(MirrorMember(slot=slot, device=name, state="missing"))
+    return MirrorInfo(
+        mirror_id=mirror_id,
+        device=str(bdev.get("name") or mirror_id),
+        size_bytes=parse.bdev_size(bdev),
+        degraded=any(m.state != "in_sync" for m in members),
+        members=tuple(members),
+        array_state=str(raid.get("state") or ""),
+        sync_action="rebuild" if target else "idle",
+        data_offset_bytes=offset,
+    )
+
+
+def nvme_subnqn(bdev: dict[str, Any]) -> str | None:
+    """The subsystem an NVMe bdev's namespace belongs to (driver_specific.nvme[0].trid)."""
+    paths = (bdev.get("driver_specific") or {}).get("nvme") or []
+    return (paths[0].get("trid") or {}).get("subnqn") if paths and isinstance(paths[0], dict) else None
+
+
+def remote_infos(ctrls: list[dict[str, Any]], nguid_of: dict[str, str]) -> list[RemoteInfo]:
+    """bdev_nvme_get_controllers -> replica connections; nguid_of: namespace bdev -> nguid."""
+    out = []
+    for c in ctrls:
+        name = str(c.get("name") or "")
+        for path in c.get("ctrlrs") or []:
+            trid = path.get("trid") or {}
+            nqn = str(trid.get("subnqn") or "")
+            if not nqn.startswith(REPLICA_NQN_PREFIX):
+                continue
+            dev = name + "n1"
+            out.append(
+                RemoteInfo(
+                    nqn=nqn,
+                    listener=parse.listener_of(trid) if trid.get("traddr") else None,
+                    state=str(path.get("state") or ""),
+                    device=dev if dev in nguid_of else None,
+                    nguid=nguid_of.get(dev),
+                    host_nqn=(path.get("host") or {}).get("nqn"),
+                )
+            )
+    return out
+
+
+# ---- edge -------------------------------------------------------------------------------
+class SpdkMirrors(NoMirrors):
+    """The mirror half of SpdkDataPlane (which provides call() and _maybe())."""
+
+    def call(self, req: Request) -> Any:
+        raise NotImplementedError
+
+    def _maybe(self, req: Request) -> Any:
+        raise NotImplementedError
+
+    def _bdev_named(self, name: str) -> dict[str, Any] | None:
+        found = self._maybe(("bdev_get_bdevs", {"name": name}))
+        return found[0] if found else None
+
+    # remotes
+    def attach_remote(self, spec: RemoteSpec) -> str:
+        check_remote(spec)
+        name = ctrl_name(spec.nqn)
+        if not self._maybe(nvme_get_controllers(name)):
+            try:
+                self.call(nvme_attach(spec))
+            except NodeosError as e:
+                raise _attach_error(spec, e) from None
+        b = self._bdev_named(nguid_uuid(spec.nguid))
+        if b is None or nvme_subnqn(b) != spec.nqn:
+            raise NotFound(
+                f"{spec.nqn} at {spec.listener.traddr}:{spec.listener.trsvcid} has no namespace with NGUID "
+                f"{normalize_nguid(spec.nguid)} (the controller stays attached; detach_remote drops it)",
+                field="nguid",
+            )
+        return str(b["name"])
+
+    def detach_remote(self, nqn: str) -> None:
+        name = ctrl_name(nqn)
+        if not self._maybe(nvme_get_controllers(name)):
+            return
+        b = self._bdev_named(name + "n1")
+        if b is not None and b.get("claimed"):
+            raise OperationFailed(
+                f"{nqn} is a member of a mirror ({b['name']}); take it out first", field="nqn"
+            )
+        self.call(nvme_detach(name))
+
+    def list_remotes(self) -> list[RemoteInfo]:
+        ctrls = [
+            c
+            for c in self.call(nvme_get_controllers()) or []
+            if str(c.get("name", "")).startswith(CTRL_PREFIX)
+        ]
+        nguid_of = {}
+        for c in ctrls:
+            b = self._bdev_named(str(c["name"]) + "n1")
+            if b is not None and b.get("uuid"):
+                nguid_of[str(b["name"])] = uuidlib.UUID(str(b["uuid"])).hex
+        return remote_infos(ctrls, nguid_of)
+
+    # mirrors
+    def mirror_status(self, mirror_id: str) -> MirrorInfo | None:
+        check_mirror_id(mirror_id)
+        b = self._bdev_named(mirror_id)  # registered only while online
+        return mirror_info(mirror_id, b) if b is not None and raid_of(b) is not None else None
+
+    def list_mirrors(self) -> list[MirrorInfo]:
+        out = []
+        for r in self.call(raid_get_bdevs("online")) or []:
+            name = str(r.get("name") or "")
+            try:
+                info = self.mirror_status(name)
+            except BadInput:
+                continue  # a raid that is not a mirror of ours (a pool's raid0)
+            if info is not None:
+                out.append(info)
+        return out
+
+    def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:
+        check_spdk_mirror_spec(spec)
+        info = self.mirror_status(spec.mirror_id)
+        if info is None:
+            if any(r.get("name") == spec.mirror_id for r in self.call(raid_get_bdevs("all")) or []):
+                self.call(raid_delete(spec.mirror_id))  # a leftover waiting for members: start anew
+            info = self._start(spec)
+        if info.size_bytes != spec.size_bytes:
+            raise OperationFailed(
+                f"mirror {spec.mirror_id} is {info.size_bytes} bytes, not {spec.size_bytes}",
+                field="size_bytes",
+            )
+        return self._reconcile(spec, info)
+
+    def _member_bdev(self, spec: MirrorSpec, name: str) -> dict[str, Any] | None:
+        b = self._bdev_named(name)
+        if b is None:
+            return None
+        if parse.bdev_size(b) != spec.size_bytes:
+            raise OperationFailed(
+                f"member {name} is {parse.bdev_size(b)} bytes; a mirror of {spec.size_bytes} bytes needs "
+                "members of exactly that size (raid1 spans its smallest member)",
+                field="members",
+            )
+        if b.get("claimed"):
+            raise OperationFailed(f"member {name} is in use (exported, or in another raid)", field="members")
+        return b
+
+    def _start(self, spec: MirrorSpec) -> MirrorInfo:
+        """A new raid: over every member when they are brand new (create), else over members[0]
+        with null placeholders in the other slots, taken out at once (a degraded start)."""
+        found = {m: self._member_bdev(spec, m) for m in spec.members}
+        missing = [m for m, b in found.items() if b is None]
+        if spec.create:
+            if missing:
+                raise NotFound(
+                    f"cannot create mirror {spec.mirror_id}: {missing[0]} is missing", field="members"
+                )
+            self.call(raid1_create(spec.mirror_id, list(spec.members)))
+            return self._status_now(spec.mirror_id)
+        first = found[spec.members[0]]
+        if first is None:
+            raise NotFound(
+                f"mirror {spec.mirror_id} starts from members[0] ({spec.members[0]}), which is missing",
+                field="members",
+            )
+        holds = [hold_name(spec.mirror_id, i) for i in range(1, len(spec.members))]
+        blocklen = int(first.get("block_size") or 4096)
+        try:
+            for h in holds:
+                if self._bdev_named(h) is None:
+                    self.call(null_create(h, spec.size_bytes // blocklen, blocklen))
+            self.call(raid1_create(spec.mirror_id, [spec.members[0], *holds]))
+            for h in holds:
+                self.call(raid_remove_base(h))
+        except NodeosError:
+            self._maybe(raid_delete(spec.mirror_id))
+            raise
+        finally:
+            for h in holds:
+                self._maybe(null_delete(h))
+        return self._status_now(spec.mirror_id)
+
+    def _status_now(self, mirror_id: str, timeout_s: float = 10.0) -> MirrorInfo:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = self.mirror_status(mirror_id)
+            if info is not None:
+                return info
+            if time.monotonic() > deadline:
+                raise OperationFailed(f"mirror {mirror_id} did not come online within {timeout_s:.0f} s")
+            time.sleep(0.1)
+
+    def _reconcile(self, spec: MirrorSpec, info: MirrorInfo) -> MirrorInfo:
+        for m in info.members:
+            if m.device and m.device not in spec.members:
+                self.call(raid_remove_base(m.device))  # a leg the placement no longer holds
+        info = self._status_now(spec.mirror_id)
+        have = {m.device for m in info.members if m.device}
+        free = sum(1 for m in info.members if m.device is None)
+        for dev in spec.members:
+            if dev in have or free == 0 or info.sync_action != "idle":
+                continue  # SPDK rebuilds one leg at a time: the next call adds the others
+            if self._member_bdev(spec, dev) is None:
+                continue  # not attached (yet)
+            self.call(raid_add_base(spec.mirror_id, dev))  # a full copy onto it starts
+            info = self._status_now(spec.mirror_id)
+            free -= 1
+        if free == 0 and any(d not in {m.device for m in info.members} for d in spec.members):
+            raise OperationFailed(
+                f"mirror {spec.mirror_id} has {len(info.members)} slots, all taken; a new member needs "
+                "the mirror stopped and assembled again",
+                field="members",
+            )
+        return info
+
+    def stop_mirror(self, mirror_id: str) -> None:
+        check_mirror_id(mirror_id)
+        b = self._bdev_named(mirror_id)
+        if b is not None and b.get("claimed"):
+            raise OperationFailed(
+                f"mirror {mirror_id} is exported; remove the export first", field="mirror_id"
+            )
+        if b is not None or any(r.get("name") == mirror_id for r in self.call(raid_get_bdevs("all")) or []):
+            self.call(raid_delete(mirror_id))
+
+    def _no_freeze(self) -> NotSupported:
+        return NotSupported(
+            "SPDK cannot hold a bdev's writes (no such RPC): the spdk data plane has no mirror write "
+            "freeze, so crash-consistent snapshots of replicated volumes are not available on it",
+            field="mirror_id",
+        )
+
+    def freeze_mirror_writes(self, mirror_id: str) -> None:
+        check_mirror_id(mirror_id)
+        raise self._no_freeze()
+
+    def thaw_mirror_writes(self, mirror_id: str) -> None:
+        check_mirror_id(mirror_id)  # nothing is ever held
+
+    def mirror_writes_frozen(self, mirror_id: str) -> bool:
+        check_mirror_id(mirror_id)
+        return False
+
+    def wipe_mirror_member(self, device: str) -> None:
+        """Nothing to wipe: members carry no superblock, and a leg always comes back by a full copy."""
+        check_member(device, "device")
+
+    def set_rebuild_limit(self, kib_per_s: int | None) -> None:
+        self.call(raid_set_options(rebuild_limit_mb(kib_per_s)))
+
+    def _no_views(self) -> NotSupported:
+        return NotSupported(
+            "the spdk data plane has no linear views: mirror data starts at offset 0, a secondary "
+            "exports its lvol itself",
+            field="view_id",
+        )
+
+    def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
+        raise self._no_views()
+
+    def remove_view(self, view_id: str) -> None:
+        raise self._no_views()
+
+    def block_view(self, view_id: str, size_bytes: int) -> str:
+        raise self._no_views()
+
+
+def _attach_error(spec: RemoteSpec, e: NodeosError) -> NodeosError:
+    where = f"{spec.nqn} at {spec.listener.trtype} {spec.listener.traddr}:{spec.listener.trsvcid}"
+    if "nterrupt" in e.message:
+        return EnvironmentProblem(
+            f"cannot attach {where}: this SPDK target runs in interrupt mode, where bdev_nvme over "
+            f"fabrics is refused; a node that holds mirrors runs a polling target ({e.message})",
+            field="nqn",
+        )
+    return OperationFailed(
+        f"cannot attach {where} as {spec.host_nqn}: the replica is down, unreachable, or does not admit "
+        f"this host ({e.message})",
+        field="nqn",
+    )
