@@ -85,6 +85,7 @@ def start_target(
         "0x1",
         "-r",
         str(sock),
+        "--disable-cpumask-locks",  # several targets (and spdk_dd) share core 0
         *extra_args,
     ]
     with open(log, "ab") as lf:

@@ -9,6 +9,7 @@ not grow with the number of volumes (listing 3,000 subsystems takes ~10 s).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import re
@@ -17,6 +18,7 @@ from typing import Any
 
 from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener, PoolInfo, VolumeInfo
 from nodeos.dataplane.ids import check_id, check_nqn, normalize_nguid, normalize_uuid
+from nodeos.dataplane.mirror_names import check_mirror_id
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
@@ -337,9 +339,9 @@ class SpdkDataPlane(SpdkMirrors):
         return name
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
-        check_export_spec(spec)
         mirror = spec.device is not None
-        if mirror and not raid_of(self._mirror_bdev(str(spec.device))):
+        check_export_spec(dataclasses.replace(spec, device=None))  # here a device is a mirror's bdev
+        if mirror and not raid_of(self._mirror_bdev(check_mirror_id(str(spec.device), "device"))):
             raise NotSupported("the SPDK data plane exports lvols and its mirrors only", field="device")
         if spec.ana_state not in rq.ANA_TO_SPDK:
             raise NotSupported(
@@ -429,7 +431,7 @@ class SpdkDataPlane(SpdkMirrors):
 
     def _mirror_bdev(self, name: str) -> dict[str, Any]:
         """The raid bdev of a mirror this node assembled (ExportSpec.device on a primary)."""
-        found = self._maybe(rq.get_bdevs(name)) if name.startswith("nodeos-") else None
+        found = self._maybe(rq.get_bdevs(name))
         if not found:
             raise NotFound(f"no mirror {name!r} to export (assemble it first)", field="device")
         return dict(found[0])

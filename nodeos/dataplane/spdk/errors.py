@@ -110,6 +110,8 @@ def map_error(method: str, params: dict[str, Any], code: int, message: str) -> N
         return OperationFailed(
             f"SPDK refused to delete {obj}: a snapshot with clones cannot be deleted{tail}"
         )
+    if method == "bdev_nvme_get_controllers" and "does not exist" in message:
+        return NotFound(f"SPDK has no NVMe controller {obj}{tail}", field="nqn")
     # -- by errno / text ---------------------------------------------------------------
     if code == -_errno.EEXIST or message == "File exists":
         return AlreadyExists(f"SPDK: {obj} exists already{tail}")

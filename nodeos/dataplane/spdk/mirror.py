@@ -358,10 +358,11 @@ class SpdkMirrors(NoMirrors):
 
     def _start(self, spec: MirrorSpec) -> MirrorInfo:
         """A new raid: over every member when they are brand new (create), else over members[0]
-        with null placeholders in the other slots, taken out at once (a degraded start)."""
+        with null placeholders in the other slots (at least one: raid1 has two or more), taken
+        out at once (a degraded start)."""
         found = {m: self._member_bdev(spec, m) for m in spec.members}
         missing = [m for m, b in found.items() if b is None]
-        if spec.create:
+        if spec.create and len(spec.members) > 1:  # raid1 has at least two slots
             if missing:
                 raise NotFound(
                     f"cannot create mirror {spec.mirror_id}: {missing[0]} is missing", field="members"
@@ -374,13 +375,14 @@ class SpdkMirrors(NoMirrors):
                 f"mirror {spec.mirror_id} starts from members[0] ({spec.members[0]}), which is missing",
                 field="members",
             )
-        holds = [hold_name(spec.mirror_id, i) for i in range(1, len(spec.members))]
+        holds = [hold_name(spec.mirror_id, i) for i in range(1, max(2, len(spec.members)))]
         blocklen = int(first.get("block_size") or 4096)
         try:
             for h in holds:
                 if self._bdev_named(h) is None:
                     self.call(null_create(h, spec.size_bytes // blocklen, blocklen))
             self.call(raid1_create(spec.mirror_id, [spec.members[0], *holds]))
+            self._status_now(spec.mirror_id)  # online first: a configuring raid would wait for them
             for h in holds:
                 self.call(raid_remove_base(h))
         except NodeosError:
@@ -478,7 +480,7 @@ class SpdkMirrors(NoMirrors):
 
 def _attach_error(spec: RemoteSpec, e: NodeosError) -> NodeosError:
     where = f"{spec.nqn} at {spec.listener.trtype} {spec.listener.traddr}:{spec.listener.trsvcid}"
-    if "nterrupt" in e.message:
+    if ": -95 " in e.message:  # EOPNOTSUPP; its log: "Interrupt mode is only supported with PCIe transport"
         return EnvironmentProblem(
             f"cannot attach {where}: this SPDK target runs in interrupt mode, where bdev_nvme over "
             f"fabrics is refused; a node that holds mirrors runs a polling target ({e.message})",
