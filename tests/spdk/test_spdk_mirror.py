@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -58,8 +59,7 @@ class Lab:
             host_nqn=host_nqn,
             host_id=HOST_ID,
             nguid=names.replica_ids(VOL, "2")[1],
-            ctrl_loss_tmo=4,
-            reconnect_delay=1,
+            reconnect_delay=1,  # never given up, I/O never failed early (the defaults)
         )
 
     def spec(self, create: bool = False) -> MirrorSpec:
@@ -118,7 +118,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         stop_target(primary, signal.SIGKILL)
 
 
-def _dd(lab: Lab, nqn: str, port: str, *args: str) -> None:
+def _dd_cmd(lab: Lab, nqn: str, port: str, *args: str) -> list[str]:
     cfg = lab.work / f"dd-{port}-{nqn[-6:]}.json"
     attach = {
         "method": "bdev_nvme_attach_controller",
@@ -133,8 +133,9 @@ def _dd(lab: Lab, nqn: str, port: str, *args: str) -> None:
         },
     }
     cfg.write_text(json.dumps({"subsystems": [{"subsystem": "bdev", "config": [attach]}]}))
-    r = lab.primary.run_tool(
-        "spdk_dd",
+    dd = str(lab.primary.tool("spdk_dd"))
+    return [
+        dd,
         "--no-huge",
         "-s",
         "512",
@@ -144,14 +145,24 @@ def _dd(lab: Lab, nqn: str, port: str, *args: str) -> None:
         "--bs",
         "1048576",
         *args,
+    ]
+
+
+def _dd(lab: Lab, nqn: str, port: str, *args: str) -> None:
+    r = subprocess.run(
+        _dd_cmd(lab, nqn, port, *args), capture_output=True, text=True, timeout=120, check=False
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
-def _write_front(lab: Lab, data: bytes) -> None:
+def _write_front(lab: Lab, data: bytes, wait: bool = True) -> subprocess.Popen[bytes] | None:
     src = lab.work / "src.bin"
     src.write_bytes(data)
-    _dd(lab, names.volume_nqn(VOL), lab.front_port, "--if", str(src), "--ob", "Fn1")
+    args = (names.volume_nqn(VOL), lab.front_port, "--if", str(src), "--ob", "Fn1")
+    if not wait:
+        return subprocess.Popen(_dd_cmd(lab, *args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _dd(lab, *args)
+    return None
 
 
 def _leg_bytes(lab: Lab, t: SpdkTarget, tag: str, count_mib: int) -> bytes:
@@ -257,14 +268,26 @@ def test_mirror_created_exported_and_written_on_both_legs(lab: Lab) -> None:
     assert _leg_bytes(lab, lab.replica, "r1", 8) == data
 
 
-def test_lost_leg_shows_failed_writes_go_on_and_rejoin_rebuilds(lab: Lab) -> None:
+def test_lost_leg_blocks_writes_until_dropped_and_rejoin_rebuilds(lab: Lab) -> None:
     dp = lab.primary.dp
+    nqn = names.replica_nqn(VOL, "2")
     stop_target(lab.replica, signal.SIGKILL)
-    info = _wait(dp, "lost its remote leg", lambda i: lab.remote_bdev not in {m.device for m in i.members})
-    assert info.degraded and info.members[0].state == "in_sync"
-    assert [m.state for m in info.members if m.device is None] == ["missing"]
     degraded_data = os.urandom(8 * MIB)
-    _write_front(lab, degraded_data)  # the mirror keeps serving on its local leg
+    writer = _write_front(lab, degraded_data, wait=False)
+    assert writer is not None
+    deadline = time.monotonic() + WAIT_S
+    while [r.state for r in dp.list_remotes()] == ["live"]:
+        assert time.monotonic() < deadline, "the replica's controller stayed live"
+        time.sleep(0.2)
+    time.sleep(2)
+    assert writer.poll() is None  # the write waits for the lost leg: nothing is acknowledged on one leg alone
+    dp.drop_mirror_leg(MID, nqn)  # the map no longer counts the replica in sync
+    assert writer.wait(timeout=60) == 0  # held writes complete on the local leg
+    info = dp.mirror_status(MID)
+    assert info is not None and info.degraded and info.members[0].state == "in_sync"
+    assert [m.state for m in info.members if m.device is None] == ["missing"]
+    assert dp.list_remotes() == []
+    dp.drop_mirror_leg(MID, nqn)  # idempotent
     # the replica node comes back with its lvol (the subsystem is made again by its agent)
     lab.replica = _start_replica(lab, fresh=False)
     _export_replica(lab)

@@ -91,8 +91,9 @@ def check_spdk_mirror_spec(spec: MirrorSpec) -> None:
 
 
 def ctrl_timeouts(spec: RemoteSpec) -> dict[str, int]:
-    """RemoteSpec's kernel-style timeouts in bdev_nvme's terms. The kernel's fast_io_fail_tmo 0
-    fails I/O at once; bdev_nvme's 0 means never, and its earliest is the reconnect delay."""
+    """RemoteSpec's kernel-style timeouts in bdev_nvme's terms: -1 (never) is bdev_nvme's
+    ctrlr_loss -1 and fast_io_fail 0; the kernel's fast_io_fail_tmo 0 (fail I/O at once) is
+    bdev_nvme's earliest, the reconnect delay."""
     loss, delay, fast = spec.ctrl_loss_tmo, spec.reconnect_delay, spec.fast_io_fail_tmo
     for name, v in (("ctrl_loss_tmo", loss), ("reconnect_delay", delay), ("fast_io_fail_tmo", fast)):
         if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v <= 3600:
@@ -104,7 +105,8 @@ def ctrl_timeouts(spec: RemoteSpec) -> dict[str, int]:
             f"reconnect_delay {delay} must be 1..ctrl_loss_tmo ({loss}) for bdev_nvme",
             field="reconnect_delay",
         )
-    fast = max(fast, delay) if loss < 0 else min(max(fast, delay), loss)
+    # fast -1: never fail I/O early, it waits for the path (or for drop_mirror_leg)
+    fast = 0 if fast < 0 else max(fast, delay) if loss < 0 else min(max(fast, delay), loss)
     return {"ctrlr_loss_timeout_sec": loss, "reconnect_delay_sec": delay, "fast_io_fail_timeout_sec": fast}
 
 
@@ -230,6 +232,10 @@ def nvme_subnqn(bdev: dict[str, Any]) -> str | None:
     return (paths[0].get("trid") or {}).get("subnqn") if paths and isinstance(paths[0], dict) else None
 
 
+# bdev_nvme's controller states in the kernel's words (nodeos/agent/legs.py waits for "live")
+CTRL_STATES = {"enabled": "live", "reconnect_is_delayed": "connecting"}
+
+
 def remote_infos(ctrls: list[dict[str, Any]], nguid_of: dict[str, str]) -> list[RemoteInfo]:
     """bdev_nvme_get_controllers -> replica connections; nguid_of: namespace bdev -> nguid."""
     out = []
@@ -245,7 +251,7 @@ def remote_infos(ctrls: list[dict[str, Any]], nguid_of: dict[str, str]) -> list[
                 RemoteInfo(
                     nqn=nqn,
                     listener=parse.listener_of(trid) if trid.get("traddr") else None,
-                    state=str(path.get("state") or ""),
+                    state=CTRL_STATES.get(str(path.get("state") or ""), str(path.get("state") or "")),
                     device=dev if dev in nguid_of else None,
                     nguid=nguid_of.get(dev),
                     host_nqn=(path.get("host") or {}).get("nqn"),
@@ -309,6 +315,23 @@ class SpdkMirrors(NoMirrors):
             if b is not None and b.get("uuid"):
                 nguid_of[str(b["name"])] = uuidlib.UUID(str(b["uuid"])).hex
         return remote_infos(ctrls, nguid_of)
+
+    def drop_mirror_leg(self, mirror_id: str, nqn: str) -> None:
+        """Detach the leg's controller: its bdev goes (queued I/O fails), so the raid takes the
+        leg out and completes the held writes on the other legs. A remove_base_bdev first would
+        wait for that blocked I/O (it quiesces the raid)."""
+        check_mirror_id(mirror_id)
+        name = ctrl_name(nqn)
+        if not self._maybe(nvme_get_controllers(name)):
+            return
+        self.call(nvme_detach(name))
+        deadline = time.monotonic() + 30.0
+        while (info := self.mirror_status(mirror_id)) is not None and name + "n1" in {
+            m.device for m in info.members
+        }:
+            if time.monotonic() > deadline:
+                raise OperationFailed(f"mirror {mirror_id} still holds the leg of {nqn}", field="nqn")
+            time.sleep(0.1)
 
     # mirrors
     def mirror_status(self, mirror_id: str) -> MirrorInfo | None:

@@ -56,7 +56,14 @@ def test_attach_names_the_replica_and_this_nodes_host_and_fails_io_early() -> No
     assert p["subnqn"] == REMOTE.nqn and p["hostnqn"] == REMOTE.host_nqn
     assert (p["trtype"], p["traddr"], p["trsvcid"]) == ("TCP", "10.0.0.2", "4420")
     assert p["name"] == sm.ctrl_name(REMOTE.nqn) and p["name"].startswith(sm.CTRL_PREFIX)
+    # never give up, never fail I/O early: bdev_nvme's -1 and 0
+    assert (p["ctrlr_loss_timeout_sec"], p["reconnect_delay_sec"], p["fast_io_fail_timeout_sec"]) == (
+        -1,
+        2,
+        0,
+    )
     # the kernel's "fail I/O at once" (0) is bdev_nvme's earliest: the reconnect delay
+    _, p = sm.nvme_attach(dataclasses.replace(REMOTE, ctrl_loss_tmo=60, fast_io_fail_tmo=0))
     assert (p["ctrlr_loss_timeout_sec"], p["reconnect_delay_sec"], p["fast_io_fail_timeout_sec"]) == (
         60,
         2,
@@ -66,7 +73,7 @@ def test_attach_names_the_replica_and_this_nodes_host_and_fails_io_early() -> No
 
 def test_bad_timeouts_are_refused_naming_the_field() -> None:
     with pytest.raises(BadInput) as e:
-        sm.check_remote(dataclasses.replace(REMOTE, reconnect_delay=90))
+        sm.check_remote(dataclasses.replace(REMOTE, ctrl_loss_tmo=60, reconnect_delay=90))
     assert e.value.field == "reconnect_delay"
     with pytest.raises(BadInput) as e:
         sm.check_remote(dataclasses.replace(REMOTE, ctrl_loss_tmo=True))
@@ -155,7 +162,7 @@ def test_remotes_from_controllers() -> None:
         REMOTE.nqn,
         "nodeos_rep_abcn1",
         REMOTE.nguid,
-        "enabled",
+        "live",  # bdev_nvme's "enabled" in the kernel's word
         REMOTE.host_nqn,
     )
     assert r.listener == Listener("tcp", "10.0.0.2", "4420")
