@@ -429,13 +429,6 @@ class SpdkDataPlane(SpdkMirrors):
             self.call(rq.remove_listener(nqn, li))
         self._ensure_discovery(spec.listeners)
 
-    def _mirror_bdev(self, name: str) -> dict[str, Any]:
-        """The raid bdev of a mirror this node assembled (ExportSpec.device on a primary)."""
-        found = self._maybe(rq.get_bdevs(name))
-        if not found:
-            raise NotFound(f"no mirror {name!r} to export (assemble it first)", field="device")
-        return dict(found[0])
-
     def _uuid_of(self, bdev: str) -> str | None:
         b = self._maybe(rq.get_bdevs(bdev))
         return b[0].get("name") if b else None

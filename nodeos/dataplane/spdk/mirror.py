@@ -31,7 +31,20 @@ from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
 from nodeos.dataplane.mirror_names import REPLICA_NQN_PREFIX, check_mirror_id, check_volume_size
 from nodeos.dataplane.no_mirrors import NoMirrors
 from nodeos.dataplane.spdk import parse
-from nodeos.dataplane.spdk.requests import Request, listen_address
+from nodeos.dataplane.spdk.requests import (
+    Request,
+    listen_address,
+    null_create,
+    null_delete,
+    nvme_detach,
+    nvme_get_controllers,
+    raid1_create,
+    raid_add_base,
+    raid_delete,
+    raid_get_bdevs,
+    raid_remove_base,
+    raid_set_options,
+)
 from nodeos.dataplane.spec_checks import check_listener
 from nodeos.errors import BadInput, EnvironmentProblem, NodeosError, NotFound, NotSupported, OperationFailed
 
@@ -132,51 +145,6 @@ def nvme_attach(spec: RemoteSpec) -> Request:
     }
 
 
-def nvme_detach(name: str) -> Request:
-    return "bdev_nvme_detach_controller", {"name": name}
-
-
-def nvme_get_controllers(name: str | None = None) -> Request:
-    return "bdev_nvme_get_controllers", {"name": name} if name else {}
-
-
-def raid1_create(name: str, members: list[str]) -> Request:
-    return "bdev_raid_create", {
-        "name": name,
-        "raid_level": "raid1",
-        "base_bdevs": members,
-        "superblock": False,
-    }
-
-
-def raid_delete(name: str) -> Request:
-    return "bdev_raid_delete", {"name": name}
-
-
-def raid_get_bdevs(category: str = "all") -> Request:
-    return "bdev_raid_get_bdevs", {"category": category}
-
-
-def raid_add_base(raid: str, member: str) -> Request:
-    return "bdev_raid_add_base_bdev", {"raid_bdev": raid, "base_bdev": member}
-
-
-def raid_remove_base(member: str) -> Request:
-    return "bdev_raid_remove_base_bdev", {"name": member}
-
-
-def raid_set_options(max_mb_per_s: int) -> Request:
-    return "bdev_raid_set_options", {"process_max_bandwidth_mb_sec": max_mb_per_s}
-
-
-def null_create(name: str, num_blocks: int, block_size: int) -> Request:
-    return "bdev_null_create", {"name": name, "num_blocks": num_blocks, "block_size": block_size}
-
-
-def null_delete(name: str) -> Request:
-    return "bdev_null_delete", {"name": name}
-
-
 def rebuild_limit_mb(kib_per_s: int | None) -> int:
     """bdev_raid_set_options takes whole MB/s; 0 is SPDK's default (no cap)."""
     if kib_per_s is None:
@@ -273,6 +241,13 @@ class SpdkMirrors(NoMirrors):
     def _bdev_named(self, name: str) -> dict[str, Any] | None:
         found = self._maybe(("bdev_get_bdevs", {"name": name}))
         return found[0] if found else None
+
+    def _mirror_bdev(self, name: str) -> dict[str, Any]:
+        """The raid bdev of a mirror this node assembled (ExportSpec.device on a primary)."""
+        b = self._bdev_named(name)
+        if b is None:
+            raise NotFound(f"no mirror {name!r} to export (assemble it first)", field="device")
+        return b
 
     # remotes
     def attach_remote(self, spec: RemoteSpec) -> str:

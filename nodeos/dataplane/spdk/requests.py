@@ -243,3 +243,45 @@ def keyring_remove(name: str) -> Request:
 
 def keyring_get_keys() -> Request:
     return "keyring_get_keys", {}
+
+
+# ---- mirrors (spdk/mirror.py) -------------------------------------------------------------
+def nvme_detach(name: str) -> Request:
+    return "bdev_nvme_detach_controller", {"name": name}
+
+
+def nvme_get_controllers(name: str | None = None) -> Request:
+    return "bdev_nvme_get_controllers", {"name": name} if name else {}
+
+
+def raid1_create(name: str, members: list[str]) -> Request:
+    return "bdev_raid_create", {
+        "name": name,
+        "raid_level": "raid1",
+        "base_bdevs": members,
+        "superblock": False,
+    }
+
+
+def raid_get_bdevs(category: str = "all") -> Request:
+    return "bdev_raid_get_bdevs", {"category": category}
+
+
+def raid_add_base(raid: str, member: str) -> Request:
+    return "bdev_raid_add_base_bdev", {"raid_bdev": raid, "base_bdev": member}
+
+
+def raid_remove_base(member: str) -> Request:
+    return "bdev_raid_remove_base_bdev", {"name": member}
+
+
+def raid_set_options(max_mb_per_s: int) -> Request:
+    return "bdev_raid_set_options", {"process_max_bandwidth_mb_sec": max_mb_per_s}
+
+
+def null_create(name: str, num_blocks: int, block_size: int) -> Request:
+    return "bdev_null_create", {"name": name, "num_blocks": num_blocks, "block_size": block_size}
+
+
+def null_delete(name: str) -> Request:
+    return "bdev_null_delete", {"name": name}
