@@ -84,6 +84,17 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def _dp_down(self) -> str | None:
+        fn = getattr(self.node, "dataplane_down", None)
+        return fn() if callable(fn) else None
+
+    def dataplane_reset(self) -> None:
+        """The data plane came back empty: set referrals and the rebuild cap again, re-read capacity."""
+        self._referrals_set = None
+        self._rebuild_applied = None
+        self._cap_dirty = True
+        self.wake.set()
+
     def _driver(self) -> Any:
         return getattr(self.cluster, "driver", None)
 
@@ -119,7 +130,8 @@ class Agent:
         me = d.id
         retry = False
         aborts: list[tuple[str, str]] = []
-        if self.node.has_dataplane:
+        # A dead data plane is reconciled by its re-export when it returns (nodeos/node/dpwatch.py).
+        if self.node.has_dataplane and not self._dp_down():
             await self.node.import_legacy_once(self.cluster)
             async with self.node.lock:
                 st = d.map.state
@@ -333,13 +345,18 @@ class Agent:
             "size_bytes": v["size_bytes"],
             "hosts": sorted(v.get("hosts") or []) if v["state"] == "ready" else None,
         }
+        down = self._dp_down()
+        if down and usable:
+            out.update(state="failed", step=None, hosts=None, error=down)  # step None: it comes back here
         if int(v.get("replicas") or 1) > 1:
             out["epoch"] = int(v.get("epoch") or 1)  # a new primary waits for its legs at its epoch
             if self.handed_off.get(v["uuid"]) == out["epoch"]:
                 out["handed_off"] = out["epoch"]
             if self.freezer.frozen_for(v["uuid"]):
                 out["frozen"] = self.freezer.frozen_for(v["uuid"])
-            if v.get("role") == "secondary" and usable:
+            if down:
+                pass
+            elif v.get("role") == "secondary" and usable:
                 out["state"] = "syncing"
             elif v.get("role") == "primary" and v["state"] == "ready":
                 from nodeos.dataplane.mirror_names import mirror_id_for
@@ -379,8 +396,11 @@ class Agent:
                 "error": None,
             }
             precs, vrecs, srecs = node.records()
+            down = self._dp_down()
             # Pool capacity costs an LVM/SPDK round trip: read after a change, else every CAP_EVERY_S.
-            if self._cap_dirty or time.monotonic() - self._cap_at >= CAP_EVERY_S:
+            if down:
+                self._cap_error = down
+            elif self._cap_dirty or time.monotonic() - self._cap_at >= CAP_EVERY_S:
                 try:
                     self._cap = {i.pool_id: i for i in await node.ops.call("list_pools")}
                     self._cap_error = None

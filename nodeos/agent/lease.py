@@ -13,6 +13,9 @@ behind may still believe it is the primary of a volume that moved (found by the 
 failover workload: two writable primaries). A grant saying down fences at once.
 
 A node starts fenced: after a restart it may have been replaced as primary while it was gone.
+
+A node whose data plane is down (`healthy()` says why: nodeos/node/dpwatch.py) asks for no
+renewal: its lease runs out and the leader fails its primaries over, as for a dead node.
 """
 
 from __future__ import annotations
@@ -34,10 +37,18 @@ Fence = Callable[[bool], Awaitable[list[str]]]  # fenced? -> the volumes it chan
 
 
 class LeaseKeeper:
-    def __init__(self, cluster: Any, fence: Fence, timing: LeaseTiming) -> None:
+    def __init__(
+        self,
+        cluster: Any,
+        fence: Fence,
+        timing: LeaseTiming,
+        unhealthy: Callable[[], str | None] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.fence = fence
         self.timing = timing
+        self.unhealthy = unhealthy  # why this node must not hold a lease now (None: it may)
+        self.withheld: str | None = None
         self.granted_at: float | None = None  # send time of the last granted renewal
         self.grant: tuple[str, int] = ("down", 0)  # the last grant's health and leader's applied index
         self.fenced = True
@@ -78,11 +89,21 @@ class LeaseKeeper:
             "fenced": self.fenced,
             "renewals": self.renewals,
             "failures": self.failures,
+            "withheld": self.withheld,
         }
 
     async def renew_once(self) -> bool:
         d = getattr(self.cluster, "driver", None)
         if d is None or d.id not in d.map.nodes:
+            return False
+        why = self.unhealthy() if self.unhealthy is not None else None
+        if why != self.withheld:
+            if why:
+                LOG.error("lease not renewed: %s", why)
+            else:
+                LOG.warning("lease renewals resume")
+            self.withheld = why
+        if why:
             return False
         sent = time.monotonic()
         try:

@@ -203,7 +203,8 @@ def _vol_human(v: dict[str, Any]) -> str:
         if v.get("in_sync") is not None:
             lines.append(f"in sync    {', '.join(v['in_sync'])}")
         if v.get("available") is False:
-            lines.append("available  no: the primary is down and no in-sync replica is up to take over")
+            why = v.get("unavailable") or "the primary is down and no in-sync replica is up to take over"
+            lines.append(f"available  no: {why}")
         for r in v["replicas"]:
             extra = f"  ({r['step']})" if r.get("step") else ""
             if r.get("rebuild_progress") is not None:

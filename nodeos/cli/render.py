@@ -33,6 +33,12 @@ def status_human(d: dict[str, Any]) -> str:
         f"dataplane {dp.get('name')} ({dp.get('reason')})",
         f"addresses {', '.join(d.get('storage_addresses') or []) or '(none)'}",
     ]
+    dph = node.get("dataplane_health") or {}
+    if dph.get("state") == "down":
+        import time
+
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(dph.get("since") or 0)))
+        lines.insert(len(lines) - 1, f"DOWN      data plane since {since}: {dph.get('reason')}")
     if node:
         lines.append(
             f"objects   pools {node.get('pools')}  volumes {node.get('volumes')}  "

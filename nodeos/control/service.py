@@ -105,8 +105,12 @@ class ControlService:
         self.failover.start()
         from nodeos.agent.lease import LeaseKeeper
 
-        self.lease = LeaseKeeper(self.cluster, self._fence, LeaseTiming(lease_s))
+        self.lease = LeaseKeeper(self.cluster, self._fence, LeaseTiming(lease_s), self._dataplane_down)
         self.lease.start()
+
+    def _dataplane_down(self) -> str | None:
+        fn = getattr(self.ctx.services.get("node"), "dataplane_down", None)
+        return fn() if callable(fn) else None
 
     async def _fence(self, fenced: bool) -> list[str]:
         """The node's primaries refuse I/O (fenced) or serve again; a node without a data

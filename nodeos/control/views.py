@@ -83,6 +83,12 @@ def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
                 "rebuild_progress": progress.get(s["node"]),
             }
         )
+    unavailable = None
+    dp_error = ((st["reports"].get(prim) or {}).get("dataplane") or {}).get("error")
+    if vol["state"] == "ready" and dp_error:
+        unavailable = f"the data plane of the primary {node_name(st, prim)} is down ({dp_error})"
+    elif vol["state"] == "ready" and health_of(st, prim) != "up" and int(vol["replicas"]) > 1:
+        unavailable = "the primary is down and no in-sync replica is up to take over"
     listeners = []
     if vol["state"] != "deleting":
         for s in vol["placement"]:
@@ -111,7 +117,8 @@ def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
         "primary": node_name(st, prim),
         "epoch": vol["epoch"],
         "in_sync": [node_name(st, n) for n in in_sync_of(vol)],
-        "available": vol["state"] != "ready" or health_of(st, prim) == "up" or int(vol["replicas"]) <= 1,
+        "available": unavailable is None,
+        "unavailable": unavailable,
         "freeze": (st["snapshots"].get(vol.get("freeze") or "") or {}).get("name"),
         "listeners": listeners,
         "snapshots": sorted(s["name"] for s in st["snapshots"].values() if s["volume"] == vol["uuid"]),

@@ -18,7 +18,7 @@ from typing import Any
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import NodeosError, NotSupported
 
-from . import crash, inventory, model
+from . import crash, dpwatch, inventory, model
 from .base import LOG, NodeBase
 from .ops import Ops
 
@@ -50,6 +50,7 @@ class NodeService(NodeBase):
         self._fence_at = 0.0  # when the fence was last (re)applied
         self.cluster: Any = None
         self.agent: Any = None
+        self.dpwatch: dpwatch.DataPlaneWatch | None = None
         self.ops = Ops(self.store, self.dp, self._run_blocking, lambda: self._listeners, self._map_hosts)
         # Start fenced: while this node was gone another may have become primary of its
         # replicated volumes; the first granted lease renewal lifts it (nodeos/agent/lease.py).
@@ -132,6 +133,12 @@ class NodeService(NodeBase):
                     break
                 await asyncio.sleep(STARTUP_RECONCILE_PAUSE_S)
         self._retry_task = asyncio.create_task(self._retry_loop())
+        probe = dpwatch.prober(self.dp)
+        if probe is not None:
+            self.dpwatch = dpwatch.DataPlaneWatch(
+                probe, self._expected_nqns, self._reapply, self._dataplane_changed
+            )
+            self.dpwatch.start()
         if self.agent is not None:
             self.agent.start()
 
@@ -146,6 +153,8 @@ class NodeService(NodeBase):
             await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
+        if self.dpwatch is not None:
+            await self.dpwatch.stop()
         if self.agent is not None:
             await self.agent.stop()
         if self._retry_task is not None:
@@ -216,6 +225,37 @@ class NodeService(NodeBase):
         self.reconcile_report = rep
         return rep
 
+    # --- the data plane watch (nodeos/node/dpwatch.py) ---------------------------------
+
+    def dataplane_down(self) -> str | None:
+        """Why the data plane is down ("since ...: reason"), None while it is up."""
+        h = self.dpwatch.health if self.dpwatch is not None else None
+        if h is None or h.state != "down":
+            return None
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.since or 0))
+        return f"data plane down since {since}: {h.reason}"
+
+    def _expected_nqns(self) -> list[str]:
+        """The subsystems the data plane must hold: every ready volume's, except those the last
+        re-export found missing from the data plane (reported on their own)."""
+        missing = set(self.reconcile_report.get("missing") or [])
+        return [
+            v["nqn"] for n, v in self._all("volumes").items() if v["state"] == "ready" and n not in missing
+        ]
+
+    async def _reapply(self) -> bool:
+        """The target answers again: re-export everything (the start-up path), then let the agent
+        set what it keeps applied (referrals, rebuild cap) again and report."""
+        async with self.lock:
+            rep = await self._reconcile()
+        if self.agent is not None:
+            self.agent.dataplane_reset()
+        return not rep["errors"]
+
+    def _dataplane_changed(self, up: bool) -> None:
+        if self.agent is not None:
+            self.agent.wake.set()  # report at once
+
     def _epoch_current(self, v: dict[str, Any]) -> bool:
         """The map has not moved the volume's primary past this record's epoch (unknown: True)."""
         d = getattr(self.cluster, "driver", None)
@@ -235,6 +275,7 @@ class NodeService(NodeBase):
             "pending_intents": pending,
             "recovery": self.recovery[-20:],
             "reconcile": self.reconcile_report,
+            "dataplane_health": self.dpwatch.health.view() if self.dpwatch is not None else None,
         }
 
     # --- maintenance ------------------------------------------------------------------
@@ -267,6 +308,10 @@ class NodeService(NodeBase):
         self.ops.fenced = fenced
         self._fence_at = time.monotonic()
         if not self.has_dataplane:
+            return []
+        if self.dataplane_down():
+            # Nothing to reach: the re-export when it returns applies the fence (Ops.fenced).
+            self._fence_pending = {"*"}
             return []
         changed: list[str] = []
         pending: set[str] = set()

@@ -1,0 +1,141 @@
+"""The data plane watch: health from probes and time (hysteresis, re-apply, restart), and the
+two probes against a real configfs-shaped tree and a real unix socket."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeos.node import dpwatch
+from nodeos.node.dpwatch import Health, Probe, applied, decide
+
+DEAD = Probe(False, "nvmet is gone")
+WHOLE = Probe(True, None, "i1")
+
+
+def run(h: Health, probes: list[tuple[float, Probe]]) -> tuple[Health, list[tuple[float, str]]]:
+    """Feed probes (monotonic start, result); a re-apply asked for succeeds at once."""
+    actions = []
+    for t, p in probes:
+        h, act = decide(h, p, t, 1000.0 + t)
+        if act:
+            actions.append((t, act))
+        if act == "reapply":
+            h = applied(h, True)
+    return h, actions
+
+
+def test_a_dead_target_is_down_within_the_bound_and_says_why() -> None:
+    h, acts = run(Health(instance="i1"), [(0.0, WHOLE), (1.0, DEAD), (2.0, DEAD), (3.0, DEAD)])
+    assert acts == [(3.0, "down")]
+    assert h.state == "down" and h.reason == "nvmet is gone" and h.since == 1001.0  # since the first failure
+    assert 3.0 <= dpwatch.EVERY_S + dpwatch.DOWN_AFTER_S <= dpwatch.BOUND_S
+
+
+def test_one_slow_probe_between_good_ones_never_flips_it() -> None:
+    slow = Probe(False, "SPDK did not answer spdk_get_version within 2 s")
+    probes = [(0.0, WHOLE), (1.0, slow), (3.0, WHOLE), (4.0, slow), (6.0, WHOLE), (7.0, slow)]
+    h, acts = run(Health(instance="i1"), probes)
+    assert acts == [] and h.state == "up"
+
+
+def test_two_slow_probes_in_a_row_are_down() -> None:
+    slow = Probe(False, "SPDK did not answer spdk_get_version within 2 s")
+    _, acts = run(Health(instance="i1"), [(0.0, WHOLE), (1.0, slow), (3.0, slow)])
+    assert acts == [(3.0, "down")]
+
+
+def test_back_means_reapplied_then_whole_twice_then_up() -> None:
+    h, _ = run(Health(instance="i1"), [(0.0, DEAD), (1.0, DEAD), (2.0, DEAD)])
+    assert h.state == "down"
+    h, acts = run(h, [(10.0, WHOLE), (11.0, WHOLE), (12.0, WHOLE)])
+    assert acts == [(10.0, "reapply"), (12.0, "up")]
+    assert h.state == "up" and h.reason is None and h.since is None
+
+
+def test_nvmet_back_but_empty_is_reapplied_and_a_failed_reapply_retried_later() -> None:
+    h, _ = run(Health(), [(0.0, DEAD), (1.0, DEAD), (2.0, DEAD)])
+    empty = Probe(True, "1 export(s) missing from nvmet: nqn.x")
+    h, act = decide(h, empty, 10.0, 0.0)
+    assert act == "reapply"
+    h = applied(h, False)
+    h, act = decide(h, empty, 11.0, 0.0)
+    assert act is None and h.state == "down"  # not hammered every probe
+    h, act = decide(h, empty, 10.0 + dpwatch.REAPPLY_EVERY_S, 0.0)
+    assert act == "reapply"
+
+
+def test_a_restart_between_two_probes_is_down_at_once_and_reapplied() -> None:
+    i2 = Probe(True, None, "i2")  # the socket's inode changed: a new, empty target
+    h, acts = run(Health(), [(0.0, WHOLE), (1.0, i2)])
+    assert acts == [(1.0, "down")] and "restarted" in str(h.reason)
+    h, acts = run(h, [(2.0, i2), (3.0, i2), (4.0, i2)])
+    assert acts == [(2.0, "reapply"), (4.0, "up")] and h.state == "up"
+
+
+def nvmet_tree(root: Path, subs: list[str], linked: list[str]) -> Path:
+    (root / "subsystems").mkdir(parents=True)
+    (root / "ports" / "1" / "subsystems").mkdir(parents=True)
+    for s in subs:
+        (root / "subsystems" / s).mkdir()
+    for s in linked:
+        (root / "ports" / "1" / "subsystems" / s).mkdir()
+    return root
+
+
+def test_kernel_probe_finds_nvmet_gone_missing_and_unlinked_exports(tmp_path: Path) -> None:
+    assert dpwatch.probe_kernel(str(tmp_path / "nvmet"), ["a"]) == Probe(
+        False, f"nvmet is gone ({tmp_path / 'nvmet'}: No such file or directory)"
+    )
+    root = nvmet_tree(tmp_path / "nvmet", ["a", "b"], ["a"])
+    assert dpwatch.probe_kernel(str(root), ["a"]) == Probe(True, None)
+    assert dpwatch.probe_kernel(str(root), ["a", "c"]).problem == "1 export(s) missing from nvmet: c"
+    assert dpwatch.probe_kernel(str(root), ["b"]).problem == "1 export(s) on no nvmet port: b"
+
+
+@pytest.fixture
+def spdk_like(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A unix socket server answering spdk_get_version (mode "ok"), nothing ("hang") or junk."""
+    path = tmp_path / "spdk.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(4)
+    mode = {"mode": "ok"}
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                req = json.loads(conn.recv(4096))
+                if mode["mode"] == "hang":
+                    conn.recv(4096)  # until the client gives up
+                    continue
+                result = {"version": "SPDK v26.05"} if mode["mode"] == "ok" else {}
+                conn.sendall(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": result}).encode())
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield path, mode
+    srv.close()
+
+
+def test_spdk_probe_answers_hangs_and_goes_away(spdk_like: tuple[Path, dict[str, str]]) -> None:
+    path, mode = spdk_like
+    ok = dpwatch.probe_spdk(str(path), 1.0)
+    assert ok.alive and ok.problem is None and ok.instance == (path.stat().st_dev, path.stat().st_ino)
+    mode["mode"] = "hang"
+    assert dpwatch.probe_spdk(str(path), 0.3) == Probe(
+        False, "SPDK did not answer spdk_get_version within 0.3 s"
+    )
+    mode["mode"] = "junk"
+    assert not dpwatch.probe_spdk(str(path), 1.0).alive
+    path.unlink()
+    gone = dpwatch.probe_spdk(str(path), 1.0)
+    assert not gone.alive and "No such file" in str(gone.problem)
