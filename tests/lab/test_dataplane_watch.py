@@ -26,22 +26,30 @@ pytestmark = pytest.mark.lab
 LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2
 DETECT_BOUND_S = 5.0  # nodeos/node/dpwatch.py BOUND_S, documented in docs/operations.md
 
-# Everything nvmet holds, removed in the order configfs allows, then the modules unloaded.
+# Everything nvmet holds, removed in the order configfs allows, then the modules unloaded. The
+# daemon is paused meanwhile (SIGSTOP), so it cannot re-export half-way; it resumes with nvmet gone.
 UNLOAD_NVMET = """
+pid=$(systemctl show -p MainPID --value nodeosd.service)
+kill -STOP "$pid"
+trap 'kill -CONT "$pid"' EXIT
 cd /sys/kernel/config/nvmet
-for l in ports/*/subsystems/*; do [ -L "$l" ] && rm "$l"; done
-for r in ports/*/referrals/*; do [ -d "$r" ] && rmdir "$r"; done
-for g in ports/*/ana_groups/*; do [ "${g##*/}" != 1 ] && [ -d "$g" ] && rmdir "$g"; done
-for p in ports/*; do [ -d "$p" ] && rmdir "$p"; done
+for l in ports/*/subsystems/*; do if [ -L "$l" ]; then rm "$l"; fi; done
+for r in ports/*/referrals/*; do if [ -d "$r" ]; then rmdir "$r"; fi; done
+for g in ports/*/ana_groups/*; do if [ "${g##*/}" != 1 ] && [ -d "$g" ]; then rmdir "$g"; fi; done
+for p in ports/*; do if [ -d "$p" ]; then rmdir "$p"; fi; done
 for s in subsystems/*; do
   [ -d "$s" ] || continue
-  for h in "$s"/allowed_hosts/*; do [ -L "$h" ] && rm "$h"; done
-  for n in "$s"/namespaces/*; do [ -d "$n" ] && rmdir "$n"; done
+  for h in "$s"/allowed_hosts/*; do if [ -L "$h" ]; then rm "$h"; fi; done
+  for n in "$s"/namespaces/*; do if [ -d "$n" ]; then rmdir "$n"; fi; done
   rmdir "$s"
 done
-for h in hosts/*; do [ -d "$h" ] && rmdir "$h"; done
+for h in hosts/*; do if [ -d "$h" ]; then rmdir "$h"; fi; done
 cd /
-modprobe -r nvmet_tcp nvmet_rdma nvmet
+modprobe -r nvmet_tcp
+modprobe -r nvmet_rdma 2>/dev/null || true
+modprobe -r nvmet
+test ! -d /sys/kernel/config/nvmet
+kill -CONT "$pid"
 date +%s.%N
 """
 
