@@ -3,9 +3,12 @@ two probes against a real configfs-shaped tree and a real unix socket."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,3 +142,48 @@ def test_spdk_probe_answers_hangs_and_goes_away(spdk_like: tuple[Path, dict[str,
     path.unlink()
     gone = dpwatch.probe_spdk(str(path), 1.0)
     assert not gone.alive and "No such file" in str(gone.problem)
+
+
+def test_the_watch_reports_nvmet_gone_and_reapplies_it_when_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's one round (tick) against a configfs-shaped tree: gone -> down, back empty ->
+    re-applied -> up. The re-apply here rebuilds the tree, as the node's re-export would.
+    Time scaled down 10x."""
+    monkeypatch.setattr(dpwatch, "EVERY_S", 0.1)
+    monkeypatch.setattr(dpwatch, "DOWN_AFTER_S", 0.2)
+    monkeypatch.setattr(dpwatch, "BOUND_S", 0.5)
+    root = tmp_path / "nvmet"
+    changes: list[bool] = []
+    reapplied: list[float] = []
+
+    async def reapply() -> bool:
+        reapplied.append(time.monotonic())
+        (root / "subsystems" / "nqn.a").mkdir()
+        (root / "ports" / "1" / "subsystems" / "nqn.a").mkdir()
+        return True
+
+    watch = dpwatch.DataPlaneWatch(
+        lambda nqns: dpwatch.probe_kernel(str(root), nqns), lambda: ["nqn.a"], reapply, changes.append
+    )
+
+    async def rounds(n: int) -> None:
+        for _ in range(n):
+            await watch.tick()
+            await asyncio.sleep(dpwatch.EVERY_S)
+
+    async def scenario() -> None:
+        nvmet_tree(root, ["nqn.a"], ["nqn.a"])
+        await rounds(2)
+        assert not watch.down and changes == []
+        shutil.rmtree(root)  # nvmet unloaded
+        gone = time.monotonic()
+        while not watch.down:
+            await rounds(1)
+        assert time.monotonic() - gone <= dpwatch.BOUND_S and changes == [False]
+        assert "nvmet is gone" in str(watch.health.reason)
+        nvmet_tree(root, [], [])  # loaded again, empty
+        await rounds(3)
+        assert len(reapplied) == 1 and changes == [False, True] and not watch.down
+
+    asyncio.run(scenario())
