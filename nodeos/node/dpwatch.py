@@ -5,8 +5,8 @@ Every EVERY_S a probe runs in a thread of its own, off the data plane queue (a l
 call must not hide a dead target, nor a dead one block the probe):
 - SPDK: `spdk_get_version` over a fresh connection to its RPC socket, PROBE_TIMEOUT_S at most;
   the socket's inode tells a restarted target (an empty one) from the one we exported on;
-- kernel: nvmet's configfs is there, and every subsystem of a ready volume record is there and
-  linked to a port.
+- kernel: nvmet's configfs is there, and every subsystem of a ready volume record that it held
+  before is there and linked to a port.
 
 `decide` (pure) turns probes and time into health, with hysteresis: the data plane is called
 down once its probes have failed for DOWN_AFTER_S (MIN_FAILS probes at least, so one slow
@@ -52,6 +52,7 @@ class Probe:
     alive: bool
     problem: str | None = None
     instance: Any = None
+    present: frozenset[str] | None = None  # kernel: which asked-for exports it holds
 
 
 @dataclass(frozen=True)
@@ -151,23 +152,28 @@ def probe_spdk(sock_path: str, timeout_s: float = PROBE_TIMEOUT_S) -> Probe:
 
 
 def probe_kernel(root: str, nqns: Iterable[str]) -> Probe:
-    """nvmet's configfs at `root`, and each of `nqns` a subsystem linked to some port."""
+    """nvmet's configfs at `root`, and which of `nqns` it holds as a subsystem on some port."""
     try:
         subs = set(os.listdir(os.path.join(root, "subsystems")))
-        ports = os.listdir(os.path.join(root, "ports"))
         linked: set[str] = set()
-        for port in ports:
+        for port in os.listdir(os.path.join(root, "ports")):
             linked.update(os.listdir(os.path.join(root, "ports", port, "subsystems")))
     except OSError as err:
         return Probe(False, f"nvmet is gone ({root}: {err.strerror or err})")
-    want = sorted(set(nqns))
-    missing = [n for n in want if n not in subs]
-    if missing:
-        return Probe(True, f"{len(missing)} export(s) missing from nvmet: {', '.join(missing[:3])}")
-    unlinked = [n for n in want if n not in linked]
-    if unlinked:
-        return Probe(True, f"{len(unlinked)} export(s) on no nvmet port: {', '.join(unlinked[:3])}")
-    return Probe(True, None)
+    return Probe(True, None, present=frozenset(n for n in nqns if n in subs and n in linked))
+
+
+def missing(p: Probe, wanted: list[str], seen: set[str]) -> tuple[Probe, set[str]]:
+    """Judge a kernel probe: an export that was there before and is wanted still but is gone is
+    a problem (one never seen, e.g. a volume whose re-export failed, is reported on its own).
+    Returns the probe with its problem and the exports seen from now on."""
+    if p.present is None:
+        return p, seen
+    want = set(wanted)
+    gone = sorted((want & seen) - p.present)
+    if gone and p.problem is None:
+        p = replace(p, problem=f"{len(gone)} export(s) missing from nvmet: {', '.join(gone[:3])}")
+    return p, (seen & want) | p.present
 
 
 def prober(dp: Any) -> Callable[[list[str]], Probe] | None:
@@ -200,6 +206,7 @@ class DataPlaneWatch:
         self.on_change = on_change
         self.health = Health()
         self.probes = 0
+        self.seen: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -232,6 +239,7 @@ class DataPlaneWatch:
         except TimeoutError:
             p = Probe(False, f"the data plane probe hung for {PROBE_TIMEOUT_S + 1.0:g} s")
         self.probes += 1
+        p, self.seen = missing(p, nqns, self.seen)
         self.health, action = decide(self.health, p, now, wall)
         if action == "down":
             LOG.critical("data plane down: %s (primaries stop renewing their lease)", self.health.reason)

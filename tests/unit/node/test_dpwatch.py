@@ -91,14 +91,22 @@ def nvmet_tree(root: Path, subs: list[str], linked: list[str]) -> Path:
     return root
 
 
-def test_kernel_probe_finds_nvmet_gone_missing_and_unlinked_exports(tmp_path: Path) -> None:
+def test_kernel_probe_finds_nvmet_gone_and_exports_it_held_gone(tmp_path: Path) -> None:
     assert dpwatch.probe_kernel(str(tmp_path / "nvmet"), ["a"]) == Probe(
         False, f"nvmet is gone ({tmp_path / 'nvmet'}: No such file or directory)"
     )
     root = nvmet_tree(tmp_path / "nvmet", ["a", "b"], ["a"])
-    assert dpwatch.probe_kernel(str(root), ["a"]) == Probe(True, None)
-    assert dpwatch.probe_kernel(str(root), ["a", "c"]).problem == "1 export(s) missing from nvmet: c"
-    assert dpwatch.probe_kernel(str(root), ["b"]).problem == "1 export(s) on no nvmet port: b"
+    p = dpwatch.probe_kernel(str(root), ["a", "b", "c"])
+    assert p == Probe(True, None, present=frozenset({"a"}))  # b is on no port, c not there
+    # b and c never were there (their export failed: reported on its own): not this watch's problem
+    judged, seen = dpwatch.missing(p, ["a", "b", "c"], set())
+    assert judged.problem is None and seen == {"a"}
+    (root / "ports" / "1" / "subsystems" / "a").rmdir()
+    judged, seen = dpwatch.missing(dpwatch.probe_kernel(str(root), ["a", "b"]), ["a", "b"], seen)
+    assert judged.alive and judged.problem == "1 export(s) missing from nvmet: a" and seen == {"a"}
+    # a volume deleted meanwhile is no longer wanted: forgotten
+    judged, seen = dpwatch.missing(dpwatch.probe_kernel(str(root), ["b"]), ["b"], seen)
+    assert judged.problem is None and seen == set()
 
 
 @pytest.fixture
