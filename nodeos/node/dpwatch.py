@@ -250,6 +250,10 @@ class DataPlaneWatch:
             )
             ok = await self.reapply()
             self.health = applied(self.health, ok)
+            if ok:
+                # What the re-export could not bring back (a primary whose md does not run, an LV
+                # gone) is the agent's and the re-export's report's: judged from here on.
+                self.seen = set()
             if not ok:
                 LOG.error("re-applying the data plane left errors; trying again in %.0f s", REAPPLY_EVERY_S)
         elif action == "up":

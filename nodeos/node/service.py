@@ -220,6 +220,7 @@ class NodeService(NodeBase):
         except Exception as err:
             LOG.error("reconcile failed: %s", err)
             rep["errors"].append(str(err))
+            rep["failed"] = True  # not one volume's trouble: the data plane's
         if rep["missing"]:
             LOG.error("volumes missing from the data plane: %s", ", ".join(rep["missing"]))
         self.reconcile_report = rep
@@ -245,12 +246,13 @@ class NodeService(NodeBase):
 
     async def _reapply(self) -> bool:
         """The target answers again: re-export everything (the start-up path), then let the agent
-        set what it keeps applied (referrals, rebuild cap) again and report."""
+        set what it keeps applied (referrals, rebuild cap) again and report. False when the re-export
+        failed as a whole (one volume's trouble is in the reconcile report, the agent's to fix)."""
         async with self.lock:
             rep = await self._reconcile()
         if self.agent is not None:
             self.agent.dataplane_reset()
-        return not rep["errors"]
+        return not rep.get("failed")
 
     def _dataplane_changed(self, up: bool) -> None:
         if self.agent is not None:

@@ -152,12 +152,14 @@ def test_spdk_probe_answers_hangs_and_goes_away(spdk_like: tuple[Path, dict[str,
     assert not gone.alive and "No such file" in str(gone.problem)
 
 
+@pytest.mark.parametrize("restored", [["nqn.a", "nqn.b"], ["nqn.a"]], ids=["all", "one-not-restored"])
 def test_the_watch_reports_nvmet_gone_and_reapplies_it_when_it_returns(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restored: list[str]
 ) -> None:
     """The loop's one round (tick) against a configfs-shaped tree: gone -> down, back empty ->
-    re-applied -> up. The re-apply here rebuilds the tree, as the node's re-export would.
-    Time scaled down 10x."""
+    re-applied -> up. The re-apply here rebuilds the tree, as the node's re-export would; an
+    export it cannot bring back (its volume's own trouble, reported by the re-export) does not
+    keep the data plane down. Time scaled down 10x."""
     monkeypatch.setattr(dpwatch, "EVERY_S", 0.1)
     monkeypatch.setattr(dpwatch, "DOWN_AFTER_S", 0.2)
     monkeypatch.setattr(dpwatch, "BOUND_S", 0.5)
@@ -167,12 +169,14 @@ def test_the_watch_reports_nvmet_gone_and_reapplies_it_when_it_returns(
 
     async def reapply() -> bool:
         reapplied.append(time.monotonic())
-        (root / "subsystems" / "nqn.a").mkdir()
-        (root / "ports" / "1" / "subsystems" / "nqn.a").mkdir()
+        for nqn in restored:
+            (root / "subsystems" / nqn).mkdir()
+            (root / "ports" / "1" / "subsystems" / nqn).mkdir()
         return True
 
+    wanted = ["nqn.a", "nqn.b"]
     watch = dpwatch.DataPlaneWatch(
-        lambda nqns: dpwatch.probe_kernel(str(root), nqns), lambda: ["nqn.a"], reapply, changes.append
+        lambda nqns: dpwatch.probe_kernel(str(root), nqns), lambda: wanted, reapply, changes.append
     )
 
     async def rounds(n: int) -> None:
@@ -181,9 +185,9 @@ def test_the_watch_reports_nvmet_gone_and_reapplies_it_when_it_returns(
             await asyncio.sleep(dpwatch.EVERY_S)
 
     async def scenario() -> None:
-        nvmet_tree(root, ["nqn.a"], ["nqn.a"])
+        nvmet_tree(root, wanted, wanted)
         await rounds(2)
-        assert not watch.down and changes == []
+        assert not watch.down and changes == [] and watch.seen == set(wanted)
         shutil.rmtree(root)  # nvmet unloaded
         gone = time.monotonic()
         while not watch.down:
@@ -193,5 +197,6 @@ def test_the_watch_reports_nvmet_gone_and_reapplies_it_when_it_returns(
         nvmet_tree(root, [], [])  # loaded again, empty
         await rounds(3)
         assert len(reapplied) == 1 and changes == [False, True] and not watch.down
+        assert watch.seen == set(restored)
 
     asyncio.run(scenario())
