@@ -200,3 +200,17 @@ def test_the_watch_reports_nvmet_gone_and_reapplies_it_when_it_returns(
         assert watch.seen == set(restored)
 
     asyncio.run(scenario())
+
+
+def test_status_shows_a_down_data_plane_with_since_and_reason() -> None:
+    from nodeos.cli.render import status_human
+
+    down = {"state": "down", "since": 0.0, "reason": "nvmet is gone"}
+    base = {"node_name": "s1", "dataplane": {"name": "kernel", "reason": "auto"}, "services": ["node"]}
+    text = status_human({**base, "node": {"dataplane_health": down}})
+    lines = text.splitlines()
+    assert lines[lines.index("dataplane kernel (auto)") + 1] == (
+        "DOWN      data plane since 1970-01-01 00:00:00 UTC: nvmet is gone"
+    )
+    up = {"state": "up", "since": None, "reason": None}
+    assert "DOWN" not in status_human({**base, "node": {"dataplane_health": up}})
