@@ -124,9 +124,8 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
     click.echo(f"lab {st['lab']}: {st['subnet']} in netns {st['netns']}, {st['accel'].upper()}")
     click.echo(f"{'VM':<5} {'ROLE':<8} {'ADDRESS':<16} {'STATE':<8} DRIVES")
     for v in st["vms"]:
-        click.echo(
-            f"{v['name']:<5} {v['role']:<8} {v['address']:<16} {v['state']:<8} {' '.join(v['drives'])}"
-        )
+        drives = " ".join(d + (" (unplugged)" if d in v.get("unplugged", ()) else "") for d in v["drives"])
+        click.echo(f"{v['name']:<5} {v['role']:<8} {v['address']:<16} {v['state']:<8} {drives}")
     c = st.get("cluster")
     if c:
         if c.get("error"):
@@ -189,6 +188,22 @@ _vm_command("kill", "kill", "Power VM off abruptly (its drives keep their conten
 _vm_command("start", "start", "Boot VM again with the same drives; returns when it is ready.")
 _vm_command("cut", "cut", "Cut VM off the lab network.")
 _vm_command("heal", "heal", "Put VM back on the lab network.")
+
+
+def _drive_command(name: str, method: str, doc: str) -> None:
+    @click.argument("vm")
+    @click.argument("serial")
+    @click.pass_context
+    def cmd(ctx: click.Context, vm: str, serial: str) -> None:
+        lab = _lab(ctx)
+        _run(lambda: getattr(lab, method)(vm, serial))
+
+    cmd.__doc__ = doc
+    cli.command(name=name)(cmd)
+
+
+_drive_command("unplug", "unplug", "Pull NVMe drive SERIAL out of running VM (PCIe hot-unplug).")
+_drive_command("plug", "plug", "Put unplugged drive SERIAL back into running VM.")
 
 
 @cli.command()

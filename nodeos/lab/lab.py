@@ -29,7 +29,7 @@ from typing import Any
 
 from nodeos.errors import AlreadyExists, BadInput, EnvironmentProblem, NotFound, OperationFailed
 from nodeos.lab import image as image_mod
-from nodeos.lab import netns, qemu
+from nodeos.lab import netns, qemu, qmp
 from nodeos.lab.plan import (
     SUBNETS,
     check_counts,
@@ -167,6 +167,7 @@ class Lab:
                     "pid": v.pid if running else None,
                     "hostnqn": v.hostnqn,
                     "drives": [d["serial"] for d in v.drives],
+                    "unplugged": list(v.unplugged),
                 }
             )
         out = {
@@ -450,10 +451,45 @@ class Lab:
             v = self._vm(st, vm)
             if qemu.is_ours(v.pid, self._tag(vm)):
                 raise BadInput(f"{vm} is already running", field="vm")
+            v.unplugged = []  # a VM boots with every drive in its bay
             self._start_vm(st, v)
             self._save(st)
         if wait:
             self._wait_ready(st, [vm])
+
+    def unplug(self, vm: str, serial: str, timeout: float = 180.0) -> None:
+        """Pull NVMe drive `serial` out of the running VM (PCIe hot-unplug: the guest sees the
+        controller go away, as when a drive is pulled from its bay or dies on the bus)."""
+        with self._locked():
+            st = self._load()
+            v, i = self._running_drive(st, vm, serial)
+            if serial in v.unplugged:
+                raise BadInput(f"drive {serial} of {vm} is already unplugged", field="serial")
+            qmp.unplug_drive(self.vm_dir(vm) / "qmp.sock", i, timeout)
+            v.unplugged = [*v.unplugged, serial]
+            self._save(st)
+        self.progress(f"{vm}: drive {serial} unplugged")
+
+    def plug(self, vm: str, serial: str) -> None:
+        """Put an unplugged drive back into the running VM (same serial, same contents)."""
+        with self._locked():
+            st = self._load()
+            v, i = self._running_drive(st, vm, serial)
+            if serial not in v.unplugged:
+                raise BadInput(f"drive {serial} of {vm} is plugged in", field="serial")
+            qmp.plug_drive(self.vm_dir(vm) / "qmp.sock", i, v.drives[i]["path"], serial)
+            v.unplugged = [s for s in v.unplugged if s != serial]
+            self._save(st)
+        self.progress(f"{vm}: drive {serial} plugged in")
+
+    def _running_drive(self, st: dict[str, Any], vm: str, serial: str) -> tuple[VmSpec, int]:
+        v = self._vm(st, vm)
+        serials = [d["serial"] for d in v.drives]
+        if serial not in serials:
+            raise NotFound(f"{vm} has no drive {serial!r}", field="serial", allowed=serials)
+        if not qemu.is_ours(v.pid, self._tag(vm)):
+            raise OperationFailed(f"{vm} is not running (start it first)")
+        return v, serials.index(serial)
 
     def cut(self, vm: str) -> None:
         """Cut the VM off the lab network (its switch port goes down)."""

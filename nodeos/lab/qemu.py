@@ -116,6 +116,7 @@ class VmSpec:
     drives: list[dict[str, str]] = field(default_factory=list)  # {serial, path}
     pid: int | None = None
     cut: bool = False
+    unplugged: list[str] = field(default_factory=list)  # serials pulled out (`nodeos-lab unplug`)
 
     @property
     def addr(self) -> str:
@@ -209,11 +210,33 @@ def command_line(
     if vm.role == "storage":
         argv += ["-drive", f"file={vm_dir / STATE_DISK},if=virtio,format=raw,cache=writeback"]
     for i, d in enumerate(vm.drives):
+        # Each drive sits behind a PCIe root port of its own: a device on q35's root bus cannot
+        # be hot-unplugged (`nodeos-lab unplug`), one behind a root port can.
         argv += [
-            "-drive", f"file={d['path']},if=none,id=nvm{i},format=raw,cache=writeback,aio=threads",
-            "-device", f"nvme,serial={d['serial']},drive=nvm{i}",
+            "-device", f"pcie-root-port,id={drive_port_id(i)},chassis={i + 1}",
+            "-drive", drive_backend(i, d["path"]),
+            "-device", drive_device(i, d["serial"]),
         ]  # fmt: skip
     return argv
+
+
+def drive_port_id(i: int) -> str:
+    return f"rp{i}"
+
+
+def drive_device_id(i: int) -> str:
+    """QEMU's id of a storage VM's i-th NVMe controller (what device_del names)."""
+    return f"nvme{i}"
+
+
+def drive_backend(i: int, path: str) -> str:
+    """The -drive (and HMP drive_add) options of the i-th NVMe drive's backing file."""
+    return f"file={path},if=none,id=nvm{i},format=raw,cache=writeback,aio=threads"
+
+
+def drive_device(i: int, serial: str) -> str:
+    """The -device (and device_add) options of the i-th NVMe controller."""
+    return f"nvme,serial={serial},drive=nvm{i},bus={drive_port_id(i)},id={drive_device_id(i)}"
 
 
 def start(argv: list[str], netns: str, log: Path) -> int:

@@ -72,8 +72,11 @@ def test_command_line_storage_vm(tmp_path: Path) -> None:
     assert "tcg,thread=multi" in joined and "-enable-kvm" not in joined
     assert "file=/r,if=virtio,format=raw,snapshot=on" in joined
     assert "nvme,serial=NODEOS-s1-0,drive=nvm0" in joined and "nvme,serial=NODEOS-s1-1,drive=nvm1" in joined
-    drive_args = [a for a in argv if "id=nvm" in a]
+    drive_args = [a for a in argv if "if=none,id=nvm" in a]
     assert len(drive_args) == 2 and not any("snapshot" in a for a in drive_args)  # drives persist
+    # Each NVMe controller behind a root port of its own, with an id: hot-unpluggable.
+    assert "nvme,serial=NODEOS-s1-1,drive=nvm1,bus=rp1,id=nvme1" in argv
+    assert "pcie-root-port,id=rp1,chassis=2" in argv
     assert "org.qemu.guest_agent.0" in joined and "ifname=tap-s1" in joined
     append = argv[argv.index("-append") + 1]
     assert (
