@@ -22,7 +22,7 @@ from nodeos.agent.legwatch import LegWatch
 from nodeos.agent.plan import Step, plan
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
-from nodeos.node import crash
+from nodeos.node import crash, inventory
 
 LOG = logging.getLogger("nodeosd.agent")
 POLL_S = 0.1
@@ -51,6 +51,7 @@ class Agent:
         self._last_report_at = 0.0
         self._drives: dict[str, Any] = {}
         self._drives_at = -DRIVES_EVERY_S
+        self._missing_logged: set[str] = set()  # pools whose missing drive was logged
         self.wake = asyncio.Event()
         self._referrals_set: tuple[Any, Any] | None = None
         self._cap: dict[str, Any] = {}
@@ -388,6 +389,7 @@ class Agent:
         pools: dict[str, Any] = {}
         replicas: dict[str, Any] = {}
         snapshots: dict[str, Any] = {}
+        drives = self._drives
         if node.has_dataplane:
             dp = {
                 "name": node.dp.name,
@@ -437,14 +439,40 @@ class Agent:
                 with contextlib.suppress(Exception):
                     self._drives = await node.drive_inventory()
                     self._drives_at = time.monotonic()
+            drives = await self._missing_drives(precs, pools, drives)
         return {
             "dataplane": dp,
-            "drives": self._drives,
+            "drives": drives,
             "pools": pools,
             "replicas": replicas,
             "snapshots": snapshots,
             "storage_addresses": list(node.ctx.storage_addresses),
         }
+
+    async def _missing_drives(
+        self, precs: dict[str, Any], pools: dict[str, Any], drives: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A drive of a ready pool gone from the machine (pulled, dead on the bus): its pool is
+        reported failed and the drive "missing", so the leader moves the pool's replicas away at
+        once (nodeos/cluster/replace.py). A cheap sysfs scan, every pass (at most IDLE_PASS_S
+        apart). Kernel data plane only: SPDK holds its drives outside the kernel's NVMe driver."""
+        if self.node.dp.name != "kernel":
+            return drives
+        own = {p["pool_id"]: list(p.get("drives") or ()) for p in precs.values() if p["state"] == "ready"}
+        try:
+            present = await asyncio.to_thread(inventory.present_drive_ids)
+        except OSError as err:
+            LOG.warning("cannot look for missing drives: %s", err)
+            return drives
+        missing = inventory.missing_pool_drives(own, present)
+        for pool_id, gone in missing.items():
+            error = f"drive {', '.join(gone)} is missing (removed or dead)"
+            pools[pool_id] = {**pools.get(pool_id, {}), "state": "failed", "error": error}
+        if missing.keys() != self._missing_logged:
+            for pool_id in sorted(missing.keys() - self._missing_logged):
+                LOG.error("pool %s: %s", pool_id, pools[pool_id]["error"])
+            self._missing_logged = set(missing)
+        return inventory.mark_missing(drives, missing)
 
 
 def _key(step: Step) -> str:

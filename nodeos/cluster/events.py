@@ -168,7 +168,7 @@ def replica_changes(
 
 
 def report_changes(st: dict[str, Any], nid: int, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
-    """A node's data plane going unhealthy or healthy, its drives turning failing."""
+    """A node's data plane going unhealthy or healthy, its drives turning failing or missing."""
     if old is None:
         return  # a node's first report says how it is, not what changed
     was_err = (old.get("dataplane") or {}).get("error")
@@ -183,8 +183,9 @@ def report_changes(st: dict[str, Any], nid: int, old: dict[str, Any] | None, new
     for drive in sorted(new_drives, key=str):
         health = (new_drives.get(drive) or {}).get("health") if isinstance(new_drives[drive], dict) else None
         was = (old_drives.get(drive) or {}).get("health") if isinstance(old_drives.get(drive), dict) else None
-        if health == "failing" and was != "failing":
-            msg = f"drive {drive} of node {nid} is failing"
+        if health in ("failing", "missing") and was != health:
+            what = "is failing" if health == "failing" else "is missing (removed or dead)"
+            msg = f"drive {drive} of node {nid} {what}"
             record(st, "drive_failed", msg, severity="critical", node=nid, drive=str(drive))
 
 

@@ -18,7 +18,9 @@ applied, so nothing is decided twice):
   this leader's own table, to the first in-sync
   replica (placement order) on a node that is up. With no such replica the volume waits
   for its last in-sync replica to return: a stale copy is never promoted;
-- planned moves off draining nodes (`volume_handoff`, then `volume_failover`);
+- planned moves off draining nodes and off pools in trouble: a drive of the primary's own leg
+  pulled, dead or failing (`volume_handoff`, then `volume_failover`; the old primary is then a
+  secondary on a troubled pool and is re-placed below);
 - `volume_replace_replica` for a secondary lost past a grace, on a failed pool or drive, or on
   a draining node (nodeos/cluster/replace.py), once nothing above is left to do.
 """
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeos.cluster.failover_map import handed_off, health_of, in_sync_of
-from nodeos.cluster.replace import Refusals, ReplacePolicy, replace_commands, track_down
+from nodeos.cluster.replace import Refusals, ReplacePolicy, replace_commands, track_down, troubled_pools
 from nodeos.errors import BadInput
 
 DEFAULT_LEASE_S = 3.0
@@ -126,14 +128,24 @@ def _draining(st: dict[str, Any], nid: int) -> bool:
     return (st["nodes"].get(nid) or {}).get("state") == "draining"
 
 
-def failover_target(st: dict[str, Any], vol: dict[str, Any], planned: bool = False) -> int | None:
+def failover_target(
+    st: dict[str, Any],
+    vol: dict[str, Any],
+    planned: bool = False,
+    troubled: dict[tuple[int, str], str] | None = None,
+) -> int | None:
     """The replica to promote: the first in-sync one, in placement order, on a node that is
-    up; one on a draining node only when nothing else is (and never for a planned move)."""
+    up; one on a draining node only when nothing else is (and never for a planned move). A
+    planned move never goes to a replica whose pool is in `troubled` either."""
     cur = set(in_sync_of(vol))
+    bad = troubled or {}
     fits = [
         int(s["node"])
         for s in vol["placement"]
-        if s["node"] != vol["primary"] and s["node"] in cur and health_of(st, s["node"]) == "up"
+        if s["node"] != vol["primary"]
+        and s["node"] in cur
+        and health_of(st, s["node"]) == "up"
+        and not (planned and (int(s["node"]), str(s["pool_id"])) in bad)
     ]
     staying = [n for n in fits if not _draining(st, n)]
     if staying:
@@ -141,24 +153,40 @@ def failover_target(st: dict[str, Any], vol: dict[str, Any], planned: bool = Fal
     return None if planned or not fits else fits[0]
 
 
+def _primary_trouble(
+    st: dict[str, Any], vol: dict[str, Any], troubled: dict[tuple[int, str], str]
+) -> str | None:
+    """Why the primary of `vol` should move away while it is up: its node drains, or the pool
+    of its own leg failed or has a missing or failing drive (its mirror still serves from the
+    other legs, but its slot is re-placed only once it is a secondary)."""
+    prim = vol["primary"]
+    if _draining(st, prim):
+        return f"node {prim} drains"
+    pool_id = next((str(s["pool_id"]) for s in vol["placement"] if s["node"] == prim), None)
+    return troubled.get((int(prim), pool_id)) if pool_id is not None else None
+
+
 def drain_commands(st: dict[str, Any]) -> list[Command]:
-    """Planned moves off draining nodes: hand off first, fail over once the old primary
-    confirmed it stopped serving (its report at the volume's epoch)."""
+    """Planned moves off draining nodes and off pools in trouble (a drive pulled, dead or
+    failing): hand off first, fail over once the old primary confirmed it stopped serving (its
+    report at the volume's epoch)."""
     out: list[Command] = []
+    troubled = troubled_pools(st)
     for uuid in sorted(st["volumes"]):
         vol = st["volumes"][uuid]
         prim = vol["primary"]
-        if int(vol.get("replicas") or 1) <= 1 or vol["state"] != "ready" or not _draining(st, prim):
+        if int(vol.get("replicas") or 1) <= 1 or vol["state"] != "ready":
             continue
-        if health_of(st, prim) != "up":
-            continue  # the unplanned path takes it
+        why = _primary_trouble(st, vol, troubled)
+        if why is None or health_of(st, prim) != "up":
+            continue  # nothing to move, or the unplanned path takes it
         ho = vol.get("handoff")
         if ho is None or ho.get("epoch") != vol["epoch"]:
-            to = failover_target(st, vol, planned=True)
+            to = failover_target(st, vol, planned=True, troubled=troubled)
             if to is not None:
                 out.append(("volume_handoff", {"uuid": uuid, "epoch": vol["epoch"], "to": to}))
         elif handed_off(st, vol):
-            args = {"uuid": uuid, "epoch": vol["epoch"], "to": ho["to"], "reason": f"node {prim} drains"}
+            args = {"uuid": uuid, "epoch": vol["epoch"], "to": ho["to"], "reason": why}
             args["planned"] = True
             out.append(("volume_failover", args))
     return out

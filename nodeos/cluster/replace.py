@@ -5,7 +5,8 @@ A secondary of a ready replicated volume is re-placed on another node and copied
 - its node has been `down` for `after_s` (config `replace_after_s`, default 600 s) on the
   leader's own clock (a new leader counts from its first look, like leases: the grace may run
   longer across a leader change, never shorter);
-- its pool failed (the map's pool, or the node's report of it) or a drive of its pool is failing,
+- its pool failed (the map's pool, or the node's report of it: a drive of it is missing from
+  the machine), or a drive of its pool is missing or failing (SMART: evacuated before it dies),
   or its node failed to create it (a copy re-placed there; it goes elsewhere, not there again);
 - its node drains, once no primary is left on that node (drain: primaries first, then replicas).
 
@@ -55,6 +56,35 @@ class ReplacePolicy:
                 raise BadInput(f"{key} {v!r} is out of range", field=key, allowed="1-1000")
 
 
+def pool_trouble(pool: dict[str, Any], rep: dict[str, Any]) -> str | None:
+    """Why `pool` cannot keep its replicas, by the map and its node's report `rep` (None: fine):
+    a drive of it gone from the machine, the pool failed, or a drive SMART calls failing."""
+    drives = rep.get("drives") or {}
+    where = f"pool {pool['name']} on node {pool['node']}"
+    missing, failing = (
+        sorted(d for d in pool["drives"] if (drives.get(d) or {}).get("health") == h)
+        for h in ("missing", "failing")
+    )
+    reported = ((rep.get("pools") or {}).get(pool["pool_id"]) or {}).get("state")
+    if missing:
+        return f"drive {', '.join(missing)} of {where} is missing"
+    if pool["state"] == "failed" or reported == "failed":
+        return f"{where} failed"
+    if failing:
+        return f"drive {', '.join(failing)} of {where} is failing"
+    return None
+
+
+def troubled_pools(st: dict[str, Any]) -> dict[tuple[int, str], str]:
+    """(node, pool id) -> why, for every pool that failed or has a missing or failing drive."""
+    out = {}
+    for p in st["pools"].values():
+        why = pool_trouble(p, st["reports"].get(p["node"]) or {})
+        if why:
+            out[(int(p["node"]), str(p["pool_id"]))] = why
+    return out
+
+
 def track_down(st: dict[str, Any], down_since: dict[int, float], now: float) -> None:
     """Since when (leader's clock) each member has been `down`; `up` or gone forgets it."""
     for nid in list(down_since):
@@ -79,8 +109,9 @@ class _Look:
         self.primaries = {int(v["primary"]) for v in st["volumes"].values() if _replicated_ready(v)}
         # Nodes where an in-sync replica may have to go (down, draining, a pool in trouble): any
         # other in-sync replica stays without a closer look.
+        self.troubled = troubled_pools(st)
         self.suspect = {n for n in st["nodes"] if health_of(st, n) != "up" or self.draining(n)} | {
-            n for (n, pid) in self.pools if self._pool_trouble(n, pid)
+            n for (n, _) in self.troubled
         }
 
     def draining(self, nid: int) -> bool:
@@ -97,20 +128,9 @@ class _Look:
         return self._pool_trouble(nid, pool_id)
 
     def _pool_trouble(self, nid: int, pool_id: str) -> str | None:
-        pool = self.pools.get((nid, pool_id))
-        rep = self.st["reports"].get(nid) or {}
-        if pool is None:
+        if (nid, pool_id) not in self.pools:
             return f"its pool {pool_id} is gone"
-        if (
-            pool["state"] == "failed"
-            or ((rep.get("pools") or {}).get(pool_id) or {}).get("state") == "failed"
-        ):
-            return f"pool {pool['name']} on node {nid} failed"
-        drives = rep.get("drives") or {}
-        failing = sorted(d for d in pool["drives"] if (drives.get(d) or {}).get("health") == "failing")
-        if failing:
-            return f"drive {', '.join(failing)} of pool {pool['name']} on node {nid} is failing"
-        return None
+        return self.troubled.get((nid, pool_id))
 
     def why(
         self,

@@ -44,14 +44,14 @@ def candidates(st: dict[str, Any]) -> list[placement.NodeCandidate]:
             if p["node"] != nid:
                 continue
             have = (rep.get("pools") or {}).get(p["pool_id"]) or {}
-            failing = any((drives.get(d) or {}).get("health") == "failing" for d in p["drives"])
+            failing = any((drives.get(d) or {}).get("health") in ("failing", "missing") for d in p["drives"])
             pools.append(
                 placement.PoolCandidate(
                     node_id=nid,
                     pool_id=p["pool_id"],
                     size_bytes=int(have.get("size_bytes", p.get("size_bytes", 0)) or 0),
                     free_bytes=int(have.get("free_bytes", 0) or 0),
-                    healthy=p["state"] == "ready" and not failing,
+                    healthy=p["state"] == "ready" and not failing and have.get("state") != "failed",
                 )
             )
         out.append(

@@ -226,8 +226,11 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
     dp = rep.get("dataplane") or {}
     health = "unknown"
     if rep:
-        failing = [d for d, v in drives.items() if (v or {}).get("health") == "failing"]
-        health = "failing drives: " + ", ".join(sorted(failing)) if failing else "ok"
+        bad = {
+            h: sorted(d for d, v in drives.items() if (v or {}).get("health") == h)
+            for h in ("missing", "failing")
+        }
+        health = "; ".join(f"{h} drives: {', '.join(ds)}" for h, ds in bad.items() if ds) or "ok"
         if dp.get("error"):
             health = f"data plane: {dp['error']}"
     if health_of(st, nid) == "down":

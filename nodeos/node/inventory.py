@@ -5,6 +5,10 @@ Drives come from nodeos.hw.nvme (nvme-cli, SMART included); without nvme-cli a p
 scan of /sys/class/nvme gives the drives without health ("unknown"). Every drive is a dict:
 id (the serial; serial-n<nsid> for further namespaces), name, path, model, serial, firmware,
 size_bytes, health (ok|failing|unknown), health_reasons and smart.
+
+A drive a pool was made of that is no longer in the machine (hot-unplugged, or dead on the
+PCIe bus) shows in the node's report with health "missing" and its pool as failed
+(`missing_pool_drives`, `mark_missing`; the agent looks at every report pass).
 """
 
 from __future__ import annotations
@@ -110,6 +114,33 @@ def list_drives() -> list[dict[str, Any]]:
         if d.smart is not None:
             _previous_smart[d.serial] = d.smart
     return [from_hw(d) for d in drives]
+
+
+def present_drive_ids(sys_nvme: Path = SYS_NVME) -> set[str]:
+    """The ids of the NVMe drives in the machine right now (a cheap sysfs scan: no SMART)."""
+    return {str(d["id"]) for d in sysfs_drives(sys_nvme)}
+
+
+def missing_pool_drives(pools: dict[str, list[str]], present: set[str]) -> dict[str, list[str]]:
+    """pool id -> the drives of that pool no longer in the machine (pulled, or dead on the bus)."""
+    out = {}
+    for pool_id, drives in pools.items():
+        gone = sorted(d for d in drives if d not in present)
+        if gone:
+            out[pool_id] = gone
+    return out
+
+
+def mark_missing(
+    drives: dict[str, dict[str, Any]], missing: dict[str, list[str]]
+) -> dict[str, dict[str, Any]]:
+    """The drive report with every missing pool drive in it as health "missing" (a drive that
+    left the machine drops out of the inventory; its pool still names it)."""
+    out = dict(drives)
+    for ids in missing.values():
+        for d in ids:
+            out[d] = {**(drives.get(d) or {"serial": d}), "health": "missing"}
+    return out
 
 
 def rdma_netdevs(sys_ib: Path = SYS_IB) -> set[str]:
