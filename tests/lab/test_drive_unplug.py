@@ -116,7 +116,8 @@ def test_a_drive_pulled_under_the_primary_fails_the_volume_over_and_its_replica_
         print(
             f"\ndrive pulled under the primary ({seen}): unplug took {pulled:.1f} s; after the pull: "
             f"reported missing {detected:.1f} s, failed over {failed_over:.1f} s, "
-            f"re-placed {replaced:.1f} s, in sync again {rebuilt:.1f} s (copy {rebuilt - replaced:.0f} s for {SIZE_MIB} MiB); "
+            f"re-placed {replaced:.1f} s, in sync again {rebuilt:.1f} s "
+            f"(copy {rebuilt - replaced:.0f} s for {SIZE_MIB} MiB); "
             f"longest I/O {_gap_s(job):.1f} s"
         )
         print("events: " + "; ".join(f"{e['kind']}@{e.get('at') or 0:.1f}" for e in evs))
