@@ -439,7 +439,7 @@ class Agent:
                 with contextlib.suppress(Exception):
                     self._drives = await node.drive_inventory()
                     self._drives_at = time.monotonic()
-            drives = await self._missing_drives(precs, pools, drives)
+            drives = await self._missing_drives(precs, pools, self._drives)
         return {
             "dataplane": dp,
             "drives": drives,
