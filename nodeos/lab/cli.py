@@ -208,6 +208,20 @@ _drive_command("plug", "plug", "Put unplugged drive SERIAL back into running VM.
 
 @cli.command()
 @click.argument("vm")
+@click.argument("serial")
+@click.option(
+    "--critical-warning", "bits", type=_Count(), required=True,
+    help="SMART critical warning bits, 0-255 (4: reliability degraded; 0 clears).",
+)  # fmt: skip
+@click.pass_context
+def smart(ctx: click.Context, vm: str, serial: str, bits: int) -> None:
+    """Make drive SERIAL of running VM report a SMART critical warning (a failing drive)."""
+    lab = _lab(ctx)
+    _run(lambda: lab.smart_warning(vm, serial, bits))
+
+
+@cli.command()
+@click.argument("vm")
 @click.pass_context
 def logs(ctx: click.Context, vm: str) -> None:
     """VM's serial console (kernel and systemd messages)."""

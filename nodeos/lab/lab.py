@@ -482,6 +482,20 @@ class Lab:
             self._save(st)
         self.progress(f"{vm}: drive {serial} plugged in")
 
+    def smart_warning(self, vm: str, serial: str, bits: int) -> None:
+        """Make drive `serial` report SMART critical warning `bits` (0-255; 0 clears): a drive
+        that says it is failing (bit 2: reliability degraded) while it still reads and writes."""
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 255:
+            raise BadInput(
+                f"critical warning {bits!r} is out of range", field="critical_warning", allowed="0-255"
+            )
+        st = self._load()
+        _, i = self._running_drive(st, vm, serial)
+        if serial in self._vm(st, vm).unplugged:
+            raise BadInput(f"drive {serial} of {vm} is unplugged", field="serial")
+        qmp.set_critical_warning(self.vm_dir(vm) / "qmp.sock", i, bits)
+        self.progress(f"{vm}: drive {serial} reports SMART critical warning 0x{bits:02x}")
+
     def _running_drive(self, st: dict[str, Any], vm: str, serial: str) -> tuple[VmSpec, int]:
         v = self._vm(st, vm)
         serials = [d["serial"] for d in v.drives]

@@ -1,5 +1,6 @@
 """A small client of QEMU's monitor protocol (QMP) over a lab VM's qmp.sock, for what only the
-"hardware" can do: pull an NVMe drive out of a running VM and push it back (hot-unplug).
+"hardware" can do: pull an NVMe drive out of a running VM and push it back (hot-unplug), make
+one report a SMART critical warning.
 
 QMP serves one client at a time on the lab's socket (server=on, wait=off): every call connects,
 negotiates capabilities, runs its commands and closes. A file lock next to the socket
@@ -142,3 +143,11 @@ def plug_drive(sock: Path, i: int, path: str, serial: str) -> None:
                 raise
         driver, *opts = qemu.drive_device(i, serial).split(",")
         q.execute("device_add", driver=driver, **dict(o.split("=", 1) for o in opts))
+
+
+def set_critical_warning(sock: Path, i: int, bits: int) -> None:
+    """Set the SMART critical warning the i-th NVMe controller reports (QEMU's
+    `smart_critical_warning`; 0 clears it): a drive that says it is failing, still working."""
+    with Qmp(sock) as q:
+        path = f"/machine/peripheral/{qemu.drive_device_id(i)}"
+        q.execute("qom-set", path=path, property="smart_critical_warning", value=bits)

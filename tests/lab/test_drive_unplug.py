@@ -12,6 +12,9 @@ QMP):
   replicas hold the same bytes;
 - when the VM boots again with its drive, its stale replica is deleted.
 
+And SMART pre-failure: a drive that reports a critical warning (QEMU's `smart_critical_warning`,
+`nodeos-lab smart`) is evacuated the same way while it still works.
+
 The times (detection, failover, re-placement, rebuild) and the longest I/O are printed for
 docs/benchmarks.md, never asserted: TCG timings are context. NODEOS_LAB_FULL=1 only."""
 
@@ -127,4 +130,52 @@ def test_a_drive_pulled_under_the_primary_fails_the_volume_over_and_its_replica_
         lab.start(old)
         wait_daemon(lab, old)
     _wait("the stale replica deleted", lambda: not _has_lv(lab, old, vol), timeout=600, every=5)
+    lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
+
+
+def test_a_drive_whose_smart_says_failing_is_evacuated_while_it_still_works(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    """SMART pre-failure: QEMU's NVMe reports a critical warning (reliability degraded) while the
+    drive reads and writes on: the primary on it is handed off, its replica is re-placed on the
+    third VM and copied in full, and the copy on the failing drive is deleted, before it dies."""
+    name = "hs2"
+    vol, nodes, dev = _volume_under_fio(lab, cluster, name)
+    old, new = vol["primary"], next(n for n in nodes if n != vol["primary"])
+    third = next(vm for vm in STORAGE if vm not in nodes)
+    (serial,) = lab.serials(old)
+    t0 = time.monotonic()
+    lab.smart_warning(old, serial, 0x04)
+    try:
+        _wait(
+            "the drive reported failing",
+            lambda: "failing drives: " + serial in _node(lab, new, old)["health"],
+            timeout=300,
+            every=2,
+        )
+        detected = time.monotonic() - t0
+        _wait("the primary moved", lambda: _show(lab, new, name)["primary"] == new, 600, 2)
+        failed_over = time.monotonic() - t0
+        _wait("the replica re-placed", lambda: _placed_on(lab, new, name, [new, third]), 600, 2)
+        replaced = time.monotonic() - t0
+        now = [new, third]
+        back = _wait("the new replica in sync", lambda: _healthy(lab, new, name, now), timeout=1200, every=3)
+        rebuilt = time.monotonic() - t0
+        # Evacuated before it died: the drive still works and its copy is gone from it.
+        _wait("the failing drive's copy deleted", lambda: not _has_lv(lab, old, vol), timeout=600, every=5)
+        job = _fio_result(lab, name)
+        assert job["error"] == 0, job.get("error")
+        evs = [e for e in _events(lab, new) if e.get("volume") == vol["uuid"]]
+        fo = next(e for e in evs if e["kind"] == "failover" and e.get("epoch") == back["epoch"])
+        assert "failing" in fo["message"], fo
+        lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+        sums = {vm: _md5_on(lab, vm, vol) for vm in now}
+        assert len(set(sums.values())) == 1, sums
+        print(
+            f"\nSMART failing under the primary: after the warning: reported {detected:.1f} s, "
+            f"handed off {failed_over:.1f} s, re-placed {replaced:.1f} s, in sync again {rebuilt:.1f} s; "
+            f"longest I/O {_gap_s(job):.1f} s"
+        )
+    finally:
+        lab.smart_warning(old, serial, 0)
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)

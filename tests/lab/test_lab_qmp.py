@@ -69,3 +69,16 @@ def test_unplug_of_a_drive_that_is_not_there_fails_naming_it(paused_vm: Path) ->
 def test_an_absent_socket_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(qmp.QmpError, match=r"none\.sock"):
         qmp.unplug_drive(tmp_path / "none.sock", 0, timeout=1)
+
+
+def test_a_drive_can_be_made_to_report_a_smart_critical_warning_and_cleared(
+    paused_vm: Path, tmp_path: Path
+) -> None:
+    img = tmp_path / "d0.img"
+    img.write_bytes(b"\0" * 1024 * 1024)
+    qmp.plug_drive(paused_vm, 0, str(img), "NODEOS-s1-0")
+    path = f"/machine/peripheral/{qemu.drive_device_id(0)}"
+    for bits in (4, 0):
+        qmp.set_critical_warning(paused_vm, 0, bits)
+        with qmp.Qmp(paused_vm) as q:
+            assert q.execute("qom-get", path=path, property="smart_critical_warning") == bits
