@@ -32,15 +32,27 @@ def wanted(st: dict[str, Any], me: int, vrecs: dict[str, dict[str, Any]]) -> dic
     return out
 
 
+def still_fenced(st: dict[str, Any], me: int, vrecs: dict[str, dict[str, Any]], uuid: str) -> bool:
+    """A volume handed off whose failover went through (the map names another primary) while
+    this node's record still says primary: it stays fenced until the demote step re-exports it
+    as a secondary (pure). Lifting the fence there would let the host back onto a primary whose
+    mirror the new primary already cut off (a lab drive pull saw reads fail on it)."""
+    vol = st["volumes"].get(uuid)
+    rec = next((v for v in vrecs.values() if v.get("uuid") == uuid), None)
+    return vol is not None and vol["primary"] != me and rec is not None and rec.get("role") == "primary"
+
+
 async def follow(
     node: Any, st: dict[str, Any], me: int, vrecs: dict[str, dict[str, Any]], done: dict[str, int]
 ) -> None:
-    """Fence the volumes the map asks to hand over, unfence withdrawn ones; `done` (uuid ->
-    epoch) is what the report confirms."""
+    """Fence the volumes the map asks to hand over, unfence withdrawn ones (never one whose
+    failover went through: `still_fenced`); `done` (uuid -> epoch) is what the report confirms."""
     want = wanted(st, me, vrecs)
     ops = node.ops
     by_uuid = {v["uuid"]: v for v in vrecs.values()}
     for uuid in sorted(set(ops.handing_off) - set(want)):
+        if still_fenced(st, me, vrecs, uuid):
+            continue
         ops.handing_off.discard(uuid)
         done.pop(uuid, None)
         v = by_uuid.get(uuid)

@@ -105,10 +105,18 @@ def test_a_drive_pulled_under_the_primary_fails_the_volume_over_and_its_replica_
         back = _wait("the new replica in sync", lambda: _healthy(lab, new, name, now), timeout=1200, every=3)
         rebuilt = time.monotonic() - t0
         assert back["primary"] == new and back["epoch"] == moved["epoch"]
+        print(
+            f"\ndrive pulled under the primary ({seen}): unplug took {pulled:.1f} s; after the pull: "
+            f"reported missing {detected:.1f} s, failed over {failed_over:.1f} s, "
+            f"re-placed {replaced:.1f} s, in sync again {rebuilt:.1f} s "
+            f"(copy {rebuilt - replaced:.0f} s for {SIZE_MIB} MiB)"
+        )
+        evs = [e for e in _events(lab, new) if e.get("volume") == vol["uuid"] or e["kind"] == "drive_failed"]
+        print("events: " + "; ".join(f"{e['kind']}@{e.get('at') or 0:.1f}" for e in evs))
         job = _fio_result(lab, name)
+        print(f"longest I/O {_gap_s(job):.1f} s")
         assert job["error"] == 0, job.get("error")  # zero verify errors, no I/O error
         assert job["write"]["io_bytes"] > 0
-        evs = [e for e in _events(lab, new) if e.get("volume") == vol["uuid"] or e["kind"] == "drive_failed"]
         kinds = [e["kind"] for e in evs]
         assert {"drive_failed", "handoff", "failover", "replica_replaced"} <= set(kinds), kinds
         fo = next(e for e in evs if e["kind"] == "failover" and e.get("epoch") == moved["epoch"])
@@ -116,14 +124,6 @@ def test_a_drive_pulled_under_the_primary_fails_the_volume_over_and_its_replica_
         lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
         sums = {vm: _md5_on(lab, vm, vol) for vm in now}
         assert len(set(sums.values())) == 1, sums
-        print(
-            f"\ndrive pulled under the primary ({seen}): unplug took {pulled:.1f} s; after the pull: "
-            f"reported missing {detected:.1f} s, failed over {failed_over:.1f} s, "
-            f"re-placed {replaced:.1f} s, in sync again {rebuilt:.1f} s "
-            f"(copy {rebuilt - replaced:.0f} s for {SIZE_MIB} MiB); "
-            f"longest I/O {_gap_s(job):.1f} s"
-        )
-        print("events: " + "; ".join(f"{e['kind']}@{e.get('at') or 0:.1f}" for e in evs))
     finally:
         # The drive goes back in its bay: a power cycle boots the VM with every drive.
         lab.kill(old)
@@ -163,7 +163,12 @@ def test_a_drive_whose_smart_says_failing_is_evacuated_while_it_still_works(
         rebuilt = time.monotonic() - t0
         # Evacuated before it died: the drive still works and its copy is gone from it.
         _wait("the failing drive's copy deleted", lambda: not _has_lv(lab, old, vol), timeout=600, every=5)
+        print(
+            f"\nSMART failing under the primary: after the warning: reported {detected:.1f} s, "
+            f"handed off {failed_over:.1f} s, re-placed {replaced:.1f} s, in sync again {rebuilt:.1f} s"
+        )
         job = _fio_result(lab, name)
+        print(f"longest I/O {_gap_s(job):.1f} s")
         assert job["error"] == 0, job.get("error")
         evs = [e for e in _events(lab, new) if e.get("volume") == vol["uuid"]]
         fo = next(e for e in evs if e["kind"] == "failover" and e.get("epoch") == back["epoch"])
@@ -171,11 +176,6 @@ def test_a_drive_whose_smart_says_failing_is_evacuated_while_it_still_works(
         lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
         sums = {vm: _md5_on(lab, vm, vol) for vm in now}
         assert len(set(sums.values())) == 1, sums
-        print(
-            f"\nSMART failing under the primary: after the warning: reported {detected:.1f} s, "
-            f"handed off {failed_over:.1f} s, re-placed {replaced:.1f} s, in sync again {rebuilt:.1f} s; "
-            f"longest I/O {_gap_s(job):.1f} s"
-        )
     finally:
         lab.smart_warning(old, serial, 0)
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
