@@ -77,12 +77,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--net-config", dest="net_config", metavar="FILE", help="network profile sampled for metrics"
     )
-    p.add_argument(
-        "--fence",
-        action="store_true",
-        help="do not start: fence this node's replicated front ends (ANA inaccessible) after the daemon "
-        "stopped; systemd's ExecStopPost runs it (docs/operations.md, Failover)",
-    )
     p.add_argument("--version", action="version", version=f"nodeosd {__version__}")
     return p.parse_args(argv)
 
@@ -386,17 +380,13 @@ class Daemon:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if k not in ("config", "fence")}
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
     try:
         cfg, source = configmod.load(args.config, overrides)
     except BadInput as err:
         print(f"nodeosd: {err.message}" + (f" (field: {err.field})" if err.field else ""), file=sys.stderr)
         return EXIT_BAD_INPUT
     logsetup.setup(cfg.log_level)
-    if args.fence:  # creates nothing: the umask below is the daemon's
-        from nodeos.node.stopfence import run as fence
-
-        return fence(cfg)
     # Everything the daemon creates is its own (the state holds secrets), as under the unit's UMask.
     os.umask(0o077)
     daemon = Daemon(cfg, source)

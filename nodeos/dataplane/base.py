@@ -194,7 +194,7 @@ class DataPlane(Protocol):
         """The export's namespace becomes ANA inaccessible on every listener, at once; nothing
         else changes (hosts, listeners, device, the other exports on its ports). Idempotent.
         False when there is no such export. The one fence of a replicated front end: the lease
-        keeper's (nodeos/node/service.py) and `nodeosd --fence` after the daemon stopped."""
+        keeper's (nodeos/node/service.py) and `nodeos-fence` after the daemon stopped."""
         ...
 
     # mirrors over the fabric (issue 8); names in nodeos.dataplane.mirror_names

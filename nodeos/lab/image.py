@@ -105,7 +105,11 @@ ROOT_PARTUUID = "6e6f6465-6f73-4000-8000-726f6f746673"
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 PROJECT_DIR = Path(nodeos.__file__).resolve().parent.parent
-SCRIPTS = {"nodeos": "nodeos.cli.main:main", "nodeosd": "nodeos.daemon.main:main"}
+SCRIPTS = {
+    "nodeos": "nodeos.cli.main:main",
+    "nodeosd": "nodeos.daemon.main:main",
+    "nodeos-fence": "nodeos.node.stopfence:main",  # the unit's ExecStopPost
+}
 
 Progress = Callable[[str], None]
 

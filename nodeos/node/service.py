@@ -324,7 +324,7 @@ class NodeService(NodeBase):
                 if fenced and self.dp is not None:
                     # Not queued behind a long data plane call (an attach can take a minute):
                     # the fence must land before the leader may call this node down. The same
-                    # call fences after the daemon stopped (`nodeosd --fence`, node/stopfence.py).
+                    # call fences after the daemon stopped (`nodeos-fence`, node/stopfence.py).
                     await asyncio.to_thread(self.dp.fence_export, v["nqn"])
                 else:
                     await self.ops.call("apply_export", self.ops.spec_for(v))

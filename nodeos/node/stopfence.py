@@ -1,11 +1,13 @@
-"""`nodeosd --fence`: fence this node's replicated front ends after the daemon stopped (issue 9).
+"""`nodeos-fence`: fence this node's replicated front ends after the daemon stopped (issue 9).
 
 nvmet (or a separate SPDK target) and md keep serving when nodeosd is gone: crashed, killed -9,
 killed by the watchdog or stopped. Were it gone longer than its lease, the leader would fail
 its volumes over while the old front ends still answer ANA optimized: two writable primaries,
 and hosts reading stale data from the old one. systemd runs this after every stop of the unit
 (`ExecStopPost=`, systemd/nodeosd.service): every replicated volume's front end goes ANA
-inaccessible through the lease keeper's own data plane call (`DataPlane.fence_export`).
+inaccessible through the lease keeper's own data plane call (`DataPlane.fence_export`). A
+small program of its own (no daemon imports): it must be done well within the ~0.9 lease the
+leader waits after the daemon's last renewal before it calls the node down.
 
 It needs neither the daemon nor the cluster: the node's records (LMDB, opened read-only; a
 dead writer leaves the last committed state) name the front ends, the data plane (configfs or
@@ -127,12 +129,11 @@ def fence(dp: Any, targets: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     return done, failed
 
 
-def run(cfg: Any) -> int:
-    """`nodeosd --fence` with the daemon's configuration (state dir, data plane choice)."""
-    from nodeos.daemon.main import choose_dataplane
+def run(state_dir: Path, dataplane: str, spdk_socket: str) -> int:
+    """Fence this node's replicated front ends; the exit code (see the module's doc)."""
+    from nodeos.dataplane.select import choose  # the daemon's own choice of data plane
 
     started = time.monotonic()
-    state_dir = Path(cfg.state_dir)
     lock = _state_lock(state_dir)
     if lock is None:
         LOG.error("fence: nodeosd runs on %s: its lease keeper fences; nothing done", state_dir)
@@ -149,12 +150,12 @@ def run(cfg: Any) -> int:
             LOG.info("fence: no replicated volume on this node")
             return 0
         try:
-            dp, _ = choose_dataplane(cfg)
+            dp = choose(dataplane, spdk_socket, state_dir=state_dir)
         except NodeosError as err:
             # Nothing answers (nvmet unloaded, SPDK gone): nothing serves either.
             LOG.warning("fence: no data plane reachable (%s): nothing serves to fence", err.message)
             return 0
-        if dp is None or getattr(dp, "name", "none") == "none":
+        if getattr(dp, "name", "none") == "none":
             return 0
         if problems:
             try:
@@ -172,7 +173,8 @@ def run(cfg: Any) -> int:
                 why_not,
             )
         LOG.warning(
-            "daemon stopped: fenced %d replicated front end(s) in %.2f s (%s): %s",
+            "daemon stopped (%s): fenced %d replicated front end(s) in %.2f s (%s): %s",
+            os.environ.get("SERVICE_RESULT", "by hand"),
             len(done),
             took,
             dp.name,
@@ -181,3 +183,89 @@ def run(cfg: Any) -> int:
         return EXIT_FAILED if failed or problems else 0
     finally:
         os.close(lock)
+
+
+def settings(data: dict[str, Any], overrides: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The few settings the fence needs, from the config file's keys and the flags; a bad or
+    unreadable value falls back to its default (a config the daemon would refuse must not stop
+    the fence): (settings, what fell back)."""
+    from nodeos.daemon.config import DATAPLANES, LOG_LEVELS, Config
+
+    out: dict[str, str] = {}
+    bad: list[str] = []
+    for key in ("state_dir", "dataplane", "spdk_socket", "log_level"):
+        default = str(getattr(Config(), key))
+        v = overrides.get(key) if overrides.get(key) is not None else data.get(key, default)
+        ok = isinstance(v, str) and bool(v)
+        if key == "dataplane":
+            ok = v in DATAPLANES
+        elif key == "log_level":
+            ok = v in LOG_LEVELS
+        if not ok:
+            bad.append(f"{key} {v!r}: using {default!r}")
+            v = default
+        out[key] = str(v)
+    return out, bad
+
+
+def _config_file(path: str | None) -> tuple[dict[str, Any], list[str]]:
+    import tomllib
+
+    from nodeos.daemon.config import DEFAULT_CONFIG
+
+    p = Path(path or DEFAULT_CONFIG)
+    try:
+        return tomllib.loads(p.read_text()), []
+    except FileNotFoundError:
+        return {}, ([] if p == Path(DEFAULT_CONFIG) else [f"config file {p} does not exist"])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return {}, [f"config file {p}: {exc}"]
+
+
+def _log_to_stderr(level: str, journal: bool) -> None:
+    """Plain stderr, which systemd files under the unit; under the journal each line carries
+    its priority (`<2>` critical ... `<6>` info), so a failed fence shows as critical. Not
+    python-systemd: one import less before the fence lands."""
+    prio = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6, logging.DEBUG: 7}
+
+    class Fmt(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            text = super().format(record)
+            return f"<{prio.get(record.levelno, 6)}>{text}" if journal else text
+
+    h = logging.StreamHandler()
+    h.setFormatter(Fmt("%(message)s" if journal else "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [h]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`nodeos-fence`: the unit's ExecStopPost. Imports only what the fence needs, so it is
+    done well within the time the leader waits before calling this node down."""
+    import argparse
+
+    from nodeos.daemon import logsetup
+
+    p = argparse.ArgumentParser(
+        prog="nodeos-fence",
+        description="after nodeosd stopped: every replicated volume's front end on this node goes "
+        "ANA inaccessible (docs/operations.md, Failover)",
+    )
+    p.add_argument("--config", default=None, help="nodeosd's TOML config file (for state_dir, dataplane)")
+    p.add_argument("--state-dir", dest="state_dir")
+    p.add_argument("--dataplane")
+    p.add_argument("--spdk-socket", dest="spdk_socket")
+    args = p.parse_args(argv)
+    data, problems = _config_file(args.config)
+    s, bad = settings(data, {k: v for k, v in vars(args).items() if k != "config"})
+    _log_to_stderr(s["log_level"], logsetup.under_journal())
+    for why in problems + bad:
+        LOG.error("fence: config: %s (the defaults are used)", why)
+    return run(Path(s["state_dir"]), s["dataplane"], s["spdk_socket"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import configparser
+import tomllib
 from pathlib import Path
 
 from nodeos.daemon.config import Config
 from nodeos.daemon.main import EXIT_CORRUPT_STATE
+from nodeos.lab.image import SCRIPTS
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "nodeosd.service"
 
@@ -53,10 +55,12 @@ def test_capabilities_nothing_in_nodeos_uses_are_dropped() -> None:
 
 def test_every_stop_of_the_daemon_fences_its_replicated_front_ends_without_holding_back_a_restart() -> None:
     """nvmet and md outlive nodeosd: after a crash, kill -9, watchdog kill or stop, ExecStopPost
-    fences (node/stopfence.py) with the daemon's own configuration; "-": a failed fence (logged
+    fences (node/stopfence.py, installed as a console script and in the image) with the
+    daemon's own configuration; "-": a failed fence (logged
     as critical) does not keep the unit from restarting."""
     svc = service_section()
-    post = svc["ExecStopPost"]
-    assert post.startswith("-") and post.endswith(" --fence"), post
-    start_cmd = svc["ExecStart"].split()
-    assert post.lstrip("-").split()[:-1] == start_cmd, (post, start_cmd)
+    post = svc["ExecStopPost"].split()
+    assert post[0] == "-/usr/bin/nodeos-fence", post
+    assert post[1:] == svc["ExecStart"].split()[1:], "the fence reads the daemon's own config file"
+    scripts = tomllib.loads((UNIT.parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["nodeos-fence"] == "nodeos.node.stopfence:main" == SCRIPTS["nodeos-fence"]

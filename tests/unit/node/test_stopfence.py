@@ -1,4 +1,4 @@
-"""`nodeosd --fence` (node/stopfence.py): which front ends a stopped daemon's node fences, read
+"""`nodeos-fence` (node/stopfence.py): which front ends a stopped daemon's node fences, read
 from its real LMDB records, and how the command behaves around a live daemon. The fence itself
 (configfs ANA groups, the host seeing the path go inaccessible) is proven in the lab
 (tests/lab/test_failover.py, the daemon killed on the primary)."""
@@ -14,7 +14,7 @@ from typing import Any
 
 from nodeos.daemon.main import NODE_DBS
 from nodeos.dataplane.base import ExportInfo
-from nodeos.node.stopfence import fallback_targets, fence_targets, read_volumes
+from nodeos.node.stopfence import fallback_targets, fence_targets, read_volumes, settings
 from nodeos.store.lmdb_store import Store
 
 VOL = "nqn.2014-08.io.nodeos:vol:"
@@ -83,8 +83,8 @@ def test_records_are_read_from_the_real_store_and_a_corrupt_one_does_not_hide_th
 
 
 def _fence(state_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """`nodeosd --fence` as systemd runs it, in its own process: (exit code, log on stderr)."""
-    argv = [sys.executable, "-m", "nodeos.daemon.main", "--state-dir", str(state_dir), "--fence", *extra]
+    """`nodeos-fence` as systemd runs it, in its own process: (exit code, log on stderr)."""
+    argv = [sys.executable, "-m", "nodeos.node.stopfence", "--state-dir", str(state_dir), *extra]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
@@ -112,3 +112,22 @@ def test_fence_refuses_while_a_daemon_holds_the_state_dir(
         os.close(fd)
     # Daemon gone: the witness data plane serves nothing, so nothing to fence, no failure.
     assert _fence(tmp_path, "--dataplane", "none").returncode == 0
+
+
+def test_a_config_the_daemon_would_refuse_does_not_stop_the_fence(tmp_path: Path) -> None:
+    """The daemon may have died of a bad config edit: the fence still finds its state dir."""
+    data = {"state_dir": str(tmp_path), "dataplane": "bogus", "lease_s": 999, "unknown_key": 1}
+    s, bad = settings(data, {"state_dir": None, "dataplane": None})
+    assert s == {
+        "state_dir": str(tmp_path),
+        "dataplane": "auto",
+        "spdk_socket": "/var/tmp/spdk.sock",
+        "log_level": "info",
+    }
+    assert bad == ["dataplane 'bogus': using 'auto'"]
+    assert settings({}, {"dataplane": "none"})[0]["dataplane"] == "none"  # a flag wins
+    conf = tmp_path / "nodeosd.toml"
+    conf.write_text(f'state_dir = "{tmp_path}"\nlease_s = 999\nthis is not TOML')
+    r = _fence(tmp_path, "--config", str(conf), "--dataplane", "none")
+    assert r.returncode == 0, r.stderr
+    assert "is not valid TOML" in r.stderr or "config file" in r.stderr
