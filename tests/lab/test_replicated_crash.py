@@ -48,7 +48,7 @@ CI_STEPS = [
     "volume.create:volume-created",  # both nodes: LV made, nothing exported
     "volume.mirror:mirror-assembled",  # primary: md assembled, front end not exported
     # volume.delete runs with NODEOS_LAB_FULL=1 only (~260 s with its clean-up): CI's 60 minutes
-    # went to the failover and drive-loss tests; its roll-forward is the create steps' path.
+    # went to the failover and drive-loss tests (a delete replays its intent at start, as create does).
 ]
 STEPS = shared_labs.steps(ALL_STEPS, CI_STEPS)
 
