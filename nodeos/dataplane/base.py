@@ -132,6 +132,21 @@ class MirrorSpec:
     adopt_uuid: str | None = None
 
 
+@dataclass(frozen=True)
+class MirrorCaps:
+    """What a backend's mirrors can do; the node layer (nodeos/node/mirror_ops.py) follows it
+    instead of asking which backend it runs on."""
+
+    data_offset_bytes: int  # where data starts on every member: a member is volume size + this
+    views: bool  # linear views: a secondary's front end on its replica, failover role changes
+    write_freeze: bool  # freeze_mirror_writes: crash-consistent snapshots of replicated volumes
+    superblock: bool  # members carry the mirror's metadata (a demoted leg's is wiped)
+
+
+# A backend without mirrors: nothing to follow, every mirror call refused (no_mirrors.py).
+NO_MIRROR_CAPS = MirrorCaps(data_offset_bytes=0, views=False, write_freeze=False, superblock=False)
+
+
 MemberStateName = Literal["in_sync", "rebuilding", "faulty", "missing", "spare"]
 
 
@@ -157,6 +172,7 @@ class MirrorInfo:
 
 class DataPlane(Protocol):
     name: str  # "kernel" | "spdk" | "none"
+    mirror_caps: MirrorCaps  # what its mirrors can do (data offset, views, freeze)
 
     def describe(self) -> dict[str, object]:
         """Backend name, version and capabilities (e.g. {"qos": False, "transports": [...]})."""
@@ -235,15 +251,17 @@ class DataPlane(Protocol):
     def list_mirrors(self) -> list[MirrorInfo]: ...
 
     def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
-        """A read-write linear view of `device` from offset_bytes, size_bytes long (a secondary
-        exports its replica LV through it: same size and layout as the primary's mirror)."""
+        """(mirror_caps.views) A read-write linear view of `device` from offset_bytes, size_bytes
+        long (a secondary exports its replica LV through it: same size and layout as the primary's mirror)."""
         ...
 
     def remove_view(self, view_id: str) -> None: ...
 
     def block_view(self, view_id: str, size_bytes: int) -> str:
         """The view keeps existing (and its export) but maps nothing: I/O fails, and the
-        device it mapped is released (a failover hands a secondary's LV to md)."""
+        device it mapped is released (a failover hands a secondary's LV to md). Without
+        mirror_caps.views: a stand-in of size_bytes that only an ANA inaccessible front end may
+        export (a secondary's, whose replica LV its replica export holds)."""
         ...
 
     def wipe_mirror_member(self, device: str) -> None:

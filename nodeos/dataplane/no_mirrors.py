@@ -3,12 +3,21 @@ is refused with a clear NotSupported, each list is empty, so callers see why, no
 
 from __future__ import annotations
 
-from nodeos.dataplane.base import Listener, MirrorInfo, MirrorSpec, RemoteInfo, RemoteSpec
+from nodeos.dataplane.base import (
+    NO_MIRROR_CAPS,
+    Listener,
+    MirrorCaps,
+    MirrorInfo,
+    MirrorSpec,
+    RemoteInfo,
+    RemoteSpec,
+)
 from nodeos.errors import NotSupported
 
 
 class NoMirrors:
     name: str
+    mirror_caps: MirrorCaps = NO_MIRROR_CAPS
 
     def _no_mirrors(self, field: str) -> NotSupported:
         return NotSupported(

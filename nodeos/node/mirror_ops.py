@@ -1,7 +1,10 @@
 """Durable operations of replicated volumes (each step idempotent; see nodeos/node/ops.py).
 
 volume.replica (a secondary): export the replica LV to the primary's initiator, make the
-  linear view, export the front end from it (ANA inaccessible) -> record ready.
+  linear view (or, without views, the data plane's stand-in), export the front end from it (ANA
+  inaccessible) -> record ready.
+The steps follow the data plane's MirrorCaps (data offset, views, write freeze), never its name:
+without views (SPDK) promote and demote are refused (NotSupported, field "failover").
 volume.mirror (the primary): attach every secondary's replica namespace, create (first time
   only, on brand-new members) or assemble md raid1 over the local LV and them, export the front
   end from the md device (ANA optimized) -> record ready.
@@ -31,7 +34,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from nodeos.dataplane import mirror_names as names
-from nodeos.errors import NodeosError, OperationFailed
+from nodeos.dataplane.base import MirrorCaps
+from nodeos.errors import NodeosError, NotSupported, OperationFailed
 
 from . import crash, replicas
 
@@ -41,6 +45,32 @@ LOG = logging.getLogger("nodeosd.node")
 class MirrorOps:
     def __init__(self, ops: Any) -> None:
         self.ops = ops
+
+    @property
+    def caps(self) -> MirrorCaps:
+        """What the data plane's mirrors can do: the steps below follow it, never the backend's name."""
+        return self.ops.dp.mirror_caps  # type: ignore[no-any-return]
+
+    def _need_views(self, vol: dict[str, Any], what: str) -> None:
+        if not self.caps.views:
+            raise NotSupported(
+                f"{what} of volume {vol['name']} needs linear views, which the {self.ops.dp.name} data plane "
+                "does not have: failover of replicated volumes is not available on it",
+                field="failover",
+            )
+
+    async def _secondary_front(self, vol: dict[str, Any]) -> str:
+        """The device of a secondary's front end: a view of its LV at the data offset, or the data
+        plane's stand-in when it has no views (the replica export holds the LV)."""
+        size = int(vol["size_bytes"])
+        if self.caps.views:
+            lv = vol["lv_device"]
+            return str(
+                await self.ops.call(
+                    "ensure_view", replicas.view_id(vol), lv, self.caps.data_offset_bytes, size
+                )
+            )
+        return str(await self.ops.call("block_view", replicas.view_id(vol), size))
 
     def _load(self, name: str) -> dict[str, Any] | None:
         with self.ops.store.read() as txn:
@@ -58,14 +88,7 @@ class MirrorOps:
         lst = self.ops.listeners()
         await self.ops.call("apply_export", replicas.replica_spec(vol, int(d["me"]), lst))
         crash.point("volume.replica:replica-exported")
-        view = await self.ops.call(
-            "ensure_view",
-            replicas.view_id(vol),
-            vol["lv_device"],
-            names.MIRROR_DATA_OFFSET,
-            int(vol["size_bytes"]),
-        )
-        vol = dict(vol, device=view)
+        vol = dict(vol, device=await self._secondary_front(vol))
         await self.ops.call("apply_export", self.ops.spec_for(vol))
         crash.point("volume.replica:front-exported")
         self._finish(d, vol)
@@ -79,7 +102,7 @@ class MirrorOps:
             members.append(str(await self.ops.call("attach_remote", spec)))
         crash.point("volume.mirror:remotes-attached")
         info = await self.ops.call(
-            "assemble_mirror", replicas.mirror_spec(vol, members, not vol.get("mirror_created"))
+            "assemble_mirror", replicas.mirror_spec(vol, members, not vol.get("mirror_created"), self.caps)
         )
         # Recorded at once: from now on the members hold data, never --create over them again.
         vol = dict(vol, mirror_created=True, device=info.device)
@@ -148,6 +171,7 @@ class MirrorOps:
         vol = self._load(d["name"])
         if vol is None:
             return self.ops._drop(d)
+        self._need_views(vol, "promote")
         mid = names.mirror_id_for(vol["uuid"])
         size = int(vol["size_bytes"])
         self._log(vol, "promoting to primary")
@@ -157,7 +181,7 @@ class MirrorOps:
             # md needs the LV exclusively; the view (and the front end on it) stays.
             await self.ops.call("block_view", replicas.view_id(vol), size)
         members = [str(vol["lv_device"]), *await self._attach(vol, list(d.get("attach") or []))]
-        info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False))
+        info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False, self.caps))
         self._log(vol, "mirror assembled over %d leg(s)", len(members))
         crash.point("volume.promote:mirror-assembled")
         view = await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
@@ -172,6 +196,7 @@ class MirrorOps:
         vol = self._load(d["name"])
         if vol is None:
             return self.ops._drop(d)
+        self._need_views(vol, "demote")
         mid = names.mirror_id_for(vol["uuid"])
         size = int(vol["size_bytes"])
         view = replicas.view_path(vol)
@@ -204,9 +229,7 @@ class MirrorOps:
         crash.point("volume.demote:leg-wiped")
         await self.ops.call("apply_export", replicas.replica_spec(vol, int(vol["me"]), self.ops.listeners()))
         crash.point("volume.demote:replica-exported")
-        view = await self.ops.call(
-            "ensure_view", replicas.view_id(vol), vol["lv_device"], names.MIRROR_DATA_OFFSET, size
-        )
+        view = await self._secondary_front(vol)
         vol = {k: v for k, v in vol.items() if k not in ("remotes", "host_nqn")}
         vol = dict(vol, device=view)
         await self.ops.call("apply_export", self.ops.spec_for(vol))
@@ -222,7 +245,7 @@ class MirrorOps:
         await self.unblock(vol, {int(n) for n in vol.get("gone") or []})
         members = [str(vol["lv_device"]), *await self._attach(vol, list(d.get("attach") or []))]
         crash.point("volume.rejoin:remotes-attached")
-        info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False))
+        info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False, self.caps))
         self._log(vol, "legs reconciled: %s", ", ".join(f"{m.device}={m.state}" for m in info.members))
         # Replicas re-placed elsewhere: md dropped their legs (not in the spec), now their remotes.
         await self._detach_gone(vol)
@@ -274,9 +297,7 @@ class MirrorOps:
             if current:
                 spec = replicas.replica_spec(vol, int(vol["me"]), self.ops.listeners())
                 await self.ops.call("apply_export", spec)
-            size = int(vol["size_bytes"])
-            view = replicas.view_id(vol)
-            await self.ops.call("ensure_view", view, vol["lv_device"], names.MIRROR_DATA_OFFSET, size)
+            vol = dict(vol, device=await self._secondary_front(vol))
             await self.ops.call("apply_export", self.ops.spec_for(vol))
             return True
         info = await self.ops.call("mirror_status", names.mirror_id_for(vol["uuid"]))

@@ -255,7 +255,9 @@ class Ops:
             info = await self.call("clone_snapshot", vol["pool_id"], d["snap_id"], vol["vol_id"])
             crash.point("volume.clone:clone-created")
         else:
-            info = await self.call("create_volume", vol["pool_id"], vol["vol_id"], replicas.lv_size(vol))
+            info = await self.call(
+                "create_volume", vol["pool_id"], vol["vol_id"], replicas.lv_size(vol, self.dp.mirror_caps)
+            )
             crash.point("volume.create:volume-created")
         if replicas.replicated(vol):
             # Exported by volume.replica / volume.mirror once the other replicas are there.

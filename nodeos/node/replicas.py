@@ -1,11 +1,13 @@
 """The data plane objects of a replicated volume on one node, from its local record (pure).
 
 A volume with replicas > 1 lives on 2-3 nodes (slot 0 = the primary, in the map's placement
-order). Every replica node holds an LV of `member_size_bytes(size)`: the md superblock and
-write-intent bitmap in front, the volume's data at MIRROR_DATA_OFFSET. Then:
+order). Every replica node holds an LV of `lv_size(vol, caps)`: the volume plus the data
+plane's `MirrorCaps.data_offset_bytes` in front (md: superblock and write-intent bitmap,
+MIRROR_DATA_OFFSET; SPDK raid1: none, 0). Then:
 - a secondary exports its LV as the replica subsystem (fixed uuid/nguid) to the primary's
   initiator only, and exports the volume's front end (same NQN, serial, uuid, nguid on every
-  node) from a linear view of its LV at the data offset, ANA inaccessible;
+  node) ANA inaccessible, from a linear view of its LV at the data offset (caps.views), else from
+  the data plane's stand-in (block_view: SPDK, whose replica export holds the LV);
 - the primary attaches the secondaries' replica namespaces, assembles md raid1 over its LV and
   them (members in slot order), and exports the front end from the md device, ANA optimized.
 Each node's controllers get their own id range (by slot) so the host tells the paths apart.
@@ -19,7 +21,7 @@ from typing import Any
 
 from nodeos.cluster.failover_map import in_sync_of  # noqa: F401 - the agent's plan reads it here
 from nodeos.dataplane import mirror_names as names
-from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MirrorSpec, RemoteSpec
+from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MirrorCaps, MirrorSpec, RemoteSpec
 
 NODE_NQN_PREFIX = "nqn.2014-08.io.nodeos:node:"
 CNTLID_SPAN = 16000  # controller ids per slot: 3 slots fit under nvmet's 0xFFEF
@@ -40,8 +42,9 @@ def replicated(vol: dict[str, Any]) -> bool:
     return int(vol.get("replicas") or 1) > 1
 
 
-def lv_size(vol: dict[str, Any]) -> int:
-    return names.member_size_bytes(vol["size_bytes"]) if replicated(vol) else int(vol["size_bytes"])
+def lv_size(vol: dict[str, Any], caps: MirrorCaps) -> int:
+    """The LV of this node's replica: the volume plus the data offset the data plane's mirror keeps."""
+    return int(vol["size_bytes"]) + (caps.data_offset_bytes if replicated(vol) else 0)
 
 
 def cntlid_range(slot: int) -> tuple[int, int]:
@@ -100,12 +103,12 @@ def remote_specs(vol: dict[str, Any]) -> list[RemoteSpec]:
     return out
 
 
-def mirror_spec(vol: dict[str, Any], members: list[str], create: bool) -> MirrorSpec:
+def mirror_spec(vol: dict[str, Any], members: list[str], create: bool, caps: MirrorCaps) -> MirrorSpec:
     return MirrorSpec(
         mirror_id=names.mirror_id_for(vol["uuid"]),
         members=tuple(members),
         size_bytes=int(vol["size_bytes"]),
-        data_offset_bytes=names.MIRROR_DATA_OFFSET,
+        data_offset_bytes=caps.data_offset_bytes,
         create=create,
         adopt_uuid=vol.get("adopt_uuid") if create else None,
     )

@@ -10,6 +10,7 @@ from nodeos.dataplane.base import (
     ExportInfo,
     ExportSpec,
     Listener,
+    MirrorCaps,
     MirrorInfo,
     MirrorSpec,
     PoolInfo,
@@ -29,7 +30,7 @@ from nodeos.dataplane.kernel.nvmet import (
     discovery_addrs,
     find_port,
 )
-from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE
+from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE, MIRROR_DATA_OFFSET
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec, check_listener
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 
@@ -38,6 +39,8 @@ QOS_UNSUPPORTED = "per-volume QoS is not supported by the kernel data plane"
 
 class KernelDataPlane:
     name = "kernel"
+    # md raid1: superblock and write-intent bitmap before the data, dm linear views, md's suspend range
+    mirror_caps = MirrorCaps(MIRROR_DATA_OFFSET, views=True, write_freeze=True, superblock=True)
 
     def __init__(
         self,

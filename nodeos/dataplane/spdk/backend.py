@@ -23,7 +23,7 @@ from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
 from nodeos.dataplane.spdk.errors import map_error
-from nodeos.dataplane.spdk.mirror import SpdkMirrors, raid_of
+from nodeos.dataplane.spdk.mirror import SpdkMirrors, is_stand_in, raid_of
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, NotSupported, OperationFailed
 
@@ -341,8 +341,18 @@ class SpdkDataPlane(SpdkMirrors):
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         mirror = spec.device is not None
         check_export_spec(dataclasses.replace(spec, device=None))  # here a device is a mirror's bdev
-        if mirror and not raid_of(self._mirror_bdev(check_mirror_id(str(spec.device), "device"))):
-            raise NotSupported("the SPDK data plane exports lvols and its mirrors only", field="device")
+        stand_in = mirror and is_stand_in(str(spec.device))
+        if stand_in and spec.ana_state != "inaccessible":
+            raise NotSupported(
+                f"{spec.device} stands in for a secondary's front end: it is exported ANA inaccessible only",
+                field="ana_state",
+            )
+        if (
+            mirror
+            and not stand_in
+            and not raid_of(self._mirror_bdev(check_mirror_id(str(spec.device), "device")))
+        ):
+            raise NotSupported("SPDK exports lvols, its mirrors and stand-ins only", field="device")
         if spec.ana_state not in rq.ANA_TO_SPDK:
             raise NotSupported(
                 f"ANA state {spec.ana_state!r} is not supported by the SPDK data plane",
@@ -491,7 +501,9 @@ class SpdkDataPlane(SpdkMirrors):
             hosts=tuple(parse.subsystem_hosts(sub)),
             ana_state=ana,
             connected_hosts=tuple(sorted({str(c.get("hostnqn")) for c in ctrls if c.get("hostnqn")})),
-            device=str(ns["bdev_name"]) if ns.get("bdev_name") and b and raid_of(b[0]) else None,
+            device=str(ns["bdev_name"])
+            if ns.get("bdev_name") and b and (raid_of(b[0]) or is_stand_in(str(ns["bdev_name"])))
+            else None,
         )
 
     def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None:

@@ -14,7 +14,8 @@ What differs from md (kernel/mirror.py), per ../shared/replication/spdk-raid1.md
   yet stay `missing` until the next `assemble_mirror`.
 - A failed leg leaves its slot at once (no `faulty` state): it shows as `missing`.
 - No write freeze: SPDK has no RPC that holds a bdev's writes, so freeze is refused.
-- No linear views: a secondary exports its lvol itself (offset 0), so views are refused.
+- No linear views (nvmf claims a bdev for one subsystem): ensure_view is refused; a secondary's
+  lvol is its replica export's, and its ANA inaccessible front end is a null stand-in (block_view).
 Pure parts first (request builders, checks, parsers), then `SpdkMirrors`, mixed into the backend.
 """
 
@@ -26,9 +27,9 @@ import time
 import uuid as uuidlib
 from typing import Any
 
-from nodeos.dataplane.base import MirrorInfo, MirrorMember, MirrorSpec, RemoteInfo, RemoteSpec
+from nodeos.dataplane.base import MirrorCaps, MirrorInfo, MirrorMember, MirrorSpec, RemoteInfo, RemoteSpec
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
-from nodeos.dataplane.mirror_names import REPLICA_NQN_PREFIX, check_mirror_id, check_volume_size
+from nodeos.dataplane.mirror_names import REPLICA_NQN_PREFIX, VIEW_PREFIX, check_mirror_id, check_volume_size
 from nodeos.dataplane.no_mirrors import NoMirrors
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk.requests import (
@@ -49,6 +50,9 @@ from nodeos.dataplane.spec_checks import check_listener
 from nodeos.errors import BadInput, EnvironmentProblem, NodeosError, NotFound, NotSupported, OperationFailed
 
 DATA_OFFSET = 0  # no superblock: data starts at block 0 of every member
+# raid1 without superblock: no data offset, no views (a secondary's front end is a stand-in), no freeze
+SPDK_MIRROR_CAPS = MirrorCaps(DATA_OFFSET, views=False, write_freeze=False, superblock=False)
+STAND_IN_BLOCK = 4096
 MAX_MEMBERS = 8
 CTRL_PREFIX = "nodeos_rep_"
 HOLD_SUFFIX = "_hold"
@@ -56,6 +60,17 @@ _BDEV_RE = re.compile(r"^[A-Za-z0-9_.:/+-]{1,240}$")
 
 
 # ---- pure: names and checks -------------------------------------------------------------
+def stand_in_name(view_id: str) -> str:
+    """The null bdev standing in for a secondary's front end (block_view)."""
+    if not isinstance(view_id, str) or not re.match(r"^[0-9a-f]{24}$", view_id):
+        raise BadInput(f"view id {view_id!r} is not valid", field="view_id", allowed="24 lowercase hex")
+    return VIEW_PREFIX + view_id
+
+
+def is_stand_in(name: str) -> bool:
+    return name.startswith(VIEW_PREFIX)
+
+
 def ctrl_name(nqn: str) -> str:
     """bdev_nvme controller name of a replica subsystem (its namespace bdev is `<name>n1`)."""
     return CTRL_PREFIX + hashlib.sha256(check_nqn(nqn).encode()).hexdigest()[:20]
@@ -231,6 +246,8 @@ def remote_infos(ctrls: list[dict[str, Any]], nguid_of: dict[str, str]) -> list[
 # ---- edge -------------------------------------------------------------------------------
 class SpdkMirrors(NoMirrors):
     """The mirror half of SpdkDataPlane (which provides call() and _maybe())."""
+
+    mirror_caps = SPDK_MIRROR_CAPS
 
     def call(self, req: Request) -> Any:
         raise NotImplementedError
@@ -461,19 +478,38 @@ class SpdkMirrors(NoMirrors):
 
     def _no_views(self) -> NotSupported:
         return NotSupported(
-            "the spdk data plane has no linear views: mirror data starts at offset 0, a secondary "
-            "exports its lvol itself",
+            "the spdk data plane has no linear views (nvmf claims a bdev for one subsystem only): mirror "
+            "data starts at offset 0, and failover role changes, which move a front end between a "
+            "replica and its mirror through a view, are not available on it",
             field="view_id",
         )
 
     def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
         raise self._no_views()
 
-    def remove_view(self, view_id: str) -> None:
-        raise self._no_views()
-
     def block_view(self, view_id: str, size_bytes: int) -> str:
-        raise self._no_views()
+        """A stand-in (null bdev `nodeos-view-<id>`) for a secondary's front end: its lvol is
+        claimed by the replica export. Exported only ANA inaccessible, where the target itself
+        answers every I/O with ANA inaccessible (apply_export refuses it otherwise)."""
+        name = stand_in_name(view_id)
+        check_volume_size(size_bytes)
+        b = self._bdev_named(name)
+        if b is not None and parse.bdev_size(b) != size_bytes:
+            if b.get("claimed"):
+                raise OperationFailed(f"stand-in {name} is exported at another size", field="size_bytes")
+            self.call(null_delete(name))
+            b = None
+        if b is None:
+            self.call(null_create(name, size_bytes // STAND_IN_BLOCK, STAND_IN_BLOCK))
+        return name
+
+    def remove_view(self, view_id: str) -> None:
+        name = stand_in_name(view_id)
+        b = self._bdev_named(name)
+        if b is not None and b.get("claimed"):
+            raise OperationFailed(f"stand-in {name} is exported; remove the export first", field="view_id")
+        if b is not None:
+            self.call(null_delete(name))
 
 
 def _attach_error(spec: RemoteSpec, e: NodeosError) -> NodeosError:

@@ -8,6 +8,8 @@ from typing import Any
 from nodeos.cluster.map import ClusterMap, encode_command
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import Listener
+from nodeos.dataplane.kernel.backend import KernelDataPlane
+from nodeos.dataplane.spdk.backend import SpdkDataPlane
 from nodeos.node import model, replicas
 
 GiB = 1 << 30
@@ -98,9 +100,18 @@ def test_the_primary_attaches_its_secondaries_in_placement_order_at_their_storag
     ]
     assert all(s.host_nqn == replicas.node_host_nqn("c" * 32, 2) for s in specs)
     assert len({s.host_id for s in specs}) == 1 and specs[0].host_id != replicas.node_host_id("other")
-    m = replicas.mirror_spec(rec, ["/dev/lv", "/dev/nvme1n1", "/dev/nvme2n1"], create=True)
+    md = KernelDataPlane.mirror_caps
+    m = replicas.mirror_spec(rec, ["/dev/lv", "/dev/nvme1n1", "/dev/nvme2n1"], create=True, caps=md)
     assert m.size_bytes == 64 << 20 and m.data_offset_bytes == names.MIRROR_DATA_OFFSET
-    assert replicas.lv_size(rec) == names.member_size_bytes(64 << 20)
+    assert replicas.lv_size(rec, md) == names.member_size_bytes(64 << 20)
+
+
+def test_on_spdk_members_are_exactly_the_volume_and_data_starts_at_zero() -> None:
+    rec = local(three_node_map(), 2, "nodeos-x")
+    spdk = SpdkDataPlane.mirror_caps
+    assert replicas.lv_size(rec, spdk) == 64 << 20
+    assert replicas.mirror_spec(rec, ["p/v", "c_n1"], create=False, caps=spdk).data_offset_bytes == 0
+    assert not spdk.views and not spdk.write_freeze
 
 
 def test_a_fenced_node_exports_its_primary_front_end_inaccessible() -> None:
