@@ -394,6 +394,8 @@ class Agent:
             dp = {
                 "name": node.dp.name,
                 "qos": bool(node.describe.get("qos")),
+                # Snapshots of replicated volumes need it (nodeos/cluster/snapshot_map.py).
+                "mirror_write_freeze": node.dp.mirror_caps.write_freeze,
                 "listeners": node.listeners_json(),
                 "error": None,
             }

@@ -22,7 +22,7 @@ from typing import Any
 
 from nodeos.cluster import events as map_events
 from nodeos.cluster.storage_map import _name_free, _req, replica_view, snapshot_by_name, volume_by_name
-from nodeos.errors import OperationFailed
+from nodeos.errors import NotSupported, OperationFailed
 
 PHASES = ("freezing", "taking")
 
@@ -115,8 +115,17 @@ def snapshot_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def check_snapshot_allowed(st: dict[str, Any], vol: dict[str, Any]) -> None:
-    """A replicated volume is snapshotted only with every replica in sync (a leg behind would
-    not hold the point in time) and one snapshot at a time (one freeze)."""
+    """A replicated volume is snapshotted only where its primary's data plane can hold the
+    mirror's writes (it reports `mirror_write_freeze`), with every replica in sync (a leg behind
+    would not hold the point in time) and one snapshot at a time (one freeze)."""
+    dp = (st["reports"].get(vol["primary"]) or {}).get("dataplane") or {}
+    if dp.get("mirror_write_freeze") is False:
+        node = st["nodes"].get(vol["primary"], {}).get("name", vol["primary"])
+        raise NotSupported(
+            f"volume {vol['name']!r}: the {dp.get('name')} data plane of its primary {node} has no mirror "
+            "write freeze, so crash-consistent snapshots of replicated volumes are not available there",
+            field="snapshot",
+        )
     if vol.get("freeze"):
         other = st["snapshots"].get(vol["freeze"]) or {"name": vol["freeze"]}
         raise OperationFailed(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -102,6 +103,15 @@ def from_hw(d: Any) -> dict[str, Any]:
     }
 
 
+def test_drives() -> list[dict[str, Any]]:
+    """Drives a test names in NODEOS_TEST_DRIVES (JSON list of {id, path, size_bytes}; path: an
+    SPDK bdev such as a file-backed AIO drive) that no hardware scan finds. Tests only."""
+    raw = os.environ.get("NODEOS_TEST_DRIVES")
+    if not raw:
+        return []
+    return [_normalise(dict(d, health="unknown")) for d in json.loads(raw)]
+
+
 def list_drives() -> list[dict[str, Any]]:
     """Drives with SMART health from nvme-cli (nodeos.hw.nvme); sysfs without health otherwise."""
     try:
@@ -109,11 +119,11 @@ def list_drives() -> list[dict[str, Any]]:
         drives = hw.NvmeCli().inventory(previous=dict(_previous_smart))
     except Exception as exc:  # no nvme-cli, or the inventory failed: still list what sysfs knows
         LOG.debug("nvme-cli inventory unavailable (%s); using sysfs", exc)
-        return [_normalise(d) for d in sysfs_drives()]
+        return [_normalise(d) for d in sysfs_drives()] + test_drives()
     for d in drives:
         if d.smart is not None:
             _previous_smart[d.serial] = d.smart
-    return [from_hw(d) for d in drives]
+    return [from_hw(d) for d in drives] + test_drives()
 
 
 def present_drive_ids(sys_nvme: Path = SYS_NVME) -> set[str]:
