@@ -195,7 +195,7 @@ def _leg_bytes(n: Node, count_mib: int) -> bytes:
 
 def test_a_two_replica_volume_is_served_mirrored_and_cleaned_up(nodes: list[Node]) -> None:
     n1, n2 = nodes
-    n1.ok("volume", "create", "v1", "--size", "64MiB", "--replicas", "2")
+    n1.ok("volume", "create", "v1", "--size", "64MiB", "--replicas", "2", "--timeout", "90")
     v = _wait_ready(n2, "v1")
     assert sorted(r["node"] for r in v["replicas"]) == ["n1", "n2"]
     primary = n1 if v["primary"] == "n1" else n2

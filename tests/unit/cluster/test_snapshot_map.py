@@ -159,3 +159,15 @@ def test_a_clone_of_a_two_replica_snapshot_needs_exactly_two() -> None:
         with pytest.raises(BadInput) as err:
             decide.volume_clone(m.st, {"snapshot": "snap", "name": "c", "replicas": bad}, "u-c")
         assert err.value.field == "replicas" and err.value.allowed == [2]
+
+
+def test_a_primary_whose_data_plane_cannot_freeze_mirror_writes_refuses_the_snapshot() -> None:
+    m = ready_mirror()
+    seq = m.st["reports"][1]["seq"] + 1
+    spdk = {"name": "spdk", "mirror_write_freeze": False}
+    m.ok("node_report", node_id=1, seq=seq, dataplane=spdk, replicas={VOL: {"state": "in-sync"}})
+    out = m.do("snapshot_create", uuid="s-1", name="snap", volume="v")
+    err = out["error"]
+    assert err["code"] == "not_supported" and err["field"] == "snapshot", err
+    assert "spdk data plane of its primary s1 has no mirror write freeze" in err["message"]
+    assert "s-1" not in m.st["snapshots"] and not m.st["volumes"][VOL].get("freeze")
