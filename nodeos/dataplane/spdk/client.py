@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 from typing import Any
 
 from nodeos.errors import EnvironmentProblem, OperationFailed
@@ -69,6 +70,10 @@ class SpdkRpc:
         self.sock_path = sock_path
         self.timeout = timeout
         self._client: Any = None
+        # One request/reply at a time on the socket: the daemon calls the data plane from its
+        # worker and from other threads (the leg watch's list_remotes); interleaved, one thread
+        # read the other's reply ("unexpected reply") or found the socket closed under it.
+        self._lock = threading.RLock()
 
     def _connect(self) -> Any:
         try:
@@ -86,6 +91,10 @@ class SpdkRpc:
             ) from None
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        with self._lock:
+            return self._call(method, params)
+
+    def _call(self, method: str, params: dict[str, Any] | None) -> Any:
         if self._client is None:
             self._client = self._connect()
         try:
@@ -103,7 +112,8 @@ class SpdkRpc:
         return reply.get("result")
 
     def close(self) -> None:
-        if self._client is not None:
-            with contextlib.suppress(OSError):
-                self._client.close()
-            self._client = None
+        with self._lock:
+            if self._client is not None:
+                with contextlib.suppress(OSError):
+                    self._client.close()
+                self._client = None
