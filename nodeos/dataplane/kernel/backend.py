@@ -341,10 +341,22 @@ class KernelDataPlane:
         if not self.fs.usable() or not self.nvmet.has_subsystem(nqn):
             return False
         grp = ANA_GROUP_INACCESSIBLE
-        for pid in sorted(self.nvmet.ports()):
-            if nqn in self.nvmet.port_subsystems(pid):
-                self.nvmet.set_port_ana_state(pid, grp, "inaccessible")
-        self.nvmet.set_namespace_ana_group(nqn, grp)
+        n = self.nvmet
+        already = int(n.namespace(nqn).get("ana_grpid") or DEFAULT_ANA_GROUP) == grp
+        ports = {pid: addr for pid, addr in sorted(n.ports().items()) if nqn in n.port_subsystems(pid)}
+        for pid in ports:
+            n.set_port_ana_state(pid, grp, "inaccessible")
+        n.set_namespace_ana_group(nqn, grp)
+        if not already:
+            # A write a host sent before the fence may be held here (a replica leg blocks) and
+            # complete later on this node's leg alone, after the failover: the host must never
+            # see it succeed. Dropping the hosts' controllers (the unlink deletes them, their
+            # sockets shut at once) makes each host retry its outstanding I/O on another path;
+            # it reconnects here to an inaccessible path. Only on the way in: the re-asserted
+            # fence and the fence after the daemon stopped find the group already set.
+            for pid, addr in ports.items():
+                n.unlink_port(pid, nqn)
+                n.link_port(pid, nqn, addr)
         return True
 
     def _export_info(self, nqn: str) -> ExportInfo:
