@@ -131,3 +131,11 @@ def test_a_config_the_daemon_would_refuse_does_not_stop_the_fence(tmp_path: Path
     r = _fence(tmp_path, "--config", str(conf), "--dataplane", "none")
     assert r.returncode == 0, r.stderr
     assert "is not valid TOML" in r.stderr or "config file" in r.stderr
+
+
+def test_the_fence_says_how_long_its_own_start_took() -> None:
+    """The journal line carries the program's age: start-up, not the fence, is what is slow."""
+    from nodeos.node.stopfence import process_age_s
+
+    age = process_age_s()
+    assert 0 <= age < 3600
