@@ -4,7 +4,8 @@ when it returns (issues 9 and 10).
 Every EVERY_S a probe runs in a thread of its own, off the data plane queue (a long data plane
 call must not hide a dead target, nor a dead one block the probe):
 - SPDK: `spdk_get_version` over a fresh connection to its RPC socket, PROBE_TIMEOUT_S at most;
-  the socket's inode tells a restarted target (an empty one) from the one we exported on;
+  the socket file (inode, change time) and the pid listening on it tell a restarted target (an
+  empty one) from the one we exported on;
 - kernel: nvmet's configfs is there, and every subsystem of a ready volume record that it held
   before is there and linked to a port.
 
@@ -29,6 +30,7 @@ import json
 import logging
 import os
 import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
@@ -128,11 +130,15 @@ def probe_spdk(sock_path: str, timeout_s: float = PROBE_TIMEOUT_S) -> Probe:
         st = os.stat(sock_path)
     except OSError as err:
         return Probe(False, f"SPDK's RPC socket {sock_path}: {err.strerror or err}")
-    instance = (st.st_dev, st.st_ino)
+    # The inode alone does not tell a restarted target: a socket re-created at once gets the freed
+    # inode number back (ext4 does). Its change time and the listening process's pid do.
+    instance: tuple[int, ...] = (st.st_dev, st.st_ino, st.st_ctime_ns)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout_s)
             s.connect(sock_path)
+            pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+            instance = (*instance, pid)
             s.sendall(json.dumps({"jsonrpc": "2.0", "method": "spdk_get_version", "id": 1}).encode())
             buf = b""
             while True:

@@ -112,4 +112,25 @@ def test_a_killed_spdk_target_is_reported_and_reexported_when_it_returns(node: N
     out = n.root / "back.bin"
     _dd(n, nqn, n.addr, "4420", "--ib", "Fn1", "--of", str(out), "--count", "4")
     assert out.read_bytes() == data
-    print(f"SPDK killed: status read down {detected - killed:.1f} s after (since {h['since'] - killed:+.1f} s)")
+    since = h["since"] - killed
+    print(f"SPDK killed: status read down {detected - killed:.1f} s after (since {since:+.1f} s)")
+
+
+def test_a_target_restarted_at_once_is_reported_and_reexported(node: Node) -> None:
+    """Killed and started again at once (a supervisor restarting it): the new target is empty.
+    The socket's new inode tells the watch; the down and up are in the event log all the same."""
+    n = node
+    nqn = n.ok("volume", "show", "v1")["nqn"]
+    downs = len(_events(n, "dataplane_down"))
+    ups = len(_events(n, "dataplane_up"))
+    n.target.proc.kill()
+    n.target.proc.wait(timeout=30)
+    stop_target(n.target)
+    n.target = _target(n.bin_dir, n.target.workdir, n.img)  # type: ignore[attr-defined]
+    _wait("the event log says down", lambda: len(_events(n, "dataplane_down")) > downs, timeout=60)
+    _wait("the export is back", lambda: n.target.dp.export_info(nqn) is not None)
+    _wait("the event log says up", lambda: len(_events(n, "dataplane_up")) > ups, timeout=60)
+    assert _health(n)["state"] == "up"
+    out = n.root / "back2.bin"
+    _dd(n, nqn, n.addr, "4420", "--ib", "Fn1", "--of", str(out), "--count", "1")
+    assert out.read_bytes() == (n.root / "src.bin").read_bytes()[:MIB]

@@ -4,7 +4,9 @@ two probes against a real configfs-shaped tree and a real unix socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
 import socket
 import threading
@@ -140,7 +142,10 @@ def spdk_like(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
 def test_spdk_probe_answers_hangs_and_goes_away(spdk_like: tuple[Path, dict[str, str]]) -> None:
     path, mode = spdk_like
     ok = dpwatch.probe_spdk(str(path), 1.0)
-    assert ok.alive and ok.problem is None and ok.instance == (path.stat().st_dev, path.stat().st_ino)
+    st = path.stat()
+    assert ok.alive and ok.problem is None
+    assert ok.instance == (st.st_dev, st.st_ino, st.st_ctime_ns, os.getpid())
+    assert dpwatch.probe_spdk(str(path), 1.0).instance == ok.instance  # the same target: the same
     mode["mode"] = "hang"
     assert dpwatch.probe_spdk(str(path), 0.3) == Probe(
         False, "SPDK did not answer spdk_get_version within 0.3 s"
@@ -214,3 +219,39 @@ def test_status_shows_a_down_data_plane_with_since_and_reason() -> None:
     )
     up = {"state": "up", "since": None, "reason": None}
     assert "DOWN" not in status_human({**base, "node": {"dataplane_health": up}})
+
+
+def test_a_target_restarted_on_the_same_socket_is_told_apart(tmp_path: Path) -> None:
+    """A socket re-created at once gets the freed inode number back (ext4 does; the real nvmf_tgt
+    restart went unnoticed so): the probe still tells the new target from the old one."""
+    path = tmp_path / "spdk.sock"
+
+    def serve_once() -> socket.socket:
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(path))
+        srv.listen(1)
+
+        def answer() -> None:
+            with contextlib.suppress(OSError):
+                conn, _ = srv.accept()
+                with conn:
+                    req = json.loads(conn.recv(4096))
+                    reply = {"jsonrpc": "2.0", "id": req["id"], "result": {"version": "SPDK v26.05"}}
+                    conn.sendall(json.dumps(reply).encode())
+
+        threading.Thread(target=answer, daemon=True).start()
+        return srv
+
+    srv = serve_once()
+    before = dpwatch.probe_spdk(str(path), 1.0)
+    srv.close()
+    path.unlink()
+    time.sleep(0.05)  # a restart takes longer than this
+    srv = serve_once()
+    try:
+        after = dpwatch.probe_spdk(str(path), 1.0)
+    finally:
+        srv.close()
+    assert before.alive and after.alive and after.instance != before.instance
+    h, action = dpwatch.decide(dpwatch.Health(instance=before.instance), after, 10.0, 1e9)
+    assert action == "down" and h.reason == "the data plane restarted: its exports are gone"
