@@ -95,10 +95,19 @@ class SpdkRpc:
             return self._call(method, params)
 
     def _call(self, method: str, params: dict[str, Any] | None) -> Any:
-        if self._client is None:
+        fresh = self._client is None
+        if fresh:
             self._client = self._connect()
         try:
             req_id = self._client.send(method, params or None)
+        except OSError as e:
+            self.close()
+            if fresh:
+                raise OperationFailed(f"SPDK RPC {method} failed on {self.sock_path}: {e}") from None
+            # A connection from before that broke (the target restarted: its re-export's first
+            # call) never carried this request: it goes once more, on a new connection.
+            return self._call(method, params)
+        try:
             reply = self._client.recv()
         except Exception as e:  # the package raises its own exception type; the socket raises OSError
             self.close()
