@@ -121,6 +121,7 @@ def test_a_target_restarted_at_once_is_reported_and_reexported(node: Node) -> No
     The socket's new inode tells the watch; the down and up are in the event log all the same."""
     n = node
     nqn = n.ok("volume", "show", "v1")["nqn"]
+    log_at = len((n.root / "nodeosd.log").read_text(errors="replace"))
     downs = len(_events(n, "dataplane_down"))
     ups = len(_events(n, "dataplane_up"))
     n.target.proc.kill()
@@ -131,6 +132,8 @@ def test_a_target_restarted_at_once_is_reported_and_reexported(node: Node) -> No
     _wait("the export is back", lambda: n.target.dp.export_info(nqn) is not None)
     _wait("the event log says up", lambda: len(_events(n, "dataplane_up")) > ups, timeout=60)
     assert _health(n)["state"] == "up"
+    # Re-exported at the first try: the new target's transports re-created, no stale connection.
+    assert "reconcile failed" not in (n.root / "nodeosd.log").read_text(errors="replace")[log_at:]
     out = n.root / "back2.bin"
     _dd(n, nqn, n.addr, "4420", "--ib", "Fn1", "--of", str(out), "--count", "1")
     assert out.read_bytes() == (n.root / "src.bin").read_bytes()[:MIB]

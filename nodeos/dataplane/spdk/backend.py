@@ -68,7 +68,9 @@ class SpdkDataPlane(SpdkMirrors):
         self.discovery_svcid = discovery_svcid
         self.wanted_transports = transports
         self.transport_errors: dict[str, str] = {}
-        self._transports_checked = False
+        # The connection the transports were last checked on: a target reached on a new one may
+        # have restarted, empty (its transports gone with it; a re-export's listeners need them).
+        self._transports_checked_on: int | None = None
 
     # ---- RPC with clear errors -----------------------------------------------------------
     def call(self, req: rq.Request) -> Any:
@@ -129,7 +131,7 @@ class SpdkDataPlane(SpdkMirrors):
                 self.transport_errors.pop(t, None)
             except NodeosError as e:
                 self.transport_errors[t] = e.message
-        self._transports_checked = True
+        self._transports_checked_on = self.rpc.connections
         return dict(self.transport_errors)
 
     # ---- drives ------------------------------------------------------------------------
@@ -368,7 +370,7 @@ class SpdkDataPlane(SpdkMirrors):
         if (int(limits.get("rw_ios_per_sec", 0)), int(limits.get("rw_mbytes_per_sec", 0))) != (iops, mbps):
             self.call(rq.set_qos_limit(bdev, iops, mbps))
         for li in spec.listeners:
-            if li.trtype in self.transport_errors or not self._transports_checked:
+            if li.trtype in self.transport_errors or self._transports_checked_on != self.rpc.connections:
                 self.ensure_transports()
             if li.trtype in self.transport_errors:
                 raise NotSupported(

@@ -70,6 +70,7 @@ class SpdkRpc:
         self.sock_path = sock_path
         self.timeout = timeout
         self._client: Any = None
+        self.connections = 0  # made so far: a new one may reach a restarted (empty) target
         # One request/reply at a time on the socket: the daemon calls the data plane from its
         # worker and from other threads (the leg watch's list_remotes); interleaved, one thread
         # read the other's reply ("unexpected reply") or found the socket closed under it.
@@ -98,6 +99,7 @@ class SpdkRpc:
         fresh = self._client is None
         if fresh:
             self._client = self._connect()
+            self.connections += 1
         try:
             req_id = self._client.send(method, params or None)
         except OSError as e:

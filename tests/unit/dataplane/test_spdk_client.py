@@ -63,6 +63,9 @@ def test_a_call_after_the_target_restarted_reaches_the_new_one(tmp_path: Path) -
     # connection (the re-export's first call, a whole re-apply round of 5 s lost before).
     assert rpc.call("bdev_lvol_get_lvstores") == "new"
     assert new.seen == ["bdev_lvol_get_lvstores"] and old.seen == ["spdk_get_version"]
+    # ... on a new connection, counted: what was set up on the old target (its transports) is
+    # checked again by the backend.
+    assert rpc.connections == 2 and rpc.call("spdk_get_version") == "new" and rpc.connections == 2
     new.kill(path)
     with pytest.raises(EnvironmentProblem, match="SPDK does not answer"):
         rpc.call("bdev_get_bdevs")  # no target at all: said so, not tried for ever
