@@ -249,7 +249,14 @@ class Daemon:
         if failures:
             return "FAILED: " + "; ".join(f"{k}: {v}" for k, v in sorted(failures.items()))
         dp = self.ctx.dataplane if self.ctx else None
-        return f"ready: node {self.cfg.node_name}, data plane {dp.name if dp is not None else 'none'}"
+        name = dp.name if dp is not None else "none"
+        # `systemctl status` shows this line: a dead target must not read "ready" there either
+        # (the watchdog stays: a restart would not bring the target back; nodeos/node/dpwatch.py).
+        node = self.ctx.services.get("node") if self.ctx else None
+        health = getattr(getattr(node, "dpwatch", None), "health", None)
+        if health is not None and health.state == "down":
+            return f"degraded: node {self.cfg.node_name}, data plane {name} DOWN: {health.reason}"
+        return f"ready: node {self.cfg.node_name}, data plane {name}"
 
     async def api_ping(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"pong": True, "pid": os.getpid()}
@@ -322,16 +329,18 @@ class Daemon:
         """
         interval = (self.notifier.watchdog_usec / 2e6) if self.notifier.watchdog_usec else 1.0
         failed: dict[str, str] = {}
+        line = ""
         while True:
             now = self.failures()
             if now != failed:
                 if now:
                     LOG.error("%s (watchdog withdrawn)", self.status_line())
-                    self.notifier.status(self.status_line())
                 else:
                     LOG.info("recovered: %s", self.status_line())
-                    self.notifier.status(self.status_line())
                 failed = now
+            if self.status_line() != line:
+                line = self.status_line()
+                self.notifier.status(line)
             if not failed and self.notifier.watchdog_usec:
                 self.notifier.watchdog()
             await asyncio.sleep(interval)

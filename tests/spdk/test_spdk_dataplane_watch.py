@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,13 +54,22 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     n.img = img  # type: ignore[attr-defined]
     n.bin_dir = bin_dir  # type: ignore[attr-defined]
     n.root.mkdir(parents=True)
+    # systemd's notify socket, ours: what `systemctl status nodeosd` would show as its status
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(work / "notify.sock"))
+    notify.setblocking(False)
+    n.notify = notify  # type: ignore[attr-defined]
+    os.environ["NOTIFY_SOCKET"] = str(work / "notify.sock")
     try:
         n.start()
+        del os.environ["NOTIFY_SOCKET"]  # only the daemon's; the console must not notify
         n.ok("cluster", "init", "--node-id", "1")
         n.ok("pool", "create", "p1", "--drives", n.drive, "--node", "n1")
         n.ok("host", "add", H1)
         yield n
     finally:
+        os.environ.pop("NOTIFY_SOCKET", None)
+        notify.close()
         if n.proc is not None and n.proc.poll() is None:
             n.proc.kill()
             n.proc.wait(timeout=30)
@@ -75,6 +85,19 @@ def _wait(what: str, cond: Any, timeout: float = WAIT_S) -> None:
 
 def _health(n: Node) -> dict[str, Any]:
     return dict(n.ok("status")["node"]["dataplane_health"])
+
+
+def _unit_status(n: Node) -> str:
+    """The last STATUS= the daemon sent to systemd (empty if none since the last call)."""
+    last = ""
+    while True:
+        try:
+            msg = n.notify.recv(4096).decode()  # type: ignore[attr-defined]
+        except BlockingIOError:
+            return last
+        for line in msg.splitlines():
+            if line.startswith("STATUS="):
+                last = line.removeprefix("STATUS=")
 
 
 def _events(n: Node, kind: str) -> list[dict[str, Any]]:
@@ -102,6 +125,9 @@ def test_a_killed_spdk_target_is_reported_and_reexported_when_it_returns(node: N
     vol = n.ok("volume", "show", "v1")
     assert vol["available"] is False and "data plane" in vol["unavailable"], vol
     _wait("the event log says down", lambda: _events(n, "dataplane_down"), timeout=60)
+    seen: list[str] = []
+    _wait("systemd's status line says DOWN", lambda: "DOWN" in (seen.append(_unit_status(n)) or seen[-1]))
+    assert seen[-1].startswith("degraded:") and "SPDK" in seen[-1], seen
 
     stop_target(n.target)
     n.target = _target(n.bin_dir, n.target.workdir, n.img)  # type: ignore[attr-defined]
@@ -109,6 +135,10 @@ def test_a_killed_spdk_target_is_reported_and_reexported_when_it_returns(node: N
     _wait("status says up", lambda: _health(n)["state"] == "up", timeout=60)
     _wait("the event log says up", lambda: _events(n, "dataplane_up"), timeout=60)
     _wait("v1 available again", lambda: n.ok("volume", "show", "v1")["available"] is True, timeout=60)
+    _wait(
+        "systemd's status line says ready",
+        lambda: (seen.append(_unit_status(n)) or seen[-1]).startswith("ready:"),
+    )
     out = n.root / "back.bin"
     _dd(n, nqn, n.addr, "4420", "--ib", "Fn1", "--of", str(out), "--count", "4")
     assert out.read_bytes() == data
