@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
+from collections.abc import Callable
+from typing import Any
 
 from nodeos.dataplane.ids import check_id, normalize_uuid
 from nodeos.errors import BadInput
@@ -83,6 +85,24 @@ def member_size_bytes(volume_size: int) -> int:
     """Size of the LV holding one leg: the volume plus the fixed data offset."""
     check_volume_size(volume_size)
     return volume_size + MIRROR_DATA_OFFSET
+
+
+MAX_MIRROR_MEMBERS = 8
+
+
+def check_mirror_shape(spec: Any, check_member: Callable[[str], str]) -> None:
+    """What a mirror spec is on every data plane: a valid id, 1 to MAX_MIRROR_MEMBERS distinct
+    members (each as the data plane's `check_member` accepts it), a valid size."""
+    check_mirror_id(spec.mirror_id)
+    n = MAX_MIRROR_MEMBERS
+    if not 1 <= len(spec.members) <= n:
+        have = len(spec.members)
+        raise BadInput(f"a mirror has 1-{n} members, not {have}", field="members", allowed=f"1-{n}")
+    for m in spec.members:
+        check_member(m)
+    if len(set(spec.members)) != len(spec.members):
+        raise BadInput("a member is listed twice", field="members")
+    check_volume_size(spec.size_bytes)
 
 
 def check_volume_size(size_bytes: int, field: str = "size_bytes") -> int:

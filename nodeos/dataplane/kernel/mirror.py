@@ -28,6 +28,7 @@ from nodeos.dataplane.mirror_names import (
     SIZE_ALIGN,
     VIEW_PREFIX,
     check_mirror_id,
+    check_mirror_shape,
     check_volume_size,
     mirror_uuid,
 )
@@ -37,7 +38,6 @@ MD_DIR = Path("/dev/md")
 RAID_SPEED_MAX = Path("/proc/sys/dev/raid/speed_limit_max")
 RAID_SPEED_DEFAULT_KIB = 200_000  # the kernel's own default
 SYS_BLOCK = Path("/sys/block")
-MAX_MEMBERS = 8
 SECTOR = 512
 FAIL_WAIT_S = 3.0  # how long drop_mirror_leg waits for md to mark a blocked leg faulty
 
@@ -54,18 +54,7 @@ def check_device_path(dev: str, field: str = "members") -> str:
 
 
 def check_mirror_spec(spec: MirrorSpec) -> None:
-    check_mirror_id(spec.mirror_id)
-    if not 1 <= len(spec.members) <= MAX_MEMBERS:
-        raise BadInput(
-            f"a mirror has 1-{MAX_MEMBERS} members, not {len(spec.members)}",
-            field="members",
-            allowed=f"1-{MAX_MEMBERS}",
-        )
-    for m in spec.members:
-        check_device_path(m)
-    if len(set(spec.members)) != len(spec.members):
-        raise BadInput("a member is listed twice", field="members")
-    check_volume_size(spec.size_bytes)
+    check_mirror_shape(spec, check_device_path)
     off = spec.data_offset_bytes
     if not isinstance(off, int) or isinstance(off, bool) or off < SIZE_ALIGN or off % SIZE_ALIGN:
         raise BadInput(

@@ -29,7 +29,13 @@ from typing import Any
 
 from nodeos.dataplane.base import MirrorCaps, MirrorInfo, MirrorMember, MirrorSpec, RemoteInfo, RemoteSpec
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
-from nodeos.dataplane.mirror_names import REPLICA_NQN_PREFIX, VIEW_PREFIX, check_mirror_id, check_volume_size
+from nodeos.dataplane.mirror_names import (
+    REPLICA_NQN_PREFIX,
+    VIEW_PREFIX,
+    check_mirror_id,
+    check_mirror_shape,
+    check_volume_size,
+)
 from nodeos.dataplane.no_mirrors import NoMirrors
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk.requests import (
@@ -53,7 +59,6 @@ DATA_OFFSET = 0  # no superblock: data starts at block 0 of every member
 # raid1 without superblock: no data offset, no views (a secondary's front end is a stand-in), no freeze
 SPDK_MIRROR_CAPS = MirrorCaps(DATA_OFFSET, views=False, write_freeze=False, superblock=False)
 STAND_IN_BLOCK = 4096
-MAX_MEMBERS = 8
 CTRL_PREFIX = "nodeos_rep_"
 HOLD_SUFFIX = "_hold"
 _BDEV_RE = re.compile(r"^[A-Za-z0-9_.:/+-]{1,240}$")
@@ -92,18 +97,7 @@ def check_member(name: str, field: str = "members") -> str:
 
 
 def check_spdk_mirror_spec(spec: MirrorSpec) -> None:
-    check_mirror_id(spec.mirror_id)
-    if not 1 <= len(spec.members) <= MAX_MEMBERS:
-        raise BadInput(
-            f"a mirror has 1-{MAX_MEMBERS} members, not {len(spec.members)}",
-            field="members",
-            allowed=f"1-{MAX_MEMBERS}",
-        )
-    for m in spec.members:
-        check_member(m)
-    if len(set(spec.members)) != len(spec.members):
-        raise BadInput("a member is listed twice", field="members")
-    check_volume_size(spec.size_bytes)
+    check_mirror_shape(spec, check_member)
     if spec.data_offset_bytes != DATA_OFFSET:
         raise BadInput(
             f"data_offset_bytes {spec.data_offset_bytes!r}: SPDK mirrors keep no metadata on their "
