@@ -18,6 +18,7 @@ the drain, the re-placement past the grace and the network cut run with NODEOS_L
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -432,6 +433,90 @@ def test_a_secondary_cut_off_blocks_writes_until_the_map_drops_it_and_none_is_ac
     print(f"secondary cut: longest I/O {_gap_s(job):.1f} s")
     back = _wait("the volume healthy again", lambda: _healthy(lab, prim, name, nodes), timeout=900, every=5)
     assert back["primary"] == prim
+    lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+    sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
+    assert len(set(sums.values())) == 1, sums
+    lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
+
+
+NO_RESTART = "/run/systemd/system/nodeosd.service.d/no-restart.conf"
+
+
+def _front_group(lab: Lab, vm: str, nqn: str) -> str:
+    """The ANA group of the volume's front end on `vm`: 1 optimized, 2 inaccessible."""
+    path = f"/sys/kernel/config/nvmet/subsystems/{nqn}/namespaces/1/ana_grpid"
+    return lab.sh(vm, f"cat {path}").stdout.strip()
+
+
+def _host_path_state(lab: Lab, nqn: str, addr: str) -> str:
+    """The ANA state h1 sees on its path to `addr`."""
+    script = f"""
+for c in /sys/class/nvme/nvme*; do
+  [ "$(cat $c/subsysnqn 2>/dev/null)" = "{nqn}" ] || continue
+  case "$(cat $c/address)" in *traddr={addr},*|*traddr={addr}) cat $c/nvme*c*n1/ana_state 2>/dev/null;; esac
+done"""
+    return lab.sh("h1", script).stdout.strip()
+
+
+@pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)
+def test_primary_daemon_killed_fences_its_front_end_at_once_and_the_volume_fails_over(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    """nvmet and md outlive a killed nodeosd: without a fence the old primary would stay ANA
+    optimized while the leader promotes the other replica (two writable primaries). The unit's
+    ExecStopPost (`nodeos-fence`) turns its front end inaccessible at once; restarts are off
+    for the test, so the daemon stays dead past its lease and the volume fails over."""
+    name = "fo2k"
+    vol, nodes, dev = _volume_under_fio(lab, cluster, name)
+    old, new = vol["primary"], next(n for n in nodes if n != vol["primary"])
+    assert _front_group(lab, old, vol["nqn"]) == "1"
+    dropin = "[Service]\\nRestart=no\\n"  # + "ExecStopPost=\\n": no fence, and the test fails
+    lab.sh(old, f"mkdir -p {NO_RESTART.rsplit('/', 1)[0]}; printf '{dropin}' > {NO_RESTART}")
+    lab.sh(old, "systemctl daemon-reload", timeout=120)
+    since = lab.sh(old, "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    try:
+        lab.sh(old, "systemctl kill -s KILL nodeosd")
+        killed_at = time.monotonic()
+        _wait(
+            "the old primary fenced", lambda: _front_group(lab, old, vol["nqn"]) == "2", timeout=30, every=0.5
+        )
+        fenced_s = time.monotonic() - killed_at
+        assert lab.exec(old, ["systemctl", "is-active", "nodeosd"]).stdout.strip() != "active"
+        # nodeos-fence logs once it is done, which may be after configfs showed the group.
+        _wait(
+            "nodeos-fence's journal line",
+            lambda: re.search(r"fenced \d+ replicated front end.*" + name, _journal(lab, old, since)),
+            timeout=60,
+            every=1,
+        )
+        timing = lab.sh(
+            old,
+            f"journalctl -u nodeosd --no-pager -o short-monotonic --since '{since}'"
+            " | grep -E 'Main process exited|Control process|fenced' || true",
+        ).stdout
+        print(f"\n{old}'s journal, death to fence:\n{timing}")
+        _wait(
+            "h1 sees its path to the old primary inaccessible",
+            lambda: _host_path_state(lab, vol["nqn"], lab.addr(old)) == "inaccessible",
+            timeout=60,
+            every=1,
+        )
+        moved = _wait("the primary moved", lambda: (v := _show(lab, new, name))["primary"] == new and v, 300)
+        took = time.monotonic() - killed_at
+        assert moved["epoch"] == vol["epoch"] + 1, moved
+        assert _front_group(lab, old, vol["nqn"]) == "2"  # md still runs there; the host cannot write
+        job = _fio_result(lab, name)
+        assert job["error"] == 0, job.get("error")
+        print(
+            f"\nprimary daemon killed: fenced (seen in configfs) after {fenced_s:.1f} s, failover seen "
+            f"after {took:.1f} s; longest I/O {_gap_s(job):.1f} s"
+        )
+    finally:
+        lab.sh(old, f"rm -f {NO_RESTART}; systemctl daemon-reload; systemctl start nodeosd", timeout=300)
+        wait_daemon(lab, old)
+    back = _wait("the volume healthy again", lambda: _healthy(lab, new, name, nodes), timeout=900, every=5)
+    assert back["primary"] == new
+    assert {r["node"]: r["ana_state"] for r in back["replicas"]} == {new: "optimized", old: "inaccessible"}
     lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
     sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
     assert len(set(sums.values())) == 1, sums
