@@ -252,11 +252,13 @@ class MirrorOps:
         vol = await self._front_on_mirror(vol, info.device)
         self._finish(d, {k: v for k, v in vol.items() if k != "gone"})
 
-    async def unblock(self, vol: dict[str, Any], nodes: set[int] | None = None) -> list[str]:
-        """Drop the legs (of `nodes`, default all) whose controller is not live: their I/O blocks
-        (no fast-fail, no ctrl loss), so stopping md, swapping the view's table or removing the leg
-        would wait for ever. Only where the map no longer needs them in sync (a demote, a delete,
-        a replica re-placed away). Returns the replica NQNs dropped."""
+    async def unblock(
+        self, vol: dict[str, Any], nodes: set[int] | None = None, live_too: bool = False
+    ) -> list[str]:
+        """Drop the legs (of `nodes`, default all) whose controller is not live (`live_too`: every
+        attached leg): their I/O blocks (no fast-fail, no ctrl loss), so stopping md, swapping the
+        view's table or removing the leg would wait for ever. Only where the map no longer needs
+        them in sync (a demote, a delete, a replica re-placed away). Returns the NQNs dropped."""
         mid = names.mirror_id_for(vol["uuid"])
         state = {r.nqn: r.state for r in await self.ops.call("list_remotes")}
         want = {int(r["node"]) for r in vol.get("remotes") or []} if nodes is None else nodes
@@ -264,10 +266,10 @@ class MirrorOps:
         out = []
         for nid in sorted(want):
             nqn = names.replica_nqn(vol["uuid"], str(nid))
-            if state.get(nqn, "live") == "live":
+            if nqn not in state or (state[nqn] == "live" and not live_too):
                 continue
             await self.ops.call("drop_mirror_leg", mid, nqn)
-            self._log(vol, "leg of node %s dropped (controller %s: its I/O would block)", nid, state[nqn])
+            self._log(vol, "leg of node %s dropped (its controller: %s)", nid, state[nqn])
             out.append(nqn)
         return out
 
@@ -309,7 +311,10 @@ class MirrorOps:
     async def teardown(self, vol: dict[str, Any]) -> None:
         """Everything a replicated volume made besides its LV and front end (already removed)."""
         if vol.get("role") == "primary":
-            await self.unblock(vol)  # a leg blocked on a lost replica holds md's last writes
+            # The volume goes, so no leg's data matters, and its secondaries delete their replicas
+            # at the same time: a live leg may block at any moment (the CI lab saw md's stop wait
+            # for ever on a leg whose replica went meanwhile). Every attached leg is dropped first.
+            await self.unblock(vol, live_too=True)
             # A promoted primary's view maps md: it goes first, or md cannot stop.
             await self.ops.call("remove_view", replicas.view_id(vol))
             await self.ops.call("stop_mirror", names.mirror_id_for(vol["uuid"]))
