@@ -29,13 +29,13 @@ The decisions are pure (nodeos/agent/legs.py); `LegWatch` is the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
 
 from nodeos.agent import legs
 from nodeos.agent.legs import pending
+from nodeos.daemon.periodic import Periodic
 from nodeos.dataplane.mirror_names import mirror_id_for, replica_nqn
 from nodeos.node.mirror_ops import leg_states
 
@@ -45,30 +45,16 @@ HOLD_MAX_S = 30.0
 __all__ = ["LegWatch", "pending"]
 
 
-class LegWatch:
+class LegWatch(Periodic):
+    every_s = WATCH_S
+    what = "leg watch"
+    log = LOG
+
     def __init__(self, agent: Any) -> None:
         self.agent = agent
         self.held: dict[str, float] = {}  # volume uuid -> since when this watch holds its writes
         self.since: dict[str, float] = {}  # replica nqn -> since when its controller is not live
         self.down: dict[str, set[int]] = {}  # volume uuid -> nodes whose leg is reported failed
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.tick()
-            except Exception:
-                LOG.exception("leg watch failed")
-            await asyncio.sleep(WATCH_S)
 
     async def tick(self) -> None:
         agent = self.agent

@@ -36,6 +36,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from nodeos.daemon.periodic import Periodic
+
 LOG = logging.getLogger("nodeosd.dpwatch")
 EVERY_S = 1.0
 PROBE_TIMEOUT_S = 2.0
@@ -196,8 +198,12 @@ def prober(dp: Any) -> Callable[[list[str]], Probe] | None:
 # --- the loop ---------------------------------------------------------------------------------
 
 
-class DataPlaneWatch:
+class DataPlaneWatch(Periodic):
     """Probes every EVERY_S; `on_change(up)` after a change, `reapply()` -> ok when asked."""
+
+    every_s = EVERY_S
+    what = "data plane watch"
+    log = LOG
 
     def __init__(
         self,
@@ -213,29 +219,10 @@ class DataPlaneWatch:
         self.health = Health()
         self.probes = 0
         self.seen: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
 
     @property
     def down(self) -> bool:
         return self.health.state == "down"
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            started = time.monotonic()
-            try:
-                await self.tick()
-            except Exception:
-                LOG.exception("data plane watch failed")
-            await asyncio.sleep(max(0.05, EVERY_S - (time.monotonic() - started)))
 
     async def tick(self) -> None:
         now, wall = time.monotonic(), time.time()

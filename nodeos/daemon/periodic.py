@@ -1,0 +1,38 @@
+"""A background watch that runs `tick()` every `every_s` until stopped (the data plane watch,
+the leg watch): one failed tick is logged and the next one comes on time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+
+class Periodic:
+    every_s: float = 1.0
+    what: str = "periodic task"  # for the log line of a failed tick
+    log: logging.Logger = logging.getLogger("nodeosd")
+
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def tick(self) -> None:
+        raise NotImplementedError
+
+    async def _run(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.tick()
+            except Exception:
+                self.log.exception("%s failed", self.what)
+            await asyncio.sleep(max(0.05, self.every_s - (time.monotonic() - started)))
