@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -12,6 +13,29 @@ from nodeos import validate
 from nodeos.cli.node import _client
 from nodeos.cli.output import command_runner, json_option, table
 from nodeos.errors import BadInput, OperationFailed
+
+T = TypeVar("T")
+# How long drain and undrain keep asking while the cluster answers `not_leader` (nothing done: an
+# election, or a leader too starved to take the request in time), as an operator would re-run them.
+NOT_LEADER_RETRY_S = 120.0
+
+
+def retry_not_leader(
+    call: Callable[[], T],
+    for_s: float = NOT_LEADER_RETRY_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """`call()`, asked again while it fails with `not_leader` (the cluster did nothing), for up to
+    `for_s` seconds; any other error, or `not_leader` past that, is raised as it came."""
+    deadline = clock() + for_s
+    while True:
+        try:
+            return call()
+        except OperationFailed as err:
+            if err.code != "not_leader" or clock() >= deadline:
+                raise
+        sleep(1.0)
 
 
 def _labels(d: dict[str, str]) -> str:
@@ -149,7 +173,7 @@ def _await_drained(client: Any, name: str, timeout: float, as_json: bool) -> dic
     shown = ""
     try:
         while True:
-            n = client.call("node.show", {"node": name})
+            n = retry_not_leader(lambda: client.call("node.show", {"node": name}))
             left = drain_left(n)
             if left is None:
                 return n
@@ -189,9 +213,11 @@ def node_drain(ctx: click.Context, name: str, wait: bool, timeout: float, as_jso
     replica on the node is re-placed on a node of another failure domain and copied in full from
     the primary, a few at a time (`replica_replaced`; `volume show` shows the copy's progress).
     Single-replica volumes stay. Running it again resumes; `undrain` brings the node back into
-    placement (moves already made stay)."""
+    placement (moves already made stay). While the cluster answers `not_leader` (nothing done: an
+    election, or a leader too busy to take the request in time) the command asks again, for up to
+    2 minutes."""
     client = _client(ctx)
-    out = client.call("node.drain", {"node": name})
+    out = retry_not_leader(lambda: client.call("node.drain", {"node": name}))
     single: list[str] = []
     if wait:
         n = _await_drained(client, name, timeout, as_json)
@@ -216,7 +242,8 @@ def node_drain(ctx: click.Context, name: str, wait: bool, timeout: float, as_jso
 @command_runner
 def node_undrain(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
     """Bring NODE back into placement; planned moves off it that have not happened are withdrawn."""
-    return _client(ctx).call("node.undrain", {"node": name}), lambda o: f"{name}: active"
+    client = _client(ctx)
+    return retry_not_leader(lambda: client.call("node.undrain", {"node": name})), lambda o: f"{name}: active"
 
 
 @node.command("rebuild-limit")
