@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "nodeos.cli.node:status",
     "drive": "nodeos.cli.node:drive",
     "pool": "nodeos.cli.node:pool",
-    "volume": "nodeos.cli.node:volume",
+    "volume": "nodeos.cli.publish:volume",
     "host": "nodeos.cli.node:host",
     "node": "nodeos.cli.nodes:node",
     "cluster": "nodeos.cli.cluster:cluster",

@@ -185,6 +185,10 @@ def _bar(frac: float, width: int = 20) -> str:
 
 
 def _vol_human(v: dict[str, Any]) -> str:
+    if v.get("kind") == "published":
+        from nodeos.cli.publish import published_human
+
+        return published_human(v)
     lines = [
         f"name       {v['name']} ({v.get('kind')})",
         f"state      {v['state']}",

@@ -23,7 +23,15 @@ from typing import Any
 import msgpack
 
 from nodeos.cluster import events as map_events
-from nodeos.cluster import failover_map, replace_map, secretroll, snapshot_map, storage_import, storage_map
+from nodeos.cluster import (
+    failover_map,
+    publish_map,
+    replace_map,
+    secretroll,
+    snapshot_map,
+    storage_import,
+    storage_map,
+)
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 
 # 2: storage sections (storage_map.SECTIONS) and node labels/state. A version-1 snapshot is
@@ -72,6 +80,7 @@ def _empty_state() -> dict[str, Any]:
         "reports": {},
         "pools": {},
         "snapshots": {},
+        "published": {},  # published volumes (nodeos/cluster/publish_map.py)
         "names": {},
         "kv": {},
         "rejected": [],
@@ -368,6 +377,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     "ca_roll": {1: _ca_roll_v1},
     **storage_map.HANDLERS,
     **snapshot_map.HANDLERS,
+    **publish_map.HANDLERS,
     **failover_map.HANDLERS,
     **replace_map.HANDLERS,
     **storage_import.HANDLERS,

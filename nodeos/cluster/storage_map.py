@@ -147,6 +147,11 @@ def node_report_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         if not isinstance(v, dict):
             raise BadInput(f"{key} must be a map", field=key)
         rep[key] = v
+    if args.get("published"):
+        from nodeos.cluster.publish_map import check_report
+
+        check_report(args["published"])
+        rep["published"] = args["published"]
     for r in rep["replicas"].values():
         if not isinstance(r, dict) or r.get("state") not in REPLICA_STATES:
             raise BadInput("replica state is not allowed", field="replicas", allowed=list(REPLICA_STATES))
@@ -192,6 +197,9 @@ def _settle(st: dict[str, Any], nid: int) -> None:
     for snap in list(st["snapshots"].values()):
         if any(s["node"] == nid for s in snap["placement"]):
             settle_snapshot(st, snap)
+    from nodeos.cluster.publish_map import settle_node
+
+    settle_node(st, nid)
 
 
 def replica_view(st: dict[str, Any], vol: dict[str, Any], nid: int) -> dict[str, Any]:
@@ -282,6 +290,11 @@ def pool_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     users = sorted(
         v["name"]
         for v in st["volumes"].values()
+        if any(s["pool_id"] == pool["pool_id"] for s in v["placement"])
+    )
+    users += sorted(
+        v["name"]
+        for v in (st.get("published") or {}).values()
         if any(s["pool_id"] == pool["pool_id"] for s in v["placement"])
     )
     users += sorted(
@@ -457,6 +470,7 @@ def host_remove_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     if nqn not in st["hosts"]:
         raise NotFound(f"host {nqn!r} is not registered", field="host")
     granted = sorted(v["name"] for v in st["volumes"].values() if nqn in v["hosts"])
+    granted += sorted(v["name"] for v in (st.get("published") or {}).values() if nqn in v["hosts"])
     if granted:
         raise OperationFailed(
             f"host {nqn!r} still has grants on {', '.join(granted)}; revoke them first", field="host"

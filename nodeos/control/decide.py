@@ -12,7 +12,7 @@ from typing import Any
 from nodeos.cluster import placement
 from nodeos.cluster.snapshot_map import check_snapshot_allowed
 from nodeos.cluster.storage_map import pool_key, snapshot_by_name, volume_by_name
-from nodeos.control import views
+from nodeos.control import publish_api, views
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"
@@ -198,6 +198,10 @@ def volume_delete(st: dict[str, Any], p: dict[str, Any]) -> Command:
         raise NotFound(f"volume {p['name']!r} does not exist", field="name")
     if ref["kind"] == "snapshot":
         return "snapshot_delete", {"name": p["name"], "force": bool(p.get("force"))}
+    if ref["kind"] == "published":
+        raise BadInput(
+            f"{p['name']!r} is a published volume: remove it with `nodeos volume unpublish`", field="name"
+        )
     vol = st["volumes"][ref["uuid"]]
     force = bool(p.get("force"))
     if vol["state"] not in ("ready", "failed") and not force:
@@ -227,6 +231,12 @@ def volume_snapshot(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command
 
 
 def volume_hosts(st: dict[str, Any], p: dict[str, Any], add: bool) -> Command:
+    if (st["names"].get(p["name"]) or {}).get("kind") == "published":
+        if p["host"] not in st["hosts"]:
+            raise NotFound(
+                f"host {p['host']!r} is not registered; add it with `nodeos host add`", field="host"
+            )
+        return publish_api.decide_hosts(st, p, add)
     vol = volume_by_name(st, p["name"])
     if vol["state"] != "ready":
         raise OperationFailed(
@@ -267,7 +277,8 @@ WRITES: dict[str, Callable[..., Command]] = {
     "node.undrain": lambda st, p: node_drain(st, p, False),
     "node.rebuild_limit": node_rebuild_limit,
 }
-NEEDS_ID = {"pool.create", "volume.create", "volume.clone", "volume.snapshot"}
+WRITES.update(publish_api.WRITES)
+NEEDS_ID = {"pool.create", "volume.create", "volume.clone", "volume.snapshot", "volume.publish"}
 
 
 def pool_delete(st: dict[str, Any], p: dict[str, Any]) -> Command:

@@ -22,7 +22,7 @@ from nodeos.cluster.errors import OutcomeUnknown
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.placement import SPREADS
 from nodeos.cluster.storage_map import check_labels
-from nodeos.control import decide, views
+from nodeos.control import decide, publish_api, views
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 from nodeos.node import crash
@@ -79,6 +79,7 @@ class ControlService:
             "volume.clone": self.volume_clone,
             "volume.grant": self.volume_grant,
             "volume.revoke": self.volume_revoke,
+            **publish_api.PublishApi(self).methods(),
             "host.add": self.host_add,
             "host.list": self.reader("host.list"),
             "host.remove": self.host_remove,
@@ -442,6 +443,8 @@ class ControlService:
 
         def applied(st: dict[str, Any]) -> Any:
             # Done once every node exporting the volume says its export carries the new grants.
+            if st["names"][name]["kind"] == "published":
+                return publish_api.grants_applied(st, name)
             vol = st["volumes"][st["names"][name]["uuid"]]
             want = sorted(vol["hosts"])
             for s in vol["placement"]:
@@ -530,6 +533,8 @@ def _show(st: dict[str, Any], p: dict[str, Any], d: Any) -> dict[str, Any]:
         raise NotFound(f"volume {name!r} does not exist", field="name")
     if ref["kind"] == "snapshot":
         return views.snapshot_view(st, st["snapshots"][ref["uuid"]])
+    if ref["kind"] == "published":
+        return publish_api.published_view(st, st["published"][ref["uuid"]])
     return views.volume_view(st, st["volumes"][ref["uuid"]])
 
 
@@ -562,7 +567,9 @@ def _node_show(st: dict[str, Any], p: dict[str, Any], d: Any) -> dict[str, Any]:
 
 
 READS: dict[str, Any] = {
-    "volume.list": lambda st, p, d: views.volume_rows(st),
+    "volume.list": lambda st, p, d: sorted(
+        views.volume_rows(st) + publish_api.published_rows(st), key=lambda r: r["name"]
+    ),
     "volume.show": _show,
     "pool.list": lambda st, p, d: sorted(
         (views.pool_view(st, x) for x in st["pools"].values()), key=lambda r: (r["node"], r["name"])
