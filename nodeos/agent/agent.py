@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from nodeos.agent import freeze, handoff
+from nodeos.agent.gc import OrphanCollector
 from nodeos.agent.legs import Sent, in_sync_called
 from nodeos.agent.legwatch import LegWatch
 from nodeos.agent.plan import Step, plan
@@ -64,6 +65,7 @@ class Agent:
         self.legwatch = LegWatch(self)
         self.sent: list[Sent] = []  # reports sent that the map may not hold yet (nodeos/agent/legs.py)
         self._rebuild_applied: tuple[Any, ...] | None = None
+        self.gc = OrphanCollector(self)  # leftovers no record nor map entry owns (nodeos/agent/orphans.py)
 
     def start(self) -> None:
         # A snapshot rolled back by recovery lost its moment: report it failed (the map drops
@@ -144,7 +146,10 @@ class Agent:
                 await handoff.follow(self.node, st, me, recs[1], self.handed_off)
                 retry |= await self._rebuild_limit(st, me)
                 recs = self.node.records()
-                for step in plan(st, me, *recs, skip=set(self.errors)):
+                steps = plan(st, me, *recs, skip=set(self.errors))
+                if not steps:
+                    await self.gc.run(st, me, recs)  # only on a node the plan has settled
+                for step in steps:
                     try:
                         await self._run_step(step)
                     except NodeosError as err:
@@ -398,6 +403,7 @@ class Agent:
                 "mirror_write_freeze": node.dp.mirror_caps.write_freeze,
                 "listeners": node.listeners_json(),
                 "error": None,
+                "orphans": self.gc.report(),
             }
             precs, vrecs, srecs = node.records()
             down = self._dp_down()

@@ -111,6 +111,11 @@ def node_show(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
             lines.append(
                 f"drive      {d['id']} {d.get('path') or '-'} {_size(d.get('size_bytes'))} {d.get('health')}"
             )
+        for o in n.get("orphans") or []:
+            what = ", ".join([*o.get("lvs", []), *o.get("exports", []), *filter(None, [o.get("mirror")])])
+            lines.append(f"orphan     {o['kind']} {o['uuid']}: {what} (removed after a grace period)")
+        if n.get("orphans_held"):
+            lines.append(f"orphans    collection held: {n['orphans_held']}")
         return "\n".join(lines)
 
     return _client(ctx).call("node.show", {"node": name}), human

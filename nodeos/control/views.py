@@ -277,4 +277,8 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
             for v in st["volumes"].values()
             if int(v.get("replicas") or 1) <= 1 and any(s["node"] == nid for s in v["placement"])
         ),
+        # Leftovers no record nor map entry owns, in their grace period (nodeos/agent/orphans.py).
+        "orphans": list(((dp.get("orphans") or {}).get("pending")) or []),
+        "orphans_held": (dp.get("orphans") or {}).get("held"),
+        "orphans_removed": int((dp.get("orphans") or {}).get("removed") or 0),
     }

@@ -28,6 +28,7 @@ STEPS: dict[str, tuple[str, ...]] = {
     "volume.promote": ("intent", "replica-unexported", "mirror-assembled", "front-exported", "done"),
     "volume.demote": ("intent", "front-fenced", "mirror-stopped", "leg-wiped", "replica-exported", "done"),
     "volume.rejoin": ("intent", "remotes-attached", "done"),
+    "orphan.remove": ("intent", "exports-removed", "done"),
     "snapshot.freeze": ("frozen",),  # the primary's agent, writes of a mirror just frozen
     "host.add": ("done",),
     "host.remove": ("done",),

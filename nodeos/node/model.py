@@ -36,6 +36,8 @@ RECOVERY: dict[str, str] = {
     "volume.promote": "forward",
     "volume.demote": "forward",
     "volume.rejoin": "forward",
+    # A leftover the garbage rule removes (nodeos/node/orphan_ops.py): finished, never restored.
+    "orphan.remove": "forward",
 }
 
 

@@ -22,7 +22,7 @@ from nodeos.daemon.logsetup import fields
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError, OperationFailed
 
-from . import crash, model, replicas
+from . import crash, model, orphan_ops, replicas
 from .mirror_ops import MirrorOps
 
 LOG = logging.getLogger("nodeosd.node")
@@ -64,6 +64,7 @@ class Ops:
             "volume.promote": self.mirrors.promote,
             "volume.demote": self.mirrors.demote,
             "volume.rejoin": self.mirrors.rejoin,
+            "orphan.remove": lambda d: orphan_ops.remove(self, d),
         }
         self.compensate: dict[str, Step] = {
             "pool.create": self._undo_pool_create,
@@ -83,6 +84,7 @@ class Ops:
             "volume.promote": self.mirrors.keep_for_retry,
             "volume.demote": self.mirrors.keep_for_retry,
             "volume.rejoin": self.mirrors.back_to_ready,
+            "orphan.remove": lambda d: orphan_ops.give_up(self, d),
         }
 
     # --- edges ------------------------------------------------------------------------

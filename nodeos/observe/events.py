@@ -51,6 +51,7 @@ KINDS = (
     "replica_in_sync",
     "replica_out_of_sync",
     "replica_replaced",
+    "replica_orphan_removed",
     "pool_created",
     "pool_failed",
     "pool_deleted",
