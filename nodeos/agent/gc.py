@@ -32,6 +32,20 @@ class OrphanCollector:
         self.removed = 0
         self._scan_at = -SCAN_EVERY_S
 
+    def recorded(self) -> frozenset[str]:
+        """The uuids of every local record besides pools, volumes and snapshots (a later feature's
+        own records, e.g. published volumes): never an orphan's."""
+        store = self.agent.node.store
+        skip = ("meta", "hosts", "intents", "pools", "volumes", "snapshots")
+        out: set[str] = set()
+        with store.read() as txn:
+            for db in store.names():
+                if db not in skip:
+                    out.update(
+                        str(r["uuid"]) for _, r in txn.items(db) if isinstance(r, dict) and r.get("uuid")
+                    )
+        return frozenset(out)
+
     def standing(self, st: dict[str, Any]) -> orphans.Standing:
         node = self.agent.node
         ctl = (getattr(getattr(node, "ctx", None), "services", None) or {}).get("control")
@@ -73,7 +87,7 @@ class OrphanCollector:
             self.held = f"scan failed: {err.message}"
             return self.report() != before
         self.held = None
-        found_orphans, _ = orphans.find(st, me, recs, found)
+        found_orphans, _ = orphans.find(st, me, recs, found, self.recorded())
         index = int(st["applied_index"])
         due = self.tracker.advance(found_orphans, now, index)
         for u in found_orphans:

@@ -13,7 +13,8 @@ Never removed:
   volume or clone) and `s<32 hex>` (snapshots: kind snapshot) in a pool this node has a ready
   record of; exports other than `...:vol:<uuid>` and `...:rep:<uuid>:<this node>`; md arrays
   other than `nodeos-<24 hex>`; remotes other than `...:rep:<uuid>:<node>`;
-- anything this node has a local record of (any state: the plan and recovery own it);
+- anything this node has a local record of (any state, any kind: the plan and recovery own it);
+- anything of a published volume (issue 13: its own map section and agent steps);
 - anything of a volume or snapshot the map places on this node;
 - anything of a volume or snapshot whose map entry is mid-operation (not `ready`, a handoff or
   a snapshot freeze in progress, a replica being copied (`in_sync` short of `placement`), its
@@ -198,12 +199,24 @@ def volume_busy(st: dict[str, Any], vol: dict[str, Any], me: int) -> str | None:
     return None
 
 
-def kept_because(st: dict[str, Any], me: int, recs: tuple[dict[str, Any], ...], u: Orphan) -> str | None:
-    """Why a unit must stay (None: it is an orphan). `recs`: this node's (pools, volumes, snapshots)."""
+def kept_because(
+    st: dict[str, Any],
+    me: int,
+    recs: tuple[dict[str, Any], ...],
+    u: Orphan,
+    recorded: frozenset[str] = frozenset(),
+) -> str | None:
+    """Why a unit must stay (None: it is an orphan). `recs`: this node's (pools, volumes, snapshots);
+    `recorded`: the uuids of its other local records (any kind a later feature keeps)."""
     _, vrecs, srecs = recs
+    mine = {str(r.get("uuid") or "") for r in (*vrecs.values(), *srecs.values())} | set(recorded)
+    if u.uuid in mine or any(_short(x) == u.key.split(":", 1)[1] for x in mine if x):
+        return "recorded on this node"
+    if u.uuid in (st.get("published") or {}) or any(
+        _short(x) == u.key.split(":", 1)[1] for x in (st.get("published") or {})
+    ):
+        return "a published volume's"  # its own section, its own agent steps (issue 13)
     if u.kind == "snapshot":
-        if any(s.get("uuid") == u.uuid for s in srecs.values()):
-            return "recorded on this node"
         snap = st["snapshots"].get(u.uuid or "")
         if snap is None:
             return None
@@ -214,8 +227,6 @@ def kept_because(st: dict[str, Any], me: int, recs: tuple[dict[str, Any], ...], 
         vol = st["volumes"].get(snap.get("volume") or "")
         return None if vol is None else volume_busy(st, vol, me)
     short = u.key.split(":", 1)[1]
-    if any(_short(str(v.get("uuid") or "")) == short for v in vrecs.values()):
-        return "recorded on this node"
     for vol in st["volumes"].values():
         if _short(vol["uuid"]) == short:
             why = volume_busy(st, vol, me)
@@ -225,14 +236,18 @@ def kept_because(st: dict[str, Any], me: int, recs: tuple[dict[str, Any], ...], 
 
 
 def find(
-    st: dict[str, Any], me: int, recs: tuple[dict[str, Any], ...], found: Found
+    st: dict[str, Any],
+    me: int,
+    recs: tuple[dict[str, Any], ...],
+    found: Found,
+    recorded: frozenset[str] = frozenset(),
 ) -> tuple[list[Orphan], dict[str, str]]:
     """(the orphans, {key: why kept} of the other nodeos-named units)."""
     ready = {p["pool_id"] for p in recs[0].values() if p.get("state") == "ready"}
     orphans: list[Orphan] = []
     kept: dict[str, str] = {}
     for key, u in sorted(units(found, me, ready).items()):
-        why = kept_because(st, me, recs, u)
+        why = kept_because(st, me, recs, u, recorded)
         if why is None:
             orphans.append(u)
         else:

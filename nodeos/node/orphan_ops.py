@@ -22,11 +22,18 @@ LOG = logging.getLogger("nodeosd.node")
 
 
 def _recorded(ops: Any, d: dict[str, Any]) -> bool:
+    """Some local record (a volume, a snapshot, any later kind) names the leftover's uuid."""
     short = str(d.get("short") or "")
+    names = getattr(ops.store, "names", lambda: ("volumes", "snapshots"))()
     with ops.store.read() as txn:
-        if d.get("kind") == "snapshot":
-            return any(s.get("uuid") == d.get("uuid") for _, s in txn.items("snapshots"))
-        return any(str(v.get("uuid") or "").replace("-", "")[:24] == short for _, v in txn.items("volumes"))
+        for db in names:
+            if db in ("meta", "hosts", "intents", "pools"):
+                continue
+            for _, r in txn.items(db):
+                u = str(r.get("uuid") or "") if isinstance(r, dict) else ""
+                if u and (u == d.get("uuid") or (short and u.replace("-", "")[:24] == short)):
+                    return True
+    return False
 
 
 async def remove(ops: Any, d: dict[str, Any]) -> None:

@@ -181,6 +181,10 @@ class Store:
         # transaction of the same thread, would deadlock on LMDB's writer lock.
         self._dbs: dict[str, Any] = {name: self.env.open_db(name.encode(), create=True) for name in dbs}
 
+    def names(self) -> tuple[str, ...]:
+        """The sub-databases this store opened."""
+        return tuple(self._dbs)
+
     def db(self, name: str) -> Any:
         try:
             return self._dbs[name]

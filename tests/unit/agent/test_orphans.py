@@ -130,6 +130,20 @@ def test_never_what_this_node_has_a_record_of_in_any_state() -> None:
     assert keys(st, snap, r=recs(snaps={"s": {"uuid": OTHER, "state": "deleting"}})) == []
 
 
+def test_never_a_published_volume_nor_what_another_kind_of_local_record_names() -> None:
+    st = settled()
+    hexo = OTHER.replace("-", "")
+    found = Found(lvs=(("pool3", "v" + hexo, "clone"),), exports=(names.volume_nqn(OTHER),))
+    assert keys(st, found) == [f"volume:{hexo[:24]}"]
+    st["published"] = {
+        OTHER: {"uuid": OTHER, "state": "ready", "placement": [{"node": 1, "pool_id": "pool1"}]}
+    }
+    assert why(st, found) == {f"volume:{hexo[:24]}": "a published volume's"}
+    del st["published"]
+    got, kept = orphans.find(st, 3, recs(), found, recorded=frozenset({OTHER}))
+    assert got == [] and kept == {f"volume:{hexo[:24]}": "recorded on this node"}
+
+
 def test_never_what_the_map_places_on_this_node() -> None:
     st = settled()
     # Node 1 holds a replica by the map but (say) lost its record: its LV is never an orphan.
@@ -192,7 +206,11 @@ def test_a_snapshot_leftover_follows_its_map_entry_and_its_volume() -> None:
         (lambda st: st["nodes"][3].update(state="leaving"), GOOD, "this node is leaving"),
         (None, Standing(False, "up", 10, 12, 0), "no valid lease (the map may be stale)"),
         (None, Standing(True, "down", 10, 12, 0), "the last lease grant called this node down"),
-        (None, Standing(True, "up", 13, 12, 0), "the map here is behind the leader's at the last lease grant"),
+        (
+            None,
+            Standing(True, "up", 13, 12, 0),
+            "the map here is behind the leader's at the last lease grant",
+        ),
         (None, Standing(True, "up", 10, 12, 1), "1 operation(s) pending recovery"),
     ],
 )

@@ -64,6 +64,18 @@ def test_a_leftover_recorded_again_is_left_alone_and_its_intent_ends(store: Stor
         assert txn.get("volumes", "v")["state"] == "creating"
 
 
+def test_a_leftover_named_by_another_kind_of_record_is_left_alone_too(store: Store, tmp_path: Path) -> None:
+    s = Store(tmp_path / "node2", dbs=[*NODE_DBS, "published"])
+    try:
+        with s.write() as txn:
+            txn.put("published", "m", {"name": "m", "uuid": UUID, "state": "copying"})
+            Ops.begin(txn, "orphan.remove", _data())
+        (entry,) = asyncio.run(Ops(s, NoDataPlane(), _direct, lambda: ()).recover())
+        assert entry["result"] == "ok" and _pending(s) == []
+    finally:
+        s.close()
+
+
 def test_a_removal_that_fails_ends_its_intent_live_and_at_recovery(store: Store) -> None:
     ops = Ops(store, NoDataPlane(), _direct, lambda: ())
     with pytest.raises(NotSupported):
