@@ -147,8 +147,11 @@ class Agent:
                 retry |= await self._rebuild_limit(st, me)
                 recs = self.node.records()
                 steps = plan(st, me, *recs, skip=set(self.errors))
-                if not steps:
-                    await self.gc.run(st, me, recs)  # only on a node the plan has settled
+                if not steps:  # only on a node the plan has settled; its trouble never stops a pass
+                    try:
+                        await self.gc.run(st, me, recs)
+                    except Exception:
+                        LOG.exception("orphan collection failed")
                 for step in steps:
                     try:
                         await self._run_step(step)

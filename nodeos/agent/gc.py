@@ -31,6 +31,7 @@ class OrphanCollector:
         self.pending: list[dict[str, Any]] = []  # orphans in their grace period (for the report)
         self.removed = 0
         self._scan_at = -SCAN_EVERY_S
+        self._since: dict[str, int] = {}  # wall-clock second each pending orphan was first seen
 
     def recorded(self) -> frozenset[str]:
         """The uuids of every local record besides pools, volumes and snapshots (a later feature's
@@ -73,34 +74,38 @@ class OrphanCollector:
         self._scan_at = now
         before = self.report()
         held = orphans.gate(st, me, self.standing(st))
-        if held is not None:
-            if held != self.held:
-                LOG.info("orphan collection held: %s", held)
-            self.tracker.closed()
-            self.held = held
-            return self.report() != before
         try:
             found = await self._found()
         except NodeosError as err:
             LOG.warning("orphan scan failed: %s", err.message)
-            self.tracker.closed()
-            self.held = f"scan failed: {err.message}"
-            return self.report() != before
-        self.held = None
-        found_orphans, _ = orphans.find(st, me, recs, found, self.recorded())
+            held = f"scan failed: {err.message}"
+            found = None
+        if held != self.held:
+            LOG.info("orphan collection %s", f"held: {held}" if held else "resumes")
+        self.held = held
+        found_orphans = orphans.find(st, me, recs, found, self.recorded())[0] if found is not None else []
         index = int(st["applied_index"])
+        if held is not None:
+            # Listed (kept) but not counted: a stale view or a node in doubt starts the grace anew.
+            self.tracker.closed()
+            self._since = {}
+            self.pending = [u.view() for u in found_orphans]
+            return self.report() != before
         due = self.tracker.advance(found_orphans, now, index)
         for u in found_orphans:
             if self.tracker.seen[u.key].scans == 1:
+                self._since[u.key] = round(time.time())
                 LOG.warning("orphan found (grace %.0f s): %s", orphans.GRACE_S, u.view())
         for u in due:
-            await self._remove(u, me, index)
-        gone = {u.key for u in due}
-        wall = time.time()
+            # The map may have moved during the scan (it applies while we wait on the data plane).
+            why = orphans.kept_because(st, me, self.agent.node.records(), u, self.recorded())
+            if why is None and orphans.gate(st, me, self.standing(st)) is None:
+                await self._remove(u, me, index)
+            else:
+                self.tracker.seen.pop(u.key, None)
+        self._since = {k: v for k, v in self._since.items() if k in self.tracker.seen}
         self.pending = [
-            dict(u.view(), since=round(wall - (now - self.tracker.seen[u.key].since)))
-            for u in found_orphans
-            if u.key not in gone
+            dict(u.view(), since=self._since[u.key]) for u in found_orphans if u.key in self._since
         ]
         return self.report() != before
 
