@@ -10,7 +10,8 @@ QMP):
 - the old primary's slot is re-placed on the third VM at once (no re-placement grace: a pulled
   drive is not coming back) and copied in full under I/O; the volume is healthy again, both
   replicas hold the same bytes;
-- when the VM boots again with its drive, its stale replica is deleted.
+- when the VM boots again with its drive, its stale replica (forgotten while the drive was gone)
+  is removed by the node's garbage rule after its grace period (`replica_orphan_removed`).
 
 And SMART pre-failure: a drive that reports a critical warning (QEMU's `smart_critical_warning`,
 `nodeos-lab smart`) is evacuated the same way while it still works.
@@ -129,7 +130,17 @@ def test_a_drive_pulled_under_the_primary_fails_the_volume_over_and_its_replica_
         lab.kill(old)
         lab.start(old)
         wait_daemon(lab, old)
+    # The node forgot that replica while the drive was gone: its garbage rule removes the LV
+    # after the grace period (nodeos/agent/orphans.py) and says so in the cluster's events.
+    back = time.monotonic()
     _wait("the stale replica deleted", lambda: not _has_lv(lab, old, vol), timeout=600, every=5)
+    gone = [
+        e
+        for e in _events(lab, new)
+        if e["kind"] == "replica_orphan_removed" and e.get("volume") == vol["uuid"]
+    ]
+    print(f"stale replica's LV removed {time.monotonic() - back:.0f} s after nodeosd was back: {gone}")
+    assert gone and vol["vol_id"] in gone[-1]["message"], gone
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
 
 
