@@ -206,11 +206,13 @@ class DataPlane(Protocol):
 
     def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None: ...
 
-    def fence_export(self, nqn: str) -> bool:
+    def fence_export(self, nqn: str, drop_hosts: bool = False) -> bool:
         """The export's namespace becomes ANA inaccessible on every listener, at once; nothing
         else changes (hosts, listeners, device, the other exports on its ports). Idempotent.
         False when there is no such export. The one fence of a replicated front end: the lease
-        keeper's (nodeos/node/service.py) and `nodeos-fence` after the daemon stopped."""
+        keeper's (nodeos/node/service.py), `nodeos-fence` after the daemon stopped and a demote.
+        Kernel: the hosts' controllers are dropped on the way in (`drop_hosts`: every time, also
+        when the namespace was inaccessible already: a demote cannot tell how it got there)."""
         ...
 
     # mirrors over the fabric (issue 8); names in nodeos.dataplane.mirror_names

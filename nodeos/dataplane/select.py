@@ -128,5 +128,5 @@ class NoDataPlane(NoMirrors):
     def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None:
         raise self._refuse()
 
-    def fence_export(self, nqn: str) -> bool:
+    def fence_export(self, nqn: str, drop_hosts: bool = False) -> bool:
         return False  # a witness exports nothing

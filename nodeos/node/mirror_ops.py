@@ -17,9 +17,11 @@ volume.retarget (a secondary): re-export the replica LV to the new primary only 
 volume.promote (the new primary): unexport my replica (drops the old primary's controllers),
   point the view at `error` (frees my LV), attach the up in-sync replicas, assemble md (never
   create), view -> md at offset 0 (the front end keeps its namespace), ANA optimized.
-volume.demote (the old primary): ANA inaccessible first, front end onto the view, view ->
-  `error`, stop md, detach the replicas, wipe my leg's superblock (it may hold writes the others
-  never got: it comes back by a full copy), export it as the new primary's replica, view -> LV.
+volume.demote (the old primary): ANA inaccessible first with the hosts' controllers dropped,
+  then, while a guard drops every leg that blocks (node/demote_guard.py), front end onto the
+  view, view -> `error`, stop md; detach the replicas, wipe my leg's superblock (it may hold
+  writes the others never got: it comes back by a full copy), export it as the new primary's
+  replica, view -> LV.
 volume.rejoin (the primary): attach replicas that came back and re-add their legs; a replica
   new to the placement (re-placed onto another node) is added in full (its LV carries no md
   superblock); the legs of replicas re-placed away (`gone`) leave md, then their remotes go.
@@ -38,6 +40,7 @@ from nodeos.dataplane.base import MirrorCaps
 from nodeos.errors import NodeosError, NotSupported, OperationFailed
 
 from . import crash, replicas
+from .demote_guard import LegGuard
 
 LOG = logging.getLogger("nodeosd.node")
 
@@ -203,20 +206,23 @@ class MirrorOps:
         self._log(vol, "demoting to secondary")
         info = await self.ops.call("mirror_status", mid)
         if info is not None:
-            # The record says secondary: this export is ANA inaccessible, on the device it has.
-            await self.ops.call("apply_export", self.ops.spec_for(vol))
-            self._log(vol, "front end inaccessible")
+            # Fenced first, the hosts' controllers dropped every time: from here no host write
+            # reaches md and none md holds can be acknowledged (False: no front end, no host).
+            await self.ops.call("fence_export", vol["nqn"], True)
+            self._log(vol, "front end inaccessible, its hosts' controllers dropped")
             crash.point("volume.demote:front-fenced")
-            # Replicas that moved on dropped my controllers: md's writes wait on those legs for
-            # ever (no fast-fail). Nothing below that waits for md's I/O may run before they go.
-            await self.unblock(vol)
-            if vol.get("device") != view:
-                await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
-                vol = dict(vol, device=view)
-                self._save(d["name"], vol)
-                await self.ops.call("apply_export", self.ops.spec_for(vol))
-            await self.ops.call("block_view", replicas.view_id(vol), size)
-            await self.ops.call("stop_mirror", mid)
+            # Replicas that moved on dropped (or drop, meanwhile) my controllers: md's I/O waits on
+            # those legs for ever (no fast-fail), and every step below waits for md's I/O. The
+            # guard drops such legs off the queue until md is stopped (node/demote_guard.py).
+            async with LegGuard(self.ops.dp, vol, hosts_cut=True):
+                await self.ops.call("apply_export", self.ops.spec_for(vol))  # the record says secondary
+                if vol.get("device") != view:
+                    await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
+                    vol = dict(vol, device=view)
+                    self._save(d["name"], vol)
+                    await self.ops.call("apply_export", self.ops.spec_for(vol))
+                await self.ops.call("block_view", replicas.view_id(vol), size)
+                await self.ops.call("stop_mirror", mid)
             self._log(vol, "mirror stopped")
         else:
             await self.ops.call("stop_mirror", mid)  # an inactive leftover would hold the LV
@@ -258,7 +264,8 @@ class MirrorOps:
         """Drop the legs (of `nodes`, default all) whose controller is not live (`live_too`: every
         attached leg): their I/O blocks (no fast-fail, no ctrl loss), so stopping md, swapping the
         view's table or removing the leg would wait for ever. Only where the map no longer needs
-        them in sync (a demote, a delete, a replica re-placed away). Returns the NQNs dropped."""
+        them in sync (a delete, a replica re-placed away; a demote has its own guard,
+        node/demote_guard.py). Returns the NQNs dropped."""
         mid = names.mirror_id_for(vol["uuid"])
         state = {r.nqn: r.state for r in await self.ops.call("list_remotes")}
         want = {int(r["node"]) for r in vol.get("remotes") or []} if nodes is None else nodes

@@ -333,10 +333,11 @@ class KernelDataPlane:
             if nqn in self.nvmet.port_subsystems(pid):
                 self.nvmet.set_port_ana_state(pid, ana_group, state)
 
-    def fence_export(self, nqn: str) -> bool:
+    def fence_export(self, nqn: str, drop_hosts: bool = False) -> bool:
         """Move the namespace into the inaccessible ANA group (ANA groups are shared by every
         subsystem on a port, so the group's state is never flipped in place): the group is
-        made inaccessible on the export's ports first, then the namespace joins it."""
+        made inaccessible on the export's ports first, then the namespace joins it. The hosts'
+        controllers are dropped on the way in, and every time with `drop_hosts` (a demote)."""
         check_nqn(nqn)
         if not self.fs.usable() or not self.nvmet.has_subsystem(nqn):
             return False
@@ -347,13 +348,15 @@ class KernelDataPlane:
         for pid in ports:
             n.set_port_ana_state(pid, grp, "inaccessible")
         n.set_namespace_ana_group(nqn, grp)
-        if not already:
+        if drop_hosts or not already:
             # A write a host sent before the fence may be held here (a replica leg blocks) and
             # complete later on this node's leg alone, after the failover: the host must never
             # see it succeed. Dropping the hosts' controllers (the unlink deletes them, their
             # sockets shut at once) makes each host retry its outstanding I/O on another path;
             # it reconnects here to an inaccessible path. Only on the way in: the re-asserted
-            # fence and the fence after the daemon stopped find the group already set.
+            # fence and the fence after the daemon stopped find the group already set. A demote
+            # drops them every time: an export made inaccessible by apply_export (a handoff, a
+            # fenced node's re-export) kept its hosts' controllers.
             for pid, addr in ports.items():
                 n.unlink_port(pid, nqn)
                 n.link_port(pid, nqn, addr)

@@ -523,9 +523,10 @@ class SpdkDataPlane(SpdkMirrors):
         for a in sub.get("listen_addresses") or []:
             self.call(rq.set_ana_state(nqn, parse.listener_of(a), state, ana_group))
 
-    def fence_export(self, nqn: str) -> bool:
+    def fence_export(self, nqn: str, drop_hosts: bool = False) -> bool:
         """SPDK keeps ANA states per subsystem and listener: the namespace's own group goes
-        inaccessible on each of the subsystem's listeners (no other subsystem is touched)."""
+        inaccessible on each of the subsystem's listeners (no other subsystem is touched).
+        `drop_hosts` changes nothing here: SPDK refuses the demote that asks for it."""
         check_nqn(nqn)
         sub = self._subsystem(nqn)
         if sub is None:
