@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeos.cluster import events as map_events
+from nodeos.cluster.capacity import check_room
 from nodeos.cluster.placement import SPREADS, NodeCandidate, domain_of
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
 
@@ -172,7 +173,9 @@ def node_report_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 def _settle(st: dict[str, Any], nid: int) -> None:
     """Fold node `nid`'s new report into the desired state it concerns."""
     rep = st["reports"][nid]
-    for key, pool in list(st["pools"].items()):
+    # Sorted, never dict order: a map read back from a snapshot may hold its dicts in another
+    # order, and the events recorded here must come out the same on every node.
+    for key, pool in sorted(st["pools"].items()):
         if pool["node"] != nid:
             continue
         have = rep["pools"].get(pool["pool_id"])
@@ -189,14 +192,15 @@ def _settle(st: dict[str, Any], nid: int) -> None:
             elif have.get("state") == "ready":
                 pool.update(state="ready", size_bytes=int(have.get("size_bytes", 0)), error=None)
                 map_events.record(st, "pool_created", f"{where} created", node=nid, pool=pool["name"])
-    for vol in list(st["volumes"].values()):
-        if any(s["node"] == nid for s in vol["placement"]):
-            _settle_volume(st, vol)
+    for uuid in sorted(u for u, v in st["volumes"].items() if any(s["node"] == nid for s in v["placement"])):
+        if uuid in st["volumes"]:
+            _settle_volume(st, st["volumes"][uuid])
     from nodeos.cluster.snapshot_map import settle_snapshot  # it builds on this module
 
-    for snap in list(st["snapshots"].values()):
-        if any(s["node"] == nid for s in snap["placement"]):
-            settle_snapshot(st, snap)
+    mine = [u for u, x in st["snapshots"].items() if any(s["node"] == nid for s in x["placement"])]
+    for uuid in sorted(mine):
+        if uuid in st["snapshots"]:
+            settle_snapshot(st, st["snapshots"][uuid])
     from nodeos.cluster.publish_map import settle_node
 
     settle_node(st, nid)
@@ -367,8 +371,10 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         raise AlreadyExists(f"volume uuid {uuid} exists", field="uuid")
     placement = _check_placement(st, args.get("placement"))
     kind = args.get("kind", "volume")
+    size = _req(args, "size_bytes", int)
     if kind != "clone":  # a clone lives where its snapshot lives, wherever the labels moved
         _check_spread(st, placement, args.get("spread", "node"))
+        check_room(st, name, size, placement)  # two creates decided on one map: the second may not fit
     origin_uuid = None
     if kind == "clone":
         snap = snapshot_by_name(st, _req(args, "origin", str), "snapshot")
@@ -382,7 +388,7 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         "nqn": _req(args, "nqn", str),
         "nguid": uuid.replace("-", ""),
         "serial": uuid.replace("-", "")[:20],
-        "size_bytes": _req(args, "size_bytes", int),
+        "size_bytes": size,
         "replicas": len(placement),
         "spread": args.get("spread", "node"),
         "placement": placement,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nodeos.cluster import placement
+from nodeos.cluster import capacity, placement
 from nodeos.cluster.snapshot_map import check_snapshot_allowed
 from nodeos.cluster.storage_map import pool_key, snapshot_by_name, volume_by_name
 from nodeos.control import publish_api, views
@@ -32,8 +32,11 @@ def _name_free(st: dict[str, Any], name: str, field: str = "name") -> None:
         raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
 
 
-def candidates(st: dict[str, Any]) -> list[placement.NodeCandidate]:
-    """Every member as placement sees it: labels, schedulable or not, pools with free space."""
+def candidates(st: dict[str, Any], net_of_pending: bool = False) -> list[placement.NodeCandidate]:
+    """Every member as placement sees it: labels, schedulable or not, pools with free space
+    (`net_of_pending`: less the volumes placed there that the node has not reported yet, the
+    figure a `volume_create` is checked against at apply: nodeos/cluster/capacity.py)."""
+    pending = capacity.pending_bytes(st) if net_of_pending else {}
     out = []
     for nid, n in st["nodes"].items():
         rep = st["reports"].get(nid) or {}
@@ -44,13 +47,14 @@ def candidates(st: dict[str, Any]) -> list[placement.NodeCandidate]:
             if p["node"] != nid:
                 continue
             have = (rep.get("pools") or {}).get(p["pool_id"]) or {}
+            size, free = capacity.reported(st, p)
             failing = any((drives.get(d) or {}).get("health") in ("failing", "missing") for d in p["drives"])
             pools.append(
                 placement.PoolCandidate(
                     node_id=nid,
                     pool_id=p["pool_id"],
-                    size_bytes=int(have.get("size_bytes", p.get("size_bytes", 0)) or 0),
-                    free_bytes=int(have.get("free_bytes", 0) or 0),
+                    size_bytes=size,
+                    free_bytes=max(0, (free or 0) - pending.get((nid, p["pool_id"]), 0)),
                     healthy=p["state"] == "ready" and not failing and have.get("state") != "failed",
                 )
             )
@@ -69,7 +73,7 @@ def candidates(st: dict[str, Any]) -> list[placement.NodeCandidate]:
 def place(
     st: dict[str, Any], key: str, size: int, replicas: int, spread: str, pool: str | None
 ) -> list[dict[str, Any]]:
-    cands = candidates(st)
+    cands = candidates(st, net_of_pending=True)
     if not any(c.pools for c in cands):
         raise BadInput("there is no pool in this cluster; create one with `nodeos pool create`", field="pool")
     if pool is not None:

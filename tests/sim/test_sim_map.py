@@ -60,6 +60,7 @@ CAUGHT_BY = {
     "map_grant_outlives_host": "map invariant",
     "map_restore_drops_snapshots": "map snapshot",
     "map_freeze_never_cleared": "map invariant",
+    "map_create_ignores_room": "map invariant",
 }
 
 
@@ -97,11 +98,11 @@ def test_cli_map_workload_ok_and_failing_seed_reproduces() -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "no invariant violated" in ok.stdout and "volumes_ready=" in ok.stdout
     bad = subprocess.run(
-        [*cmd, "--seeds", "1..5", "--broken", "map_grant_outlives_host", "--trace-lines", "5"],
+        [*cmd, "--seeds", "1..5", "--broken", "map_create_ignores_room", "--trace-lines", "5"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "seed 1: INVARIANT VIOLATED" in bad.stdout and "granted to" in bad.stdout
-    assert "--workload map --broken map_grant_outlives_host" in bad.stdout
+    assert "seed 1: INVARIANT VIOLATED" in bad.stdout and "overcommits pool" in bad.stdout
+    assert "--workload map --broken map_create_ignores_room" in bad.stdout

@@ -26,6 +26,7 @@ MAP_BROKEN_VARIANTS = {
     "map_grant_outlives_host": "host_remove forgets to check the host's grants",
     "map_restore_drops_snapshots": "restoring a map snapshot loses the snapshots section",
     "map_freeze_never_cleared": "a snapshot dropped, deleted or made ready leaves its volume frozen",
+    "map_create_ignores_room": "volume_create applies without re-checking its pools' room",
 }
 
 
@@ -100,6 +101,8 @@ def map_bug(variant: str | None) -> Iterator[None]:
         patches.append((map_mod.HANDLERS["host_remove"], 1, _host_remove_unchecked))
     elif variant == "map_freeze_never_cleared":
         patches.append((snapshot_map, "clear_freeze", lambda st, snap: None))
+    elif variant == "map_create_ignores_room":
+        patches.append((sm, "check_room", lambda st, name, size, slots: None))
     elif variant == "map_restore_drops_snapshots":
         patches.append((map_mod.ClusterMap, "restore", _restore_without_snapshots))
     saved = [(obj, key, _get(obj, key)) for obj, key, _ in patches]

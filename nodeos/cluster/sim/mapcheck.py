@@ -16,7 +16,8 @@ Every simulated node applies the committed entries to its own `ClusterMap`. Chec
   state (placement, primary, epoch, grants, size); a volume turns ready only when every
   replica is in-sync; a volume leaves the map only from deleting once no replica node
   reports it; a new volume's replicas sit in distinct failure domains at its spread level
-  (labels as applied), a clone on its ready snapshot's nodes; a snapshot turns ready only
+  (labels as applied), a clone on its ready snapshot's nodes, and no pool holds more than its
+  size of volumes under the simulator's thick accounting (`_check_pool_room`); a snapshot turns ready only
   when every replica node reports it ready and, for a replicated volume, while its primary
   reports the writes frozen for it; a volume's freeze and its snapshot's phase go together.
 """
@@ -210,6 +211,7 @@ def _check_new_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
         if snap is None or snap["state"] != "ready" or not {s["node"] for s in vol["placement"]} <= nodes:
             _fail(f"clone {vol['name']!r} of {vol['origin']!r} is not on its ready snapshot's nodes")
         return
+    _check_pool_room(st, vol)
     spread = vol["spread"]
     domains = []
     for s in vol["placement"]:
@@ -218,6 +220,31 @@ def _check_new_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
         domains.append(placement.domain_of(cand, spread))
     if len(set(domains)) != len(domains):
         _fail(f"volume {vol['name']!r} has two replicas in one {spread} domain: {domains}")
+
+
+def _check_pool_room(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    """Thick accounting holds under the simulator's agent, which reports a pool's free space
+    as its size less every volume (and clone) placed on it in its view of the map: a new volume
+    never brings a pool's volumes that are neither deleting nor clones above the pool's size,
+    however many creates were decided against one map (capacity.py re-checks at apply)."""
+    for s in vol["placement"]:
+        have = ((st["reports"].get(s["node"]) or {}).get("pools") or {}).get(s["pool_id"]) or {}
+        if "size_bytes" not in have:
+            continue
+        on = [
+            v
+            for v in st["volumes"].values()
+            if v["kind"] != "clone"
+            and v["state"] != "deleting"
+            and any((x["node"], x["pool_id"]) == (s["node"], s["pool_id"]) for x in v["placement"])
+        ]
+        total = sum(int(v["size_bytes"]) for v in on)
+        if total > int(have["size_bytes"]):
+            _fail(
+                f"volume {vol['name']!r} overcommits pool {s['pool_id']} of node {s['node']}: "
+                f"{total} bytes of volumes ({', '.join(sorted(v['name'] for v in on))}) "
+                f"in {have['size_bytes']}"
+            )
 
 
 class MapChecker:

@@ -43,7 +43,7 @@ class DecisionViolation(Exception):
 def check_placement(st: dict[str, Any], args: dict[str, Any]) -> None:
     """What placement promises about the state it decided from: distinct failure domains at
     the spread level, and room for the volume in every pool chosen."""
-    cands = {c.node_id: c for c in decide.candidates(st)}
+    cands = {c.node_id: c for c in decide.candidates(st, net_of_pending=True)}
     spread, size = args["spread"], args["size_bytes"]
     domains = [placement.domain_of(cands[s["node"]], spread) for s in args["placement"]]
     if len(set(domains)) != len(domains):
