@@ -41,6 +41,7 @@ from . import logsetup
 from .api import ApiServer
 from .notify import Notifier
 from .service import SERVICE_FACTORIES, DaemonContext, Service, service_failure
+from .stopguard import StopDeadline, bounded_stop
 
 LOG = logging.getLogger("nodeosd")
 EXIT_CORRUPT_STATE = 4  # a corrupt record in the node's own state: needs an operator, not a restart
@@ -193,6 +194,7 @@ class Daemon:
         self.api: ApiServer | None = None
         self.store: Any = None
         self._lock_fd: int | None = None
+        self.deadline = StopDeadline()
 
     async def run_blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -348,12 +350,9 @@ class Daemon:
     async def stop(self) -> None:
         self.notifier.stopping()
         if self.api is not None:
-            await self.api.stop()
+            await bounded_stop("the API socket", self.api.stop())
         for svc in reversed(self.services):
-            try:
-                await svc.stop()
-            except Exception:
-                LOG.exception("stopping %s failed", svc.name)
+            await bounded_stop(svc.name, svc.stop())
         self.executor.shutdown(wait=True)
         if self.store is not None:
             self.store.close()
@@ -372,12 +371,14 @@ class Daemon:
         except BaseException:
             if wd is not None:
                 wd.cancel()
+            self.deadline.arm()
             await self.stop()
             raise
         self.notifier.ready(self.status_line())
         LOG.info("%s; API on %s", self.status_line(), self.cfg.api_socket)
         await self.stop_event.wait()
         LOG.info("stopping on signal")
+        self.deadline.arm()
         if wd is not None:
             wd.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -400,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     daemon = Daemon(cfg, source)
     try:
+        # The stop deadline, once armed, also covers asyncio.run's clean-up and the interpreter's
+        # exit (both wait for pending tasks and worker threads).
         return asyncio.run(daemon.run())
     except NodeosError as err:
         LOG.error(
