@@ -21,6 +21,7 @@ from nodeos.agent.gc import OrphanCollector
 from nodeos.agent.legs import Sent, in_sync_called
 from nodeos.agent.legwatch import LegWatch
 from nodeos.agent.plan import Step, plan
+from nodeos.agent.published import Published
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
 from nodeos.node import crash, inventory
@@ -66,6 +67,7 @@ class Agent:
         self.sent: list[Sent] = []  # reports sent that the map may not hold yet (nodeos/agent/legs.py)
         self._rebuild_applied: tuple[Any, ...] | None = None
         self.gc = OrphanCollector(self)  # leftovers no record nor map entry owns (nodeos/agent/orphans.py)
+        self.published = Published(self)  # published volumes (issue 13)
 
     def start(self) -> None:
         # A snapshot rolled back by recovery lost its moment: report it failed (the map drops
@@ -81,6 +83,7 @@ class Agent:
         self.legwatch.start()
 
     async def stop(self) -> None:
+        self.published.stop()
         await self.legwatch.stop()
         if self._task is not None:
             self._task.cancel()
@@ -96,6 +99,7 @@ class Agent:
         self._referrals_set = None
         self._rebuild_applied = None
         self._cap_dirty = True
+        self.published.reset()
         self.wake.set()
 
     def _driver(self) -> Any:
@@ -161,6 +165,7 @@ class Agent:
                         self.errors[key] = {"step": step.op, "error": err.message, "uuid": uuid}
                         LOG.error("%s %s failed: %s", step.op, step.name, err.message)
                         retry = True
+                retry |= await self.published.reconcile(st, me)
         for snap, reason in aborts:
             await self._abort_snapshot(snap, reason)
         self.passes += 1
@@ -257,7 +262,7 @@ class Agent:
                 if li.get("trtype") == "tcp"
             }
         )
-        if not self.node.records()[1]:
+        if not self.node.records()[1] and not self.published.copies:
             # A node that exports nothing keeps no discovery port (an empty node leaves nvmet
             # empty): hosts are referred once it holds a volume.
             others = []
@@ -457,6 +462,7 @@ class Agent:
             "pools": pools,
             "replicas": replicas,
             "snapshots": snapshots,
+            "published": self.published.report() if node.has_dataplane else {},
             "storage_addresses": list(node.ctx.storage_addresses),
         }
 

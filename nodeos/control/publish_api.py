@@ -13,7 +13,7 @@ from nodeos.cluster.placement import SPREADS
 from nodeos.cluster.publish_map import connected_hosts, published_by_name, section
 from nodeos.cluster.storage_map import snapshot_by_name
 from nodeos.control import views
-from nodeos.errors import AlreadyExists, BadInput, OperationFailed
+from nodeos.errors import AlreadyExists, BadInput, NotSupported, OperationFailed
 
 LOG = logging.getLogger("nodeosd.control")
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"
@@ -33,6 +33,14 @@ def decide_publish(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command:
         raise AlreadyExists(f"a volume or snapshot named {p['name']!r} already exists", field="name")
     seeds = sorted(snap["placement"], key=lambda s: s["node"] != snap["primary"])
     slots = publish.choose_nodes(candidates(st), seeds, snap["size_bytes"], p.get("replicas"), p["spread"])
+    for s in slots:
+        dp = ((st["reports"].get(s["node"]) or {}).get("dataplane") or {}).get("name")
+        if dp != "kernel":
+            raise NotSupported(
+                f"published volumes need the kernel data plane (read-only dm views, nvmet); "
+                f"node {views.node_name(st, s['node'])} runs {dp}",
+                field="dataplane",
+            )
     args = {"uuid": uuid, "name": p["name"], "nqn": NQN_PREFIX + uuid, "snapshot": snap["name"]}
     return "volume_publish", {**args, "placement": slots}
 

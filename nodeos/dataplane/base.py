@@ -252,7 +252,9 @@ class DataPlane(Protocol):
     def mirror_status(self, mirror_id: str) -> MirrorInfo | None: ...
     def list_mirrors(self) -> list[MirrorInfo]: ...
 
-    def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
+    def ensure_view(
+        self, view_id: str, device: str, offset_bytes: int, size_bytes: int, read_only: bool = False
+    ) -> str:
         """(mirror_caps.views) A read-write linear view of `device` from offset_bytes, size_bytes
         long (a secondary exports its replica LV through it: same size and layout as the primary's mirror)."""
         ...

@@ -433,8 +433,10 @@ class KernelDataPlane:
     def list_mirrors(self) -> list[MirrorInfo]:
         return self.mirrors.list()
 
-    def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
-        return self.mirrors.ensure_view(view_id, device, offset_bytes, size_bytes)
+    def ensure_view(
+        self, view_id: str, device: str, offset_bytes: int, size_bytes: int, read_only: bool = False
+    ) -> str:
+        return self.mirrors.ensure_view(view_id, device, offset_bytes, size_bytes, read_only)
 
     def remove_view(self, view_id: str) -> None:
         self.mirrors.remove_view(view_id)

@@ -481,7 +481,11 @@ class MdMirrors:
         return self._wait_status(spec.mirror_id)
 
     # ---- linear views (dm-linear) ------------------------------------------------------
-    def ensure_view(self, view_id: str, device: str, offset_bytes: int, size_bytes: int) -> str:
+    def ensure_view(
+        self, view_id: str, device: str, offset_bytes: int, size_bytes: int, read_only: bool = False
+    ) -> str:
+        """A linear view of `device`; `read_only`: created read-only (a published volume's, whose
+        table never changes: kept as it is once there)."""
         name = view_name(view_id)
         check_device_path(device, "device")
         check_view(offset_bytes, size_bytes)
@@ -492,8 +496,8 @@ class MdMirrors:
         table = linear_table(f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}", offset_bytes, size_bytes)
         cur = self.run(["dmsetup", "table", name], check=False)
         if cur.returncode != 0:
-            self.run(["dmsetup", "create", name, "--table", table])
-        elif cur.stdout.strip() != table:
+            self.run(["dmsetup", "create", name, *(["--readonly"] if read_only else []), "--table", table])
+        elif cur.stdout.strip() != table and not read_only:
             # A live table swap: the exported device keeps its identity.
             self.run(["dmsetup", "reload", name, "--table", table])
             self.run(["dmsetup", "resume", name])

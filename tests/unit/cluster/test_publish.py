@@ -11,7 +11,7 @@ import pytest
 
 from nodeos.cluster.publish import copy_plan, parse_replicas
 from nodeos.control import decide
-from nodeos.errors import BadInput, NotFound, OperationFailed
+from nodeos.errors import BadInput, NotFound, NotSupported, OperationFailed
 from tests.unit.cluster.test_snapshot_map import in_sync
 from tests.unit.cluster.test_storage_map import GiB, M, cluster, create
 
@@ -211,3 +211,12 @@ def test_published_volumes_survive_a_map_snapshot_and_an_old_snapshot_reads_empt
     old = ClusterMap()
     old.restore(msgpack.packb(st, use_bin_type=True))
     assert old.state["published"] == {}
+
+
+def test_publish_is_refused_on_a_data_plane_other_than_the_kernel_one_naming_it() -> None:
+    m = snapshot_on_three_of(3)
+    seq = m.st["reports"][2]["seq"] + 1
+    m.ok("node_report", node_id=2, seq=seq, dataplane={"name": "spdk"}, snapshots={"s-1": {"state": "ready"}})
+    with pytest.raises(NotSupported) as err:
+        publish(m)
+    assert err.value.field == "dataplane" and "s2 runs spdk" in str(err.value)
