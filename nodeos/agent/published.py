@@ -151,7 +151,7 @@ class Published:
     async def _exports(self, st: dict[str, Any], me: int, pub: dict[str, Any], c: Copy) -> bool:
         uuid = pub["uuid"]
         joined = me in (st["paths"].get(uuid) or {})
-        lst = tuple(self.node._listeners)
+        lst = tuple(self.node.ops.listeners())
         slot_i = [s["node"] for s in pub["placement"]].index(me)
         feeds = sorted(t for t, s in (pub.get("copy_from") or {}).items() if s == me)
         cid = str(st["cluster_id"])
