@@ -158,6 +158,15 @@ def linear_table(dev_majmin: str, offset_bytes: int, size_bytes: int) -> str:
     return f"0 {size_bytes // SECTOR} linear {dev_majmin} {offset_bytes // SECTOR}"
 
 
+def read_only_table(dev_majmin: str, offset_bytes: int, size_bytes: int) -> str:
+    """A view that reads `dev` like a linear one and fails every write with an I/O error, in
+    the target itself: dm-flakey always "down" (up 0 s, down 1 s) with `error_writes`, which
+    passes reads through untouched. A read-only dm table or block device does not do that:
+    the block layer only warns about a write to a read-only device and lets the bio through
+    (nvmet submits bios directly)."""
+    return f"0 {size_bytes // SECTOR} flakey {dev_majmin} {offset_bytes // SECTOR} 0 1 1 error_writes"
+
+
 def error_table(size_bytes: int) -> str:
     """A view that holds no device: every I/O fails (the device it mapped is free again)."""
     return f"0 {size_bytes // SECTOR} error"
@@ -493,10 +502,13 @@ class MdMirrors:
             st = os.stat(device)
         except FileNotFoundError:
             raise NotFound(f"device {device} does not exist", field="device") from None
-        table = linear_table(f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}", offset_bytes, size_bytes)
+        majmin = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+        table = (read_only_table if read_only else linear_table)(majmin, offset_bytes, size_bytes)
         cur = self.run(["dmsetup", "table", name], check=False)
         if cur.returncode != 0:
-            self.run(["dmsetup", "create", name, *(["--readonly"] if read_only else []), "--table", table])
+            if read_only:
+                self.run(["modprobe", "dm-flakey"], check=False)
+            self.run(["dmsetup", "create", name, "--table", table])
         elif cur.stdout.strip() != table and not read_only:
             # A live table swap: the exported device keeps its identity.
             self.run(["dmsetup", "reload", name, "--table", table])
