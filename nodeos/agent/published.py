@@ -137,16 +137,19 @@ class Published:
             c.error = None
         if c.task is None and c.state in ("waiting", "failed"):
             if slot["seed"]:
-                c.task = asyncio.create_task(self._hash(pub, c, None, None))
+                c.task = asyncio.create_task(self._job(c, self._hash(pub, c, None, None)))
             else:
                 src = (pub.get("copy_from") or {}).get(me)
                 if src is not None:
-                    c.task = asyncio.create_task(self._copy(st, me, pub, c, src))
+                    c.task = asyncio.create_task(self._job(c, self._copy(st, me, pub, c, src)))
         elif c.state == "ready" and pub["checksum"] and c.sha256 != pub["checksum"] and not slot["seed"]:
             LOG.warning("published volume %s: copy differs from the source; copying again", pub["name"])
             c.state, c.sha256 = "waiting", None
             return True
-        return await self._exports(st, me, pub, c)
+        retry = await self._exports(st, me, pub, c)
+        if c.state != "failed":
+            c.error = None
+        return retry
 
     async def _exports(self, st: dict[str, Any], me: int, pub: dict[str, Any], c: Copy) -> bool:
         uuid = pub["uuid"]
@@ -259,6 +262,10 @@ class Published:
         except Exception as exc:  # a worker thread's failure is reported, retried at the next pass
             c.state, c.error = "failed", f"{type(exc).__name__}: {exc}"
             LOG.error("published volume %s: %s", pub["name"], c.error)
+
+    async def _job(self, c: Copy, work: Any) -> None:
+        try:
+            await work
         finally:
             c.task = None
             self.agent.wake.set()
@@ -274,7 +281,7 @@ class Published:
         lst = ((st["reports"].get(src) or {}).get("dataplane") or {}).get("listeners") or []
         tcp = next((li for li in lst if li.get("trtype") == "tcp"), None)
         if tcp is None:
-            c.error = f"node {src} has no TCP listener to copy from"
+            c.state, c.error = "failed", f"node {src} has no TCP listener to copy from"
             return
         _, rnguid = names.replica_ids(uuid, str(src))
         host = node_host_nqn(cid, me)
@@ -292,7 +299,7 @@ class Published:
             dev = await self.node.ops.call("attach_remote", spec)
             await self._hash(pub, c, dev, self._limit(st, me))
         except NodeosError as err:
-            c.state, c.error, c.task = "failed", err.message, None
+            c.state, c.error = "failed", err.message
         finally:
             try:
                 await self.node.ops.call("detach_remote", spec.nqn)
@@ -317,8 +324,9 @@ class Published:
             LOG.warning("published volumes: cannot list LVs: %s", err.message)
             return True
         have = {v.vol_id: v for v in lvs}
-        for uuid in sorted(set(self.copies) | {_uuid_of(v) for v in have}):
-            if uuid in wanted or uuid is None:
+        found = {u for u in (_uuid_of(v) for v in have.values()) if u is not None}
+        for uuid in sorted(set(self.copies) | found):
+            if uuid in wanted:
                 continue
             try:
                 await ops.call("remove_export", f"nqn.2014-08.io.nodeos:vol:{uuid}")
