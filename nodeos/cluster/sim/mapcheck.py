@@ -66,8 +66,9 @@ def _fail(what: str) -> None:
 
 def check_state(st: dict[str, Any]) -> None:
     names, vols, snaps = st["names"], st["volumes"], st["snapshots"]
+    pubs = st.get("published") or {}
     for name, ref in names.items():
-        objs = vols if ref["kind"] == "volume" else snaps
+        objs = {"volume": vols, "snapshot": snaps, "published": pubs}.get(ref["kind"], {})
         obj = objs.get(ref["uuid"])
         if obj is None or obj["name"] != name:
             _fail(f"name {name!r} points to {ref['kind']} {ref['uuid']} which is not there under that name")
@@ -90,8 +91,12 @@ def check_state(st: dict[str, Any]) -> None:
         stray = [h for h in vol["hosts"] if h not in st["hosts"]]
         if stray or len(set(vol["hosts"])) != len(vol["hosts"]):
             _fail(f"volume {vol['name']!r} is granted to {vol['hosts']}; registered: {sorted(st['hosts'])}")
-    if set(st["paths"]) - set(vols):
-        _fail(f"paths of volumes not in the map: {sorted(set(st['paths']) - set(vols))}")
+    if set(st["paths"]) - set(vols) - set(pubs):
+        _fail(f"paths of volumes not in the map: {sorted(set(st['paths']) - set(vols) - set(pubs))}")
+    for uuid, pub in pubs.items():
+        if names.get(pub["name"]) != {"kind": "published", "uuid": uuid}:
+            _fail(f"published volume {pub['name']!r} ({uuid}) is not named in the name space")
+        check_published(st, pub)
     for snap in snaps.values():
         if snap["state"] not in SNAPSHOT_STATES:
             _fail(f"snapshot {snap['name']!r} has state {snap['state']!r}")
@@ -114,6 +119,41 @@ def check_state(st: dict[str, Any]) -> None:
         _fail(f"failure domains {sorted(st['failure_domains'])}, members' domains {sorted(domains)}")
     if len(st["rejected"]) > MAX_REJECTED:
         _fail(f"{len(st['rejected'])} rejections kept, at most {MAX_REJECTED}")
+
+
+def check_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
+    """A published volume (issue 13): only replicas holding the source's bytes serve, every path
+    optimized; copies come only from such replicas, up, none feeding more than its share."""
+    from nodeos.cluster.failover_map import health_of
+    from nodeos.cluster.publish import DEFAULT_FANOUT, joined
+
+    name, order = pub["name"], [s["node"] for s in pub["placement"]]
+    if pub["state"] not in ("publishing", "ready", "unpublishing"):
+        _fail(f"published volume {name!r} has state {pub['state']!r}")
+    if len(set(order)) != len(order) or order[0] != pub["source"] or not pub["placement"][0]["seed"]:
+        _fail(f"published volume {name!r}: placement {pub['placement']}, source {pub['source']}")
+    reps = {n: ((st["reports"].get(n) or {}).get("published") or {}).get(pub["uuid"]) for n in order}
+    serving = {n for n in order if joined(pub["checksum"], reps[n])}
+    paths = st["paths"].get(pub["uuid"]) or {}
+    if pub["state"] == "unpublishing":
+        if paths:
+            _fail(f"published volume {name!r} is being removed but still has paths {paths}")
+        return
+    if set(paths) != serving or any(a != "optimized" for a in paths.values()):
+        _fail(f"published volume {name!r}: paths {paths}, replicas holding its bytes {sorted(serving)}")
+    if pub["state"] == "ready" and pub["checksum"] is None:
+        _fail(f"published volume {name!r} is ready without a checksum")
+    load: dict[int, int] = {}
+    seeds = {s["node"] for s in pub["placement"] if s["seed"]}
+    for t, src in (pub.get("copy_from") or {}).items():
+        load[src] = load.get(src, 0) + 1
+        if t not in order or t in seeds or t in serving or src not in serving or health_of(st, src) != "up":
+            _fail(f"published volume {name!r}: node {t} copies from {src}; serving {sorted(serving)}")
+    if load and max(load.values()) > DEFAULT_FANOUT:
+        _fail(f"published volume {name!r}: copy sources feed {load}, at most {DEFAULT_FANOUT} each")
+    stray = [h for h in pub["hosts"] if h not in st["hosts"]]
+    if stray:
+        _fail(f"published volume {name!r} is granted to unregistered hosts {stray}")
 
 
 def _check_slots(st: dict[str, Any], kind: str, obj: dict[str, Any]) -> None:

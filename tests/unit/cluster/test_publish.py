@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from nodeos.cluster.publish import copy_plan, parse_replicas
+from nodeos.cluster.sim.invariants import Violation
+from nodeos.cluster.sim.mapcheck import check_state
 from nodeos.control import decide
 from nodeos.errors import BadInput, NotFound, NotSupported, OperationFailed
 from tests.unit.cluster.test_snapshot_map import in_sync
@@ -38,6 +40,7 @@ def publish(m: M, replicas: int | None = None, spread: str = "node", name: str =
     )
     assert cmd == "volume_publish"
     m.ok(cmd, **args)
+    check_state(m.st)
     return m.st["published"][f"u-{name}"]
 
 
@@ -46,6 +49,7 @@ def copy(m: M, nid: int, state: str, sha: str | None = None, **extra: Any) -> No
     pools = {f"pool{nid}": {"state": "ready", "size_bytes": 100 * GiB, "free_bytes": 99 * GiB}}
     rep = {"state": state, "sha256": sha, **extra}
     m.report(nid, pools=pools, published={"u-model": rep})
+    check_state(m.st)  # the simulator's map invariants hold at every step
 
 
 # --- replicas: N or all ----------------------------------------------------------------------
@@ -220,3 +224,16 @@ def test_publish_is_refused_on_a_data_plane_other_than_the_kernel_one_naming_it(
     with pytest.raises(NotSupported) as err:
         publish(m)
     assert err.value.field == "dataplane" and "s2 runs spdk" in str(err.value)
+
+
+def test_the_simulators_map_check_catches_a_path_to_a_copy_that_does_not_hold_the_bytes() -> None:
+    m = snapshot_on_three_of(4)
+    pub = publish(m)
+    copy(m, 1, "ready", SHA)
+    m.st["paths"]["u-model"][4] = "optimized"  # a bug would export s4 before its copy is verified
+    with pytest.raises(Violation, match="paths"):
+        check_state(m.st)
+    del m.st["paths"]["u-model"][4]
+    pub["copy_from"] = {2: 1}  # a seed never copies
+    with pytest.raises(Violation, match="copies from"):
+        check_state(m.st)
