@@ -27,8 +27,10 @@ import pytest
 from nodeos.lab import Lab
 from tests.lab.mirror_helpers import host_paths
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
+from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
-pytestmark = pytest.mark.lab
+# Not yet seen passing in the lab: CI runs it once it has (NODEOS_LAB_FULL=1 runs it now).
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason="not yet seen passing; " + NOT_FULL)]
 LAB = "cluster3"
 STORAGE = ("s1", "s2", "s3")
 SIZE_MIB = 64
