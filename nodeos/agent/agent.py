@@ -409,6 +409,8 @@ class Agent:
                 "qos": bool(node.describe.get("qos")),
                 # Snapshots of replicated volumes need it (nodeos/cluster/snapshot_map.py).
                 "mirror_write_freeze": node.dp.mirror_caps.write_freeze,
+                # Growing replicated volumes needs it on every replica node (nodeos/control/decide.py).
+                "mirror_grow": node.dp.mirror_caps.grow,
                 "listeners": node.listeners_json(),
                 "error": None,
                 "orphans": self.gc.report(),

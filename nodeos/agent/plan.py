@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeos.agent.grow import grow_phase
 from nodeos.control.views import pool_of
 from nodeos.node import replicas
 
@@ -149,7 +150,13 @@ def plan(
             if role is not None:
                 steps.append(role)
                 continue
-        if w["size_bytes"] > have["size_bytes"]:
+        if replicas.replicated(w):
+            phase = grow_phase(st, w, have, me)
+            if phase is not None:
+                data = {"name": name, "size_bytes": int(w["size_bytes"]), "phase": phase}
+                steps.append(Step("volume.resize", name, data, dict(have, state="resizing"), "volumes"))
+                continue
+        if w["size_bytes"] > have["size_bytes"] and not replicas.replicated(w):
             steps.append(
                 Step(
                     "volume.resize",

@@ -184,16 +184,38 @@ def volume_resize(st: dict[str, Any], p: dict[str, Any]) -> Command:
             allowed=f">= {vol['size_bytes']} bytes",
         )
     if vol["replicas"] > 1 and p["size"] != vol["size_bytes"]:
-        raise NotSupported("resizing a replicated volume is not supported yet", field="name")
-    pool = views.pool_of(st, vol["primary"], vol["placement"][0]["pool_id"])
-    cap = int((pool or {}).get("size_bytes") or 0)
-    if cap and p["size"] > cap:
-        raise BadInput(
-            f"size of {p['size']} bytes is larger than pool {pool['name']!r}",  # type: ignore[index]
-            field="size",
-            allowed=f"<= {cap} bytes",
-        )
+        _check_grow(st, vol)
+    for slot in vol["placement"]:
+        pool = views.pool_of(st, slot["node"], slot["pool_id"])
+        cap = int((pool or {}).get("size_bytes") or 0)
+        if cap and p["size"] > cap:
+            raise BadInput(
+                f"size of {p['size']} bytes is larger than pool {pool['name']!r} "  # type: ignore[index]
+                f"on {views.node_name(st, slot['node'])}",
+                field="size",
+                allowed=f"<= {cap} bytes",
+            )
     return "volume_resize", {"name": p["name"], "size_bytes": p["size"]}
+
+
+def _check_grow(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    """A replicated volume grows on every replica node (nodeos/agent/grow.py): each one's data
+    plane must know how, and no snapshot may hold the mirror's writes meanwhile."""
+    if vol.get("freeze"):
+        raise OperationFailed(
+            f"volume {vol['name']!r} is taking a snapshot; resize it once that is done", field="name"
+        )
+    cannot = [
+        views.node_name(st, s["node"])
+        for s in vol["placement"]
+        if not ((st["reports"].get(s["node"]) or {}).get("dataplane") or {}).get("mirror_grow")
+    ]
+    if cannot:
+        raise NotSupported(
+            f"volume {vol['name']!r} cannot grow: the data plane of {', '.join(cannot)} cannot grow "
+            "a replicated volume (the kernel data plane can)",
+            field="name",
+        )
 
 
 def volume_delete(st: dict[str, Any], p: dict[str, Any]) -> Command:

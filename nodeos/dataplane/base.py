@@ -141,6 +141,7 @@ class MirrorCaps:
     views: bool  # linear views: a secondary's front end on its replica, failover role changes
     write_freeze: bool  # freeze_mirror_writes: crash-consistent snapshots of replicated volumes
     superblock: bool  # members carry the mirror's metadata (a demoted leg's is wiped)
+    grow: bool = False  # grow_mirror / rescan_remote / revalidate_export: replicated volumes grow
 
 
 # A backend without mirrors: nothing to follow, every mirror call refused (no_mirrors.py).
@@ -241,6 +242,20 @@ class DataPlane(Protocol):
         ...
 
     def stop_mirror(self, mirror_id: str) -> None: ...
+
+    def grow_mirror(self, mirror_id: str, size_bytes: int) -> MirrorInfo:
+        """Grow a running mirror to `size_bytes` of data (every leg must have room by then; the
+        new space is not resynced: grown thin LVs read zeros on every leg). Idempotent."""
+        ...
+
+    def rescan_remote(self, nqn: str, min_bytes: int) -> str:
+        """Make this initiator see the namespace of `nqn` at its new size (rescan its controllers)
+        and wait until it holds at least `min_bytes`; its device."""
+        ...
+
+    def revalidate_export(self, nqn: str) -> None:
+        """Tell the hosts of export `nqn` that its namespace changed size (they rescan)."""
+        ...
 
     def freeze_mirror_writes(self, mirror_id: str) -> None:
         """Block new writes to the whole array once the in-flight ones are done; reads go on.

@@ -45,6 +45,15 @@ class NoMirrors:
     def freeze_mirror_writes(self, mirror_id: str) -> None:
         raise self._no_mirrors("mirror_id")
 
+    def grow_mirror(self, mirror_id: str, size_bytes: int) -> MirrorInfo:
+        raise self._no_mirrors("size")
+
+    def rescan_remote(self, nqn: str, min_bytes: int) -> str:
+        raise self._no_mirrors("size")
+
+    def revalidate_export(self, nqn: str) -> None:
+        raise self._no_mirrors("size")
+
     def thaw_mirror_writes(self, mirror_id: str) -> None:
         raise self._no_mirrors("mirror_id")
 

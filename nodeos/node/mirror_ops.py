@@ -64,8 +64,9 @@ class MirrorOps:
 
     async def _secondary_front(self, vol: dict[str, Any]) -> str:
         """The device of a secondary's front end: a view of its LV at the data offset, or the data
-        plane's stand-in when it has no views (the replica export holds the LV)."""
-        size = int(vol["size_bytes"])
+        plane's stand-in when it has no views (the replica export holds the LV). Its size lags the
+        volume's while a grow waits for the primary (`front_bytes`, see grow)."""
+        size = int(vol.get("front_bytes") or vol["size_bytes"])
         if self.caps.views:
             lv = vol["lv_device"]
             return str(
@@ -115,6 +116,39 @@ class MirrorOps:
         await self.ops.call("apply_export", self.ops.spec_for(vol))
         crash.point("volume.mirror:front-exported")
         self._finish(d, vol)
+
+    async def grow(self, d: dict[str, Any], vol: dict[str, Any]) -> None:
+        """volume.resize of a replicated volume (`d["phase"]`, planned in nodeos/agent/grow.py):
+        "legs" on a secondary: its LV grows (the replica export's namespace is revalidated with
+        it, so the primary's initiator is told); "primary": its LV, then every attached leg seen
+        at the new size, then md, then the front end (its view too when it has one), revalidated
+        so the hosts see the new size; "front" on a secondary, once the primary has grown: its
+        view and front end. A secondary's front end grows last so the hosts' multipath device
+        takes its new size from the optimized path (paths of another size are set aside until
+        they match). Each step is idempotent: a crash or failure is rolled forward or retried."""
+        size, phase = int(d["size_bytes"]), d.get("phase", "legs")
+        lv_bytes = replicas.lv_size(dict(vol, size_bytes=size), self.caps)
+        if phase in ("legs", "primary"):
+            await self.ops.call("resize_volume", vol["pool_id"], vol["vol_id"], lv_bytes)
+            crash.point("volume.resize:volume-resized")
+        if phase == "primary":
+            attached = {r.nqn for r in await self.ops.call("list_remotes") if r.device}
+            for spec in replicas.remote_specs(vol):
+                if spec.nqn in attached:
+                    await self.ops.call("rescan_remote", spec.nqn, lv_bytes)
+            info = await self.ops.call("grow_mirror", names.mirror_id_for(vol["uuid"]), size)
+            if vol.get("device") == replicas.view_path(vol):
+                await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
+            self._log(vol, "mirror grown to %d bytes", size)
+        elif phase == "front" and self.caps.views:
+            await self.ops.call(
+                "ensure_view", replicas.view_id(vol), vol["lv_device"], self.caps.data_offset_bytes, size
+            )
+        if phase in ("primary", "front"):
+            await self.ops.call("revalidate_export", vol["nqn"])
+            crash.point("volume.resize:export-applied")
+        front = size if phase != "legs" else int(vol.get("front_bytes") or vol["size_bytes"])
+        self._finish(d, dict(vol, size_bytes=size, front_bytes=front))
 
     async def back_to_standby(self, d: dict[str, Any]) -> None:
         with self.ops.store.write() as txn:

@@ -291,6 +291,8 @@ class Ops:
             vol = txn.get("volumes", d["name"])
         if vol is None:
             return self._drop(d)
+        if replicas.replicated(vol):
+            return await self.mirrors.grow(d, vol)
         info = await self.call("resize_volume", vol["pool_id"], vol["vol_id"], int(d["size_bytes"]))
         crash.point("volume.resize:volume-resized")
         vol = dict(vol, size_bytes=info.size_bytes)

@@ -40,7 +40,7 @@ QOS_UNSUPPORTED = "per-volume QoS is not supported by the kernel data plane"
 class KernelDataPlane:
     name = "kernel"
     # md raid1: superblock and write-intent bitmap before the data, dm linear views, md's suspend range
-    mirror_caps = MirrorCaps(MIRROR_DATA_OFFSET, views=True, write_freeze=True, superblock=True)
+    mirror_caps = MirrorCaps(MIRROR_DATA_OFFSET, views=True, write_freeze=True, superblock=True, grow=True)
 
     def __init__(
         self,
@@ -420,6 +420,16 @@ class KernelDataPlane:
 
     def mirror_status(self, mirror_id: str) -> MirrorInfo | None:
         return self.mirrors.status(mirror_id)
+
+    def grow_mirror(self, mirror_id: str, size_bytes: int) -> MirrorInfo:
+        return self.mirrors.grow(mirror_id, size_bytes)
+
+    def rescan_remote(self, nqn: str, min_bytes: int) -> str:
+        return self.initiator.rescan(nqn, min_bytes)
+
+    def revalidate_export(self, nqn: str) -> None:
+        if self.fs.usable() and self.nvmet.has_subsystem(nqn):
+            self.nvmet.revalidate(nqn)
 
     def freeze_mirror_writes(self, mirror_id: str) -> None:
         self.mirrors.freeze_writes(mirror_id)

@@ -9,6 +9,7 @@ sysfs snapshot parsing), then `Initiator`, the edge that reads sysfs and writes 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -283,6 +284,27 @@ class Initiator:
 
     def remotes(self) -> list[RemoteInfo]:
         return remote_infos(self.controllers(), self.disks())
+
+    def rescan(self, nqn: str, min_bytes: int, timeout_s: float = 30.0) -> str:
+        """The namespace of `nqn` seen at `min_bytes` or more: its target grew it and sent a
+        namespace-changed event; a rescan of each controller makes sure it is read again."""
+        check_nqn(nqn)
+        deadline = time.monotonic() + timeout_s
+        for c in controllers_of(self.controllers(), nqn):
+            with contextlib.suppress(OSError):  # reconnecting or gone: the wait below says so
+                (self.sys_nvme / c.name / "rescan_controller").write_text("1")
+        while True:
+            dev = next((r.device for r in self.remotes() if r.nqn == nqn and r.device), None)
+            size = int(_read(self.sys_block / os.path.basename(dev) / "size", "0") or 0) * 512 if dev else 0
+            if dev is not None and size >= min_bytes:
+                return dev
+            if time.monotonic() > deadline:
+                raise OperationFailed(
+                    f"{nqn}: the namespace shows {size} bytes, not {min_bytes}, within {timeout_s:.0f} s "
+                    f"({dev or 'no device'})",
+                    field="nqn",
+                )
+            self.sleep(0.2)
 
     def require_device(self, nqn: str) -> str:
         for r in self.remotes():

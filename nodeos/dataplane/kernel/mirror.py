@@ -104,6 +104,13 @@ def cmd_assemble(mirror_id: str, members: Sequence[str]) -> list[str]:
     return ["mdadm", "--assemble", md_path(mirror_id), "--run", f"--uuid={mirror_uuid(mirror_id)}", *members]
 
 
+def cmd_grow(md_device: str, size_bytes: int) -> list[str]:
+    """Grow the array's data to `size_bytes` (KiB for mdadm); the new space is not resynced: every
+    leg is a grown thin LV (or its namespace), which reads zeros there, so the legs agree."""
+    check_volume_size(size_bytes)
+    return ["mdadm", "--grow", md_device, f"--size={size_bytes // 1024}", "--assume-clean"]
+
+
 def cmd_manage(md_device: str, op: str, dev: str) -> list[str]:
     return ["mdadm", md_device, f"--{op}", dev]
 
@@ -363,6 +370,22 @@ class MdMirrors:
         if kname is None:
             return
         self.run(cmd_stop(f"/dev/{kname}"))
+
+    def grow(self, mirror_id: str, size_bytes: int) -> MirrorInfo:
+        """The running array grown to `size_bytes` of data (nothing to do when it is that big)."""
+        check_mirror_id(mirror_id)
+        info = self.status(mirror_id)
+        if info is None:
+            raise NotFound(f"mirror {mirror_id} is not running", field="mirror_id")
+        if info.size_bytes < size_bytes:
+            self.run(cmd_grow(info.device, size_bytes))
+            info = self._wait_status(mirror_id)
+        if info.size_bytes < size_bytes:
+            raise OperationFailed(
+                f"mirror {mirror_id} holds {info.size_bytes} bytes after growing to {size_bytes}",
+                field="size",
+            )
+        return info
 
     def fail_member(self, mirror_id: str, device: str, wait_s: float = FAIL_WAIT_S) -> bool:
         """Mark the leg on `device` faulty (md's dev-*/state <- faulty) without waiting more than

@@ -1,0 +1,152 @@
+"""Growing a replicated volume (issue 8): the order of the steps on its nodes (pure plan), what
+the primary's step does in what order, and what the leader accepts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from nodeos.control import decide
+from nodeos.dataplane import mirror_names as names
+from nodeos.dataplane.base import MirrorCaps, MirrorInfo, RemoteInfo
+from nodeos.errors import BadInput, NotSupported
+from nodeos.node.mirror_ops import MirrorOps
+from tests.unit.agent.test_failover_plan import ready, report, steps
+from tests.unit.node.test_replicas import UUID, three_node_map
+
+MiB = 1 << 20
+OLD, NEW = 64 * MiB, 96 * MiB  # placement (2, 1, 3): node 2 is the primary
+
+
+def grown_map() -> dict[str, Any]:
+    st = three_node_map()
+    for n in (1, 2, 3):
+        report(st, n, state="in-sync", size_bytes=OLD)
+    st["volumes"][UUID]["size_bytes"] = NEW  # the map took the resize
+    return st
+
+
+def phases(st: dict[str, Any], recs: dict[int, dict[str, Any]]) -> dict[int, str | None]:
+    out: dict[int, str | None] = {}
+    for me in (1, 2, 3):
+        got = [d for op, d in steps(st, me, {"v": recs[me]}) if op == "volume.resize"]
+        out[me] = got[0]["phase"] if got else None
+        assert not got or got[0]["size_bytes"] == NEW
+    return out
+
+
+def test_secondaries_grow_their_legs_then_the_primary_then_the_secondaries_front_ends() -> None:
+    st = grown_map()
+    recs = {me: ready(st, me)["v"] for me in (1, 2, 3)}
+    for rec in recs.values():
+        rec["size_bytes"] = OLD
+    # 1. the legs first; the primary waits for every one of them.
+    assert phases(st, recs) == {1: "legs", 2: None, 3: "legs"}
+    recs[1] = dict(recs[1], size_bytes=NEW, front_bytes=OLD)
+    report(st, 1, state="in-sync", size_bytes=NEW)
+    assert phases(st, recs) == {1: None, 2: None, 3: "legs"}  # node 3's leg is not there yet
+    recs[3] = dict(recs[3], size_bytes=NEW, front_bytes=OLD)
+    report(st, 3, state="in-sync", size_bytes=NEW)
+    # 2. every leg reported at the new size: the primary grows md and its front end.
+    assert phases(st, recs) == {1: None, 2: "primary", 3: None}
+    recs[2] = dict(recs[2], size_bytes=NEW, front_bytes=NEW)
+    report(st, 2, state="in-sync", size_bytes=NEW)
+    # 3. then the secondaries' front ends (the hosts take the size from the optimized path first).
+    assert phases(st, recs) == {1: "front", 2: None, 3: "front"}
+    for me in (1, 3):
+        recs[me] = dict(recs[me], front_bytes=NEW)
+    assert phases(st, recs) == {1: None, 2: None, 3: None}
+
+
+def test_a_replica_node_that_does_not_report_the_new_size_holds_the_primary() -> None:
+    st = grown_map()
+    recs = {me: dict(ready(st, me)["v"], size_bytes=OLD) for me in (1, 2, 3)}
+    report(st, 1, state="in-sync", size_bytes=NEW)
+    del st["reports"][3]["replicas"][UUID]  # node 3 says nothing of it (down, restarting)
+    assert phases(st, recs)[2] is None
+
+
+class GrowOps:
+    """The node's `ops.call` edge for a grow on the primary, recording the calls in order (md and
+    the kernel target cannot run on this host: the lab runs the real ones)."""
+
+    def __init__(self, remotes: list[RemoteInfo], caps: MirrorCaps) -> None:
+        self.remotes = remotes
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.dp = type("DP", (), {"mirror_caps": caps, "name": "kernel"})()
+        self.saved: dict[str, Any] = {}
+
+    async def call(self, method: str, *args: Any) -> Any:
+        self.calls.append((method, args))
+        if method == "list_remotes":
+            return self.remotes
+        if method == "grow_mirror":
+            return MirrorInfo(args[0], "/dev/md/x", args[1], False, (), "clean", "idle")
+        return None
+
+
+def test_the_primary_grows_its_lv_then_sees_each_attached_leg_grown_then_md_then_the_front_end() -> None:
+    caps = MirrorCaps(8 * MiB, views=True, write_freeze=True, superblock=True, grow=True)
+    st = grown_map()
+    rec = dict(ready(st, 2)["v"], size_bytes=OLD, device="/dev/md/x")
+    n1 = names.replica_nqn(UUID, "1")
+    ops = GrowOps([RemoteInfo(n1, None, "live", "/dev/nvme1n1", None)], caps)  # node 3's leg is out
+    mirrors = MirrorOps(ops)
+    done: dict[str, Any] = {}
+    mirrors._finish = lambda d, vol: done.update(vol)  # type: ignore[method-assign]
+    asyncio.run(mirrors.grow({"name": "v", "size_bytes": NEW, "phase": "primary"}, rec))
+    order = [(m, a) for m, a in ops.calls if m != "list_remotes"]
+    assert order == [
+        ("resize_volume", ("pool2", rec["vol_id"], NEW + 8 * MiB)),  # the LV holds md's offset too
+        ("rescan_remote", (n1, NEW + 8 * MiB)),  # only the attached leg
+        ("grow_mirror", (names.mirror_id_for(UUID), NEW)),
+        ("revalidate_export", (rec["nqn"],)),
+    ]
+    assert done["size_bytes"] == done["front_bytes"] == NEW
+
+
+def test_a_secondary_grows_its_front_end_only_in_the_front_phase() -> None:
+    caps = MirrorCaps(8 * MiB, views=True, write_freeze=True, superblock=True, grow=True)
+    st = grown_map()
+    rec = dict(ready(st, 1)["v"], size_bytes=OLD)
+    ops = GrowOps([], caps)
+    mirrors = MirrorOps(ops)
+    done: dict[str, Any] = {}
+    mirrors._finish = lambda d, vol: done.update(vol)  # type: ignore[method-assign]
+    asyncio.run(mirrors.grow({"name": "v", "size_bytes": NEW, "phase": "legs"}, rec))
+    assert [m for m, _ in ops.calls] == ["resize_volume"]
+    assert done["size_bytes"] == NEW and done["front_bytes"] == OLD
+    ops.calls.clear()
+    asyncio.run(mirrors.grow({"name": "v", "size_bytes": NEW, "phase": "front"}, dict(done)))
+    assert ops.calls == [
+        ("ensure_view", (names.view_id_for(names.mirror_id_for(UUID)), rec["lv_device"], 8 * MiB, NEW)),
+        ("revalidate_export", (rec["nqn"],)),
+    ]
+    assert done["front_bytes"] == NEW
+
+
+def _ready_replicated(st: dict[str, Any], grow: bool) -> dict[str, Any]:
+    st["volumes"][UUID]["state"] = "ready"
+    for n in (1, 2, 3):
+        st["reports"][n].setdefault("dataplane", {})["mirror_grow"] = grow or n != 3
+    return st
+
+
+def test_the_leader_grows_a_replicated_volume_and_refuses_to_shrink_it() -> None:
+    st = _ready_replicated(three_node_map(), grow=True)
+    assert decide.volume_resize(st, {"name": "v", "size": NEW}) == (
+        "volume_resize",
+        {"name": "v", "size_bytes": NEW},
+    )
+    with pytest.raises(BadInput, match="volumes only grow") as err:
+        decide.volume_resize(st, {"name": "v", "size": OLD - MiB})
+    assert err.value.field == "size"
+
+
+def test_a_replica_node_whose_data_plane_cannot_grow_is_named() -> None:
+    st = _ready_replicated(three_node_map(), grow=False)
+    with pytest.raises(NotSupported, match="the data plane of s3 cannot grow") as err:
+        decide.volume_resize(st, {"name": "v", "size": NEW})
+    assert err.value.field == "name"
