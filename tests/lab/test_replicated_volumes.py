@@ -320,3 +320,57 @@ def test_a_primary_killed_with_writes_frozen_thaws_at_start_once_the_map_let_go(
     assert shown["state"] == "ready" and shown["freeze"] is None, shown
     ok(lab, console, "volume", "delete", "frz")
     cluster["made"].remove("frz")
+
+
+def _lv_md5(lab: Lab, vm: str, vol: dict[str, Any], size_mib: int) -> str:
+    lv = lab.sh(vm, f"lvs --noheadings -o lv_path -S lv_name=v_{vol['vol_id']}").stdout.strip()
+    assert lv, f"{vm} has no LV for {vol['name']}"
+    return _md5_region(lab, vm, lv, DATA_OFFSET_MIB, size_mib)
+
+
+def _wait_host_size(lab: Lab, dev: str, want: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while (have := int(lab.sh("h1", f"blockdev --getsize64 {dev}").stdout.strip() or 0)) != want:
+        assert time.monotonic() < deadline, f"the host sees {dev} at {have} bytes, not {want}"
+        time.sleep(2)
+
+
+@pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)
+def test_a_replicated_volume_grows_on_every_replica_and_the_host_sees_it_on_one_device(
+    lab: Lab, cluster: dict[str, Any]
+) -> None:
+    """Grow (issue 8): the host's multipath device takes the new size with every path live, data
+    written before stays, the new space takes writes with verify, and every leg holds the same bytes."""
+    name, grown = "g2", SIZE_MIB + 32
+    vol = ok(lab, "s1", "volume", "create", name, "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
+    cluster["made"].append(name)
+    nodes = [r["node"] for r in vol["replicas"]]
+    ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
+    lab.sh("h1", f"nvme connect-all -t tcp -a {lab.addr(vol['primary'])} -s 8009 {CONNECT_OPTS}", timeout=300)
+    _, head = _wait_paths(lab, vol["nqn"], 2)
+    dev = f"/dev/{head}"
+    lab.sh("h1", f"dd if=/dev/urandom of={dev} bs=1M count={SIZE_MIB} oflag=direct status=none", timeout=300)
+    before = _md5_region(lab, "h1", dev, 0, SIZE_MIB)
+    rc, out = nodeos(lab, "s2", "volume", "resize", name, "--size", "32MiB")
+    assert rc == 2 and out["error"]["field"] == "size", out  # shrinking stays refused
+    t0 = time.monotonic()
+    after = ok(lab, "s2", "volume", "resize", name, "--size", f"{grown}MiB")
+    assert after["size_bytes"] == grown * MIB
+    _wait_host_size(lab, dev, grown * MIB)
+    print(f"\nGROW {SIZE_MIB} -> {grown} MiB: host sees it after {time.monotonic() - t0:.1f} s")
+    paths, _ = _wait_paths(lab, vol["nqn"], 2)
+    assert sorted(p["ana"] for p in paths) == ["inaccessible", "optimized"]
+    assert _md5_region(lab, "h1", dev, 0, SIZE_MIB) == before
+    fio = (
+        f"fio --name=tail --filename={dev} --rw=randwrite --bs=4k --offset={SIZE_MIB}M --size=32M --direct=1 "
+        "--ioengine=libaio --iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=json"
+    )
+    job = json.loads(lab.sh("h1", fio, timeout=1200).stdout)["jobs"][0]
+    assert job["error"] == 0 and job["write"]["io_bytes"] > 0
+    lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
+    sums = {vm: _lv_md5(lab, vm, vol, grown) for vm in nodes}
+    assert len(set(sums.values())) == 1, sums
+    lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
+    ok(lab, "s1", "volume", "revoke", name, "--host", cluster["host"])
+    ok(lab, "s1", "volume", "delete", name)
+    cluster["made"].remove(name)
