@@ -13,24 +13,25 @@ import sys
 import pytest
 
 from nodeos.cluster.sim import run_seed
+from nodeos.cluster.sim.cli import run_seeds
 from nodeos.cluster.sim.failover_broken import FAILOVER_BROKEN_VARIANTS
 from nodeos.cluster.sim.failover_sim import failover_config
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(600)]
 
-# About 0.15 s of CPU per 3-node seed and 0.3 s per 5-node seed: 1,000 seeds would take this
-# file past its share of CI (~60 s on the 2-core CI machine). The larger runs are recorded in
-# docs/benchmarks.md.
-SEEDS_3 = range(1, 101)
-SEEDS_5 = range(1, 11)
+# 1,000 seeds, as issue 9 asks: about 0.14 s of CPU per 3-node seed and 0.28 s per 5-node
+# seed, run in two processes (the CLI's --jobs): ~75 s wall on the 2-core CI machine. The
+# 100,000-seed run is in docs/benchmarks.md.
+SEEDS_3 = range(1, 901)
+SEEDS_5 = range(1, 101)
+JOBS = 2
 
 
 def test_failover_seeds_no_violation() -> None:
     totals: dict[str, int] = {}
     for nodes, seeds in ((3, SEEDS_3), (5, SEEDS_5)):
-        for seed in seeds:
-            res = run_seed(seed, failover_config(nodes=nodes))
-            assert res.ok, f"seed {seed} ({nodes} nodes): {res.violation}\n" + "\n".join(res.trace[-60:])
+        for res in run_seeds(seeds, failover_config(nodes=nodes), JOBS):
+            assert res.ok, f"seed {res.seed} ({nodes} nodes): {res.violation}\n" + "\n".join(res.trace[-60:])
             for k, v in res.stats.items():
                 totals[k] = totals.get(k, 0) + v
     # The runs reached what the invariants are about: primaries called down and replaced,
@@ -39,7 +40,7 @@ def test_failover_seeds_no_violation() -> None:
     for key in ("failovers", "fences", "demotions", "rebuilds", "host_acked", "host_resubmitted", "crashes"):
         assert totals.get(key, 0) > 0, (key, totals)
     assert totals["elections"] > len(SEEDS_3) + len(SEEDS_5), totals
-    assert totals["failovers"] > 10, totals
+    assert totals["failovers"] > 100, totals
 
 
 CAUGHT_BY = {
