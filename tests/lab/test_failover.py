@@ -8,8 +8,10 @@ without an I/O error and resyncs when the VM returns; kept off past the re-place
 short for the last test), its replica is re-placed on the third VM and copied in full under
 I/O, and deleted from the VM when it returns. A drain moves the primary, then the replica.
 
-The longest I/O gap (fio's maximum completion latency) is printed and recorded in
-docs/benchmarks.md, never asserted: TCG timings are context, not hardware figures.
+The longest I/O gap (fio's maximum completion latency) and, for the old primary's full copy,
+rebuild MB/s against a raw copy of the same size over the same path are printed, appended to
+artifacts/lab/figures.txt and recorded in docs/benchmarks.md, never asserted: TCG timings are
+context, not hardware figures.
 
 CI runs the primary's power-off (about 10 min with the shared boot); the secondary's power-off,
 the drain, the re-placement past the grace and the network cut run with NODEOS_LAB_FULL=1
@@ -18,13 +20,16 @@ the drain, the re-placement past the grace and the network cut run with NODEOS_L
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodeos.dataplane.mirror_names import replica_nqn
 from nodeos.errors import OperationFailed
 from nodeos.lab import Lab
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
@@ -38,6 +43,9 @@ DATA_OFFSET_MIB = 8  # nodeos.dataplane.mirror_names.MIRROR_DATA_OFFSET
 # The host's side of a fast failover (docs/operations.md, "Failover: host settings").
 CONNECT_OPTS = "--keep-alive-tmo=5 --ctrl-loss-tmo=60 --reconnect-delay=2"
 FIO_RUNTIME_S = 180
+# The figures of every run, appended (pytest keeps a passing test's prints to itself).
+FIGURES = Path(os.environ.get("NODEOS_ARTIFACTS", Path(__file__).resolve().parents[2] / "artifacts"))
+FIGURES = FIGURES / "lab" / "figures.txt"
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +163,50 @@ def _healthy(lab: Lab, vm: str, name: str, nodes: list[str]) -> dict[str, Any] |
     return v if good else None
 
 
+def _figure(text: str) -> None:
+    """Print a figure and append it, with the time and the test, to FIGURES."""
+    print(f"\n{text}")
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    with FIGURES.open("a") as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC {test}: {text}\n")
+
+
+def _rebuild_s(lab: Lab, vm: str, vol: dict[str, Any], nid: int) -> float | None:
+    """Seconds from the map's last rebuild_started of nid's replica to its rebuild_finished."""
+    evs = [e for e in _events(lab, vm) if e.get("volume") == vol["uuid"] and e.get("node") == nid]
+    starts = [e for e in evs if e["kind"] == "rebuild_started"]
+    ends = [e for e in evs if e["kind"] == "rebuild_finished" and starts and e["seq"] > starts[-1]["seq"]]
+    return float(ends[0]["at"]) - float(starts[-1]["at"]) if ends else None
+
+
+def _raw_copy_s(lab: Lab, vm: str, vol: dict[str, Any], nid: int) -> tuple[float, str] | None:
+    """The rebuild's path without md: on the primary `vm`, dd (O_DIRECT both sides) the data
+    area of its own leg onto node nid's replica namespace, the leg the rebuild wrote (the legs
+    hold the same bytes, checked before, and no I/O runs: the copy changes nothing). Should the
+    kernel refuse writes to a leg md holds, the same namespace is read instead. (seconds, how)"""
+    lv = lab.sh(vm, f"lvs --noheadings -o lv_path -S lv_name=v_{vol['vol_id']}").stdout.strip()
+    area = f"bs=1M count={SIZE_MIB} iflag=direct status=none"
+    script = f"""
+dev=
+for b in /sys/block/nvme*; do
+  case ${{b##*/}} in *c*) continue;; esac
+  [ "$(cat $b/device/subsysnqn 2>/dev/null)" = "{replica_nqn(vol["uuid"], str(nid))}" ] && dev=/dev/${{b##*/}}
+done
+test -n "$dev"
+test -n "{lv}"
+s=$(date +%s%N)
+if dd if={lv} of=$dev skip={DATA_OFFSET_MIB} seek={DATA_OFFSET_MIB} oflag=direct {area}; then how=write
+else s=$(date +%s%N); dd if=$dev of=/dev/null skip={DATA_OFFSET_MIB} {area}; how=read; fi
+echo $how $(( ($(date +%s%N) - s) / 1000000 ))"""
+    res = lab.sh(vm, script, timeout=300, check=False)
+    if res.rc != 0:
+        print(f"raw copy on {vm} not measured: {res.stdout} {res.stderr}")
+        return None
+    how, ms = res.stdout.split()[-2:]
+    return int(ms) / 1000, how
+
+
 def _gap_s(job: dict[str, Any]) -> float:
     """The longest I/O: writes and verify reads both stall on a dead path."""
     return max(float(job[rw]["lat_ns"]["max"]) for rw in ("read", "write")) / 1e9
@@ -198,13 +250,35 @@ def test_primary_powered_off_io_moves_on_and_the_old_primary_rejoins_copied_in_f
     # The old primary returns: it must come back as a secondary, copied from the new primary.
     lab.start(old)
     wait_daemon(lab, old)
+    up_at = time.monotonic()
     back = _wait("the volume healthy again", lambda: _healthy(lab, new, name, nodes), timeout=900, every=5)
+    healthy_s = time.monotonic() - up_at
     assert back["primary"] == new and back["epoch"] == moved["epoch"]
     ana = {n: "optimized" if n == new else "inaccessible" for n in nodes}
     assert {r["node"]: r["ana_state"] for r in back["replicas"]} == ana
     lab.sh("h1", f"sync; blockdev --flushbufs {dev}")
     sums = {vm: _md5_on(lab, vm, vol) for vm in nodes}
     assert len(set(sums.values())) == 1, sums
+    # Rebuild MB/s against a raw copy of the same size on the same path, in the same run.
+    rebuild_s = _rebuild_s(lab, new, vol, node_old["id"])
+    raw_s = _raw_copy_s(lab, new, vol, node_old["id"])
+    mb = SIZE_MIB * 1024 * 1024 / 1e6
+
+    def rate(s: float | None) -> str:
+        return f"{mb / s:.1f} MB/s ({SIZE_MIB} MiB in {s:.1f} s)" if s else "not measured"
+
+    raw = (
+        f"{rate(raw_s[0])} (dd O_DIRECT, {new}'s leg "
+        + ("->" if raw_s[1] == "write" else "<-")
+        + f" {old}'s replica namespace over NVMe/TCP)"
+        if raw_s
+        else "not measured"
+    )
+    _figure(
+        f"primary power-off ({replicas} replicas): failover seen after {took:.1f} s, longest I/O "
+        f"{_gap_s(job):.1f} s; the old primary back: healthy {healthy_s:.0f} s after its daemon was up, "
+        f"rebuild {rate(rebuild_s)} (map events rebuild_started -> rebuild_finished) vs raw {raw}"
+    )
     # The device stays writable and consistent on the new primary with both legs back.
     check = (
         f"fio --name=check --filename={dev} --rw=randwrite --bs=4k --size={SIZE_MIB // 2}M --direct=1 "
