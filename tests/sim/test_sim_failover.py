@@ -91,3 +91,12 @@ def test_cli_failover_workload_ok_and_failing_seed_reproduces() -> None:
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "seed 1: INVARIANT VIOLATED" in bad.stdout and "acknowledged write lost" in bad.stdout
     assert "--workload failover --broken ack_degraded" in bad.stdout
+    rate = subprocess.run(
+        [*cmd, "--seeds", "1..3", "--broken", "ack_degraded", "--keep-going", "--trace-lines", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rate.returncode == 1, rate.stdout + rate.stderr
+    assert "3 of 3 seeds (1..3), 3 nodes, violated an invariant" in rate.stdout
+    assert "acknowledged write lost 3; seeds 1 2 3" in rate.stdout

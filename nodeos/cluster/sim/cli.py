@@ -123,6 +123,12 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
     help="the nodes' disks: MemoryStorage, or the daemon's log file / the LMDB storage, reopened "
     "after every crash",
 )
+@click.option(
+    "--keep-going",
+    is_flag=True,
+    help="run every seed and count those that violate an invariant (a broken variant's catch rate); "
+    "the first one's trace is printed",
+)
 @click.option("--quiet", is_flag=True, help="no progress line")
 def main(
     nodes: int,
@@ -135,6 +141,7 @@ def main(
     jobs: int,
     storage: str,
     workload: str,
+    keep_going: bool,
     quiet: bool,
 ) -> None:
     seeds = parse_seeds(seeds_text)
@@ -153,26 +160,42 @@ def main(
     jobs = jobs or os.cpu_count() or 1
     t0 = time.monotonic()
     totals: dict[str, int] = {}
+    failed: list[SeedResult] = []
     for i, res in enumerate(run_seeds(seeds, cfg, jobs)):
-        seed = res.seed
         for k, v in res.stats.items():
             totals[k] = totals.get(k, 0) + v
         if not res.ok:
-            lines = res.trace if trace_lines == 0 else res.trace[-trace_lines:]
-            click.echo("\n".join(lines))
-            click.echo(f"\nseed {seed}: INVARIANT VIOLATED at {res.time_ms} ms: {res.violation}")
-            click.echo(
-                f"reproduce: nodeos-sim --nodes {nodes} --seeds {seed}..{seed}"
-                + (f" --duration-ms {duration_ms}" if duration_ms != (5000 if fo else 1500) else "")
-                + (f" --settle-ms {settle_ms}" if settle_ms != (12000 if fo else 5000) else "")
-                + (f" --storage {storage}" if storage != "memory" else "")
-                + (f" --workload {workload}" if workload != "opaque" else "")
-                + (f" --broken {broken}" if broken else "")
-            )
-            sys.exit(1)
+            failed.append(res)
+            if not keep_going:
+                break
         if not quiet and (i + 1) % 100 == 0:
             click.echo(f"{i + 1}/{len(seeds)} seeds ok ({time.monotonic() - t0:.0f}s)", err=True)
     elapsed = time.monotonic() - t0
+    if failed:
+        res = failed[0]
+        lines = res.trace if trace_lines == 0 else res.trace[-trace_lines:]
+        click.echo("\n".join(lines))
+        click.echo(f"\nseed {res.seed}: INVARIANT VIOLATED at {res.time_ms} ms: {res.violation}")
+        click.echo(
+            f"reproduce: nodeos-sim --nodes {nodes} --seeds {res.seed}..{res.seed}"
+            + (f" --duration-ms {duration_ms}" if duration_ms != (5000 if fo else 1500) else "")
+            + (f" --settle-ms {settle_ms}" if settle_ms != (12000 if fo else 5000) else "")
+            + (f" --storage {storage}" if storage != "memory" else "")
+            + (f" --workload {workload}" if workload != "opaque" else "")
+            + (f" --broken {broken}" if broken else "")
+        )
+        if keep_going:
+            kinds: dict[str, int] = {}
+            for r in failed:
+                kind = (r.violation or "?").split(":", 1)[0]
+                kinds[kind] = kinds.get(kind, 0) + 1
+            click.echo(
+                f"{len(failed)} of {len(seeds)} seeds ({seeds.start}..{seeds.stop - 1}), {nodes} nodes, "
+                f"violated an invariant in {elapsed:.1f}s: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+                + f"; seeds {' '.join(str(r.seed) for r in failed[:20])}{' ...' if len(failed) > 20 else ''}"
+            )
+        sys.exit(1)
     summary = ", ".join(f"{k}={v}" for k, v in sorted(totals.items()))
     click.echo(
         f"{len(seeds)} seeds ({seeds.start}..{seeds.stop - 1}), {nodes} nodes: no invariant violated "
