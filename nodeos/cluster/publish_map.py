@@ -188,7 +188,8 @@ def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
 
 def settle_node(st: dict[str, Any], nid: int) -> None:
     """After node `nid`'s report (or health) changed: settle what it holds or feeds."""
-    for pub in list(section(st).values()):
+    for uuid in sorted(section(st)):  # not dict order: every node records events in one order
+        pub = section(st)[uuid]
         if any(s["node"] == nid for s in pub["placement"]):
             settle_published(st, pub)
 
