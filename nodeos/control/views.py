@@ -206,7 +206,7 @@ def pool_view(st: dict[str, Any], p: dict[str, Any]) -> dict[str, Any]:
 
 
 def host_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
-    vols = st["volumes"].values()
+    vols = [*st["volumes"].values(), *(st.get("published") or {}).values()]  # published too (issue 13)
     return [
         {
             "nqn": h["nqn"],
