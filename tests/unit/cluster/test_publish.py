@@ -12,7 +12,7 @@ import pytest
 from nodeos.cluster.publish import copy_plan, parse_replicas
 from nodeos.cluster.sim.invariants import Violation
 from nodeos.cluster.sim.mapcheck import check_state
-from nodeos.control import decide
+from nodeos.control import decide, views
 from nodeos.errors import BadInput, NotFound, NotSupported, OperationFailed
 from tests.unit.cluster.test_snapshot_map import in_sync
 from tests.unit.cluster.test_storage_map import GiB, M, cluster, create
@@ -182,6 +182,7 @@ def test_grants_and_unpublish_refused_while_hosts_are_connected_unless_forced() 
     cmd, args = decide.volume_hosts(m.st, {"name": "model", "host": "nqn.h1"}, True)
     m.ok(cmd, **args)
     assert pub["hosts"] == ["nqn.h1"]
+    assert views.host_rows(m.st)[0]["volumes"] == ["model"]  # `nodeos host list`
     assert m.do("host_remove", nqn="nqn.h1")["error"]["field"] == "host"  # granted: stays
     with pytest.raises(BadInput) as err:
         decide.volume_delete(m.st, {"name": "model"})
