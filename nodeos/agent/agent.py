@@ -22,6 +22,7 @@ from nodeos.agent.legs import Sent, in_sync_called
 from nodeos.agent.legwatch import LegWatch
 from nodeos.agent.plan import Step, plan
 from nodeos.agent.published import Published
+from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
 from nodeos.node import crash, inventory
@@ -85,10 +86,7 @@ class Agent:
     async def stop(self) -> None:
         self.published.stop()
         await self.legwatch.stop()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     def _dp_down(self) -> str | None:
         fn = getattr(self.node, "dataplane_down", None)

@@ -21,13 +21,13 @@ renewal: its lease runs out and the leader fails its primaries over, as for a de
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodeos.cluster.failover import LeaseTiming
+from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError
 
 LOG = logging.getLogger("nodeosd.lease")
@@ -60,11 +60,7 @@ class LeaseKeeper:
         self._tasks = [asyncio.create_task(self._renew_loop()), asyncio.create_task(self._fence_loop())]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(*self._tasks)
 
     def valid(self, now: float) -> bool:
         return self.granted_at is not None and now - self.granted_at < self.timing.fence_after_s

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import os
 import time
@@ -63,6 +62,7 @@ from nodeos.cluster.raft.types import HardState
 from nodeos.cluster.raft_logfile import LogFileRaftStorage
 from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
+from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.observe.journal import log_event
 from nodeos.observe.latency import LatencyHistogram
 from nodeos.store.lmdb_store import storage_error
@@ -150,11 +150,7 @@ class RaftDriver:
         self._wake.set()
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self._tasks)
         # A write already on the disk thread finishes (LMDB commits it whole or not at all).
         await asyncio.get_running_loop().run_in_executor(None, self._disk.shutdown)
         self._fail_pending(NotLeader("the cluster service is stopping"))

@@ -45,6 +45,7 @@ from nodeos.cluster.rotation import SecretRotation
 from nodeos.cluster.supervisor import MemberSupervisor
 from nodeos.cluster.token import SECRET_BYTES, decode_token
 from nodeos.cluster.transport import PeerTransport
+from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import AlreadyExists, BadInput, NodeosError
 
 log = logging.getLogger("nodeosd.cluster")
@@ -138,16 +139,8 @@ class ClusterService(MemberSupervisor, MemberCredentials, SecretRotation, CaRota
         self._secret_watch = asyncio.get_running_loop().create_task(self._watch_secret())
 
     async def stop(self) -> None:
-        if self._secret_watch is not None:
-            self._secret_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._secret_watch
-            self._secret_watch = None
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
-            self._supervisor = None
+        await cancel_and_wait(self._secret_watch, self._supervisor)
+        self._secret_watch = self._supervisor = None
         await self._stop_member()
         if self.meta is not None:
             self.meta.close()

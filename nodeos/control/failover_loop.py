@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
@@ -22,6 +21,7 @@ from nodeos.cluster.leader_ops import int_param
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.raft import StateRole
 from nodeos.cluster.replace import ReplacePolicy
+from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError, NotFound
 
 LOG = logging.getLogger("nodeosd.failover")
@@ -48,10 +48,7 @@ class FailoverLoop:
 
     async def stop(self) -> None:
         self.cluster.leader_handlers.pop("lease", None)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     def _leading(self, d: Any) -> failover.Leases | None:
         """The lease table of this leadership (a new term starts a fresh one)."""

@@ -4,9 +4,10 @@ the leg watch): one failed tick is logged and the next one comes on time."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+
+from nodeos.daemon.stopguard import cancel_and_wait
 
 
 class Periodic:
@@ -20,10 +21,7 @@ class Periodic:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def tick(self) -> None:
         raise NotImplementedError

@@ -40,6 +40,23 @@ def pending_tasks(exclude: asyncio.Task[Any] | None = None) -> str:
     return buf.getvalue()
 
 
+async def cancel_and_wait(*tasks: asyncio.Task[Any] | None, every_s: float = 0.5) -> None:
+    """Cancel the tasks and wait until each has ended, cancelling again while one runs on.
+
+    Python 3.11's asyncio.wait_for returns the inner result when a cancellation meets a result
+    arriving at the same moment, so a loop goes on as if never cancelled: a single cancel and
+    an await hung nodeosd's stop in CI (the lease keeper's renew loop, after a forwarded renew
+    returned just as it was cancelled). A repeated cancel lands at the loop's next await."""
+    pending = {t for t in tasks if t is not None and not t.done()}
+    while pending:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=every_s)
+    for t in tasks:
+        if t is not None and not t.cancelled() and t.exception() is not None:
+            LOG.warning("task %s had ended with: %r", t.get_name(), t.exception())
+
+
 async def bounded_stop(name: str, aw: Awaitable[None], timeout_s: float = SERVICE_STOP_S) -> bool:
     """Await a service's stop for at most timeout_s; True when it finished (a failure is logged)."""
     task = asyncio.ensure_future(aw)

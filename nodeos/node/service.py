@@ -11,11 +11,11 @@ the map. All data plane changes are serialized by one lock and one worker thread
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
 from nodeos.daemon.service import DaemonContext, Handler
+from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError, NotSupported
 
 from . import crash, dpwatch, inventory, model
@@ -157,10 +157,7 @@ class NodeService(NodeBase):
             await self.dpwatch.stop()
         if self.agent is not None:
             await self.agent.stop()
-        if self._retry_task is not None:
-            self._retry_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retry_task
+        await cancel_and_wait(self._retry_task)
 
     async def _retry_loop(self) -> None:
         while True:

@@ -33,6 +33,7 @@ from nodeos import __version__
 from nodeos.cluster import events as map_events
 from nodeos.cluster.errors import OutcomeUnknown
 from nodeos.daemon.logsetup import fields
+from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import BadInput, NodeosError
 from nodeos.observe import events as ev
 from nodeos.observe import iostat, metrics, sources
@@ -161,11 +162,7 @@ class ObserveService:
         self._sender = asyncio.create_task(self._send_events())
 
     async def stop(self) -> None:
-        for task in (self._task, self._sender):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await cancel_and_wait(self._task, self._sender)
         if self.server is not None:
             await asyncio.to_thread(self.server.shutdown)
             self.server.server_close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.daemon.stopguard import bounded_stop
+from nodeos.daemon.stopguard import bounded_stop, cancel_and_wait
 
 RELEASED = asyncio.Event()
 
@@ -96,3 +96,25 @@ def test_a_process_whose_stop_hangs_exits_at_the_deadline_with_every_threads_sta
     assert time.monotonic() - t0 < 20
     assert "the stop did not finish within 0.5 s" in r.stderr
     assert "hang_in_worker" in r.stderr, r.stderr  # the stuck thread's stack is in the log
+
+
+def test_a_loop_that_swallowed_its_cancellation_is_cancelled_again_until_it_ends() -> None:
+    # Python 3.11's wait_for may hand back a result instead of the CancelledError when both
+    # arrive at once: the loop then goes on to its next await as if nothing happened.
+    async def loop_that_swallows_once() -> None:
+        swallowed = False
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed = True
+
+    async def main() -> bool:
+        t = asyncio.create_task(loop_that_swallows_once())
+        await asyncio.sleep(0.05)
+        await cancel_and_wait(t, None, every_s=0.05)
+        return t.cancelled()
+
+    assert run_bounded(main, limit_s=10) is True
