@@ -433,8 +433,10 @@ def test_primary_cut_off_fences_itself_and_after_heal_is_copied_from_the_new_pri
     vol, nodes, dev = _volume_under_fio(lab, cluster, name)
     old, new = vol["primary"], next(n for n in nodes if n != vol["primary"])
     lab.cut(old)
+    cut_at = time.monotonic()
     try:
         moved = _wait("the primary moved", lambda: (v := _show(lab, new, name))["primary"] == new and v, 300)
+        took = time.monotonic() - cut_at
         assert moved["epoch"] == vol["epoch"] + 1, moved
         # The cut-off node, still running, fenced itself: its front end refuses I/O.
         log = _journal(lab, old, since)
@@ -449,7 +451,7 @@ def test_primary_cut_off_fences_itself_and_after_heal_is_copied_from_the_new_pri
         lab.heal(old)
     job = _fio_result(lab, "fo2c")
     assert job["error"] == 0, job.get("error")
-    print(f"\nprimary cut off: longest I/O {_gap_s(job):.1f} s")
+    print(f"\nprimary cut off: failover seen after {took:.1f} s; longest I/O {_gap_s(job):.1f} s")
     back = _wait("the volume healthy again", lambda: _healthy(lab, new, name, nodes), timeout=900, every=5)
     assert back["primary"] == new
     log = _journal(lab, old, since)
