@@ -4,15 +4,20 @@ the primary's step does in what order, and what the leader accepts."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodeos.control import decide
+from nodeos.daemon.main import NODE_DBS
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import MirrorCaps, MirrorInfo, RemoteInfo
+from nodeos.dataplane.select import NoDataPlane
 from nodeos.errors import BadInput, NotSupported
 from nodeos.node.mirror_ops import MirrorOps
+from nodeos.node.ops import Ops
+from nodeos.store.lmdb_store import Store
 from tests.unit.agent.test_failover_plan import ready, report, steps
 from tests.unit.node.test_replicas import UUID, three_node_map
 
@@ -150,3 +155,58 @@ def test_a_replica_node_whose_data_plane_cannot_grow_is_named() -> None:
     with pytest.raises(NotSupported, match="the data plane of s3 cannot grow") as err:
         decide.volume_resize(st, {"name": "v", "size": NEW})
     assert err.value.field == "name"
+
+
+class GrowingDataPlane(NoDataPlane):
+    """The witness data plane with the kernel's mirror caps and the calls a grow makes recorded
+    (md and the kernel target cannot run on this host: the lab runs the real ones)."""
+
+    mirror_caps = MirrorCaps(8 * MiB, views=True, write_freeze=True, superblock=True, grow=True)
+
+    def __init__(self, remotes: list[RemoteInfo]) -> None:
+        self.remotes = remotes
+        self.calls: list[str] = []
+
+    def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> Any:
+        self.calls.append(f"lv {size_bytes}")
+
+    def list_remotes(self) -> list[RemoteInfo]:
+        return self.remotes
+
+    def rescan_remote(self, nqn: str, min_bytes: int) -> str:
+        self.calls.append(f"rescan {min_bytes}")
+        return "/dev/nvme1n1"
+
+    def grow_mirror(self, mirror_id: str, size_bytes: int) -> MirrorInfo:
+        self.calls.append(f"md {size_bytes}")
+        return MirrorInfo(mirror_id, "/dev/md/x", size_bytes, False, (), "clean", "idle")
+
+    def revalidate_export(self, nqn: str) -> None:
+        self.calls.append("revalidate")
+
+
+def test_a_grow_interrupted_on_the_primary_is_finished_at_start(tmp_path: Path) -> None:
+    """kill -9 after the intent (or at any crash point of it): recovery rolls the grow forward,
+    every step again (each is idempotent), and the record ends ready at the new size."""
+    st = grown_map()
+    rec = dict(ready(st, 2)["v"], size_bytes=OLD, device="/dev/md/x", state="resizing")
+    store = Store(tmp_path / "node", dbs=NODE_DBS)
+    try:
+        with store.write() as txn:
+            txn.put("volumes", "v", rec)
+            Ops.begin(txn, "volume.resize", {"name": "v", "size_bytes": NEW, "phase": "primary"})
+        dp = GrowingDataPlane([RemoteInfo(names.replica_nqn(UUID, "1"), None, "live", "/dev/nvme1n1", None)])
+
+        async def direct(fn: Any, *args: Any) -> Any:
+            return fn(*args)
+
+        report = asyncio.run(Ops(store, dp, direct, lambda: ()).recover())
+        assert [(r["op"], r["action"], r["result"]) for r in report] == [("volume.resize", "forward", "ok")]
+        leg = NEW + 8 * MiB
+        assert dp.calls == [f"lv {leg}", f"rescan {leg}", f"md {NEW}", "revalidate"]
+        with store.read() as txn:
+            got = txn.get("volumes", "v")
+            assert [v for _, v in txn.items("intents")] == []
+        assert got["state"] == "ready" and got["size_bytes"] == got["front_bytes"] == NEW
+    finally:
+        store.close()
