@@ -173,7 +173,8 @@ done""",
     assert whole == pub["checksum"]
     got = lab.sh(
         "h1",
-        f"mount -o ro,noload {dev} /mnt/model && (cd /mnt/model && md5sum shard*); umount /mnt/model",
+        f"mkdir -p /mnt/model && mount -o ro,noload {dev} /mnt/model && "
+        "(cd /mnt/model && md5sum shard*); umount /mnt/model",
         timeout=600,
     ).stdout
     assert got == sums
