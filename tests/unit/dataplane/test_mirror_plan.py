@@ -474,3 +474,18 @@ def test_a_revoked_host_whose_controller_outlives_fatal_is_cut_by_relinking(tmp_
     assert (dbg / nqn / "ctrl1" / "state").read_text() == "fatal"
     # still listed after the fatal write: the subsystem was unlinked and linked again
     assert os.path.exists(link) and os.readlink(link) != before
+
+
+def test_a_read_only_view_fails_writes_in_the_target_and_is_never_reloaded() -> None:
+    """A published volume's view (issue 13): dm-flakey permanently down with error_writes
+    (reads pass through), made once; an existing one is kept as it is."""
+    assert md.read_only_table("253:4", 8 * MIB, 64 * MIB) == "0 131072 flakey 253:4 16384 0 1 1 error_writes"
+    runs = _Runs()
+    md.MdMirrors(runner=runs).ensure_view("5b0e", "/dev/null", 0, 64 * MIB, True)  # type: ignore[arg-type]
+    assert runs.cmds[1:] == [
+        ["modprobe", "dm-flakey"],
+        ["dmsetup", "create", "nodeos-view-5b0e", "--table", "0 131072 flakey 1:3 0 0 1 1 error_writes"],
+    ]
+    kept = _Runs(table="0 131072 flakey 1:3 0 0 1 1 error_writes")
+    md.MdMirrors(runner=kept).ensure_view("5b0e", "/dev/null", 0, 128 * MIB, True)  # type: ignore[arg-type]
+    assert kept.cmds == [["dmsetup", "table", "nodeos-view-5b0e"]]
