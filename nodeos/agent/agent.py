@@ -208,6 +208,8 @@ class Agent:
                 LOG.error("%s of mirror %s failed: %s", act.kind, mid, err.message)
                 if act.kind == "freeze":
                     aborts.append((str(act.snap), f"the writes could not be frozen: {err.message}"))
+                    # checked again next pass: a freeze that timed out may still take hold
+                    fz.found_frozen.add(act.vol_uuid)
                 continue
             if act.kind == "expire":
                 fz.expired.add(str(act.snap))

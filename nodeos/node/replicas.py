@@ -110,7 +110,8 @@ def mirror_spec(vol: dict[str, Any], members: list[str], create: bool, caps: Mir
         size_bytes=int(vol["size_bytes"]),
         data_offset_bytes=caps.data_offset_bytes,
         create=create,
-        adopt_uuid=vol.get("adopt_uuid") if create else None,
+        # a clone's legs carry its origin's superblock; without superblocks there is nothing to adopt
+        adopt_uuid=vol.get("adopt_uuid") if create and caps.superblock else None,
     )
 
 

@@ -23,6 +23,7 @@ from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
 from nodeos.dataplane.spdk.errors import map_error
+from nodeos.dataplane.spdk.freeze import home_group, is_freeze_group
 from nodeos.dataplane.spdk.mirror import SpdkMirrors, is_stand_in, raid_of
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, NotSupported, OperationFailed
@@ -71,6 +72,7 @@ class SpdkDataPlane(SpdkMirrors):
         # The connection the transports were last checked on: a target reached on a new one may
         # have restarted, empty (its transports gone with it; a re-export's listeners need them).
         self._transports_checked_on: int | None = None
+        self.front_ends: dict[str, str] = {}  # mirror id -> its front end's NQN (spdk/freeze.py)
 
     # ---- RPC with clear errors -----------------------------------------------------------
     def call(self, req: rq.Request) -> Any:
@@ -109,7 +111,7 @@ class SpdkDataPlane(SpdkMirrors):
             "discovery_svcid": self.discovery_svcid,
             "connections_visible": True,  # nvmf_subsystem_get_controllers
             # raid1 over bdev_nvme without superblock (spdk/mirror.py): full-copy rebuilds only
-            "mirrors": {"data_offset": 0, "write_intent_bitmap": False, "write_freeze": False},
+            "mirrors": {"data_offset": 0, "write_intent_bitmap": False, "write_freeze": True},
         }
 
     # ---- transports ------------------------------------------------------------------
@@ -392,6 +394,8 @@ class SpdkDataPlane(SpdkMirrors):
                 )
             )
             sub = self._subsystem(nqn) or {}
+        if mirror and not stand_in:
+            self.front_ends[bdev] = nqn
         try:
             self._apply_into(spec, sub, bdev)
         except Exception:
@@ -405,18 +409,15 @@ class SpdkDataPlane(SpdkMirrors):
         ns = parse.subsystem_ns1(sub)
         uuid, nguid = normalize_uuid(spec.uuid), normalize_nguid(spec.nguid)
         want_ns = (uuid, nguid, spec.ana_group)
+        group = int((ns or {}).get("anagrpid", 1))  # a frozen namespace stays frozen (spdk/freeze.py)
         if ns is not None:
-            have = (
-                str(ns.get("uuid", "")).lower(),
-                str(ns.get("nguid", "")).lower(),
-                int(ns.get("anagrpid", 1)),
-            )
+            have = (str(ns.get("uuid", "")).lower(), str(ns.get("nguid", "")).lower(), home_group(group))
             same_bdev = bdev in (ns.get("bdev_name"), ns.get("name")) or ns.get("bdev_name") == self._uuid_of(
                 bdev
             )
             if have != want_ns or not same_bdev:
                 self.call(rq.remove_ns(nqn, 1))
-                ns = None
+                ns, group = None, spec.ana_group
         if ns is None:
             self.call(rq.add_ns(nqn, bdev, 1, uuid=uuid, nguid=nguid, anagrpid=spec.ana_group))
         # Hosts before listeners: the subsystem is never reachable with a stale host list.
@@ -437,6 +438,8 @@ class SpdkDataPlane(SpdkMirrors):
             if _norm(li) not in have_l:
                 self.call(rq.add_listener(nqn, li))
             self.call(rq.set_ana_state(nqn, li, spec.ana_state, spec.ana_group))
+            if is_freeze_group(group):  # a listener added while frozen holds the writes too
+                self.call(rq.set_ana_state(nqn, li, "inaccessible", group))
         for li in have_l - {_norm(x) for x in spec.listeners}:
             self.call(rq.remove_listener(nqn, li))
         self._ensure_discovery(spec.listeners)
@@ -488,7 +491,7 @@ class SpdkDataPlane(SpdkMirrors):
         if a and a.startswith(LVS_PREFIX):
             lvs, _, vol_id = a.partition("/")
             pool_id = lvs[len(LVS_PREFIX) :]
-        grp = int(ns.get("anagrpid", 1))
+        grp = home_group(int(ns.get("anagrpid", 1)))  # a freeze is not a state of the export
         listeners = tuple(parse.listener_of(x) for x in sub.get("listen_addresses") or [])
         ana = None
         if listeners:
@@ -533,7 +536,9 @@ class SpdkDataPlane(SpdkMirrors):
             return False
         grp = int((parse.subsystem_ns1(sub) or {}).get("anagrpid", 1))
         for a in sub.get("listen_addresses") or []:
-            self.call(rq.set_ana_state(nqn, parse.listener_of(a), "inaccessible", grp))
+            # the home group too while frozen (spdk/freeze.py): a thaw lands in a fenced group
+            for g in sorted({grp, home_group(grp)}):
+                self.call(rq.set_ana_state(nqn, parse.listener_of(a), "inaccessible", g))
         return True
 
 

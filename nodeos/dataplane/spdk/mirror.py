@@ -13,7 +13,9 @@ What differs from md (kernel/mirror.py), per ../shared/replication/spdk-raid1.md
   that is current first. SPDK runs one rebuild per mirror at a time: the members it could not add
   yet stay `missing` until the next `assemble_mirror`.
 - A failed leg leaves its slot at once (no `faulty` state): it shows as `missing`.
-- No write freeze: SPDK has no RPC that holds a bdev's writes, so freeze is refused.
+- Write freeze at the front end (spdk/freeze.py): no RPC holds a bdev's writes, but the primary's
+  raid is written only through its front-end subsystem, whose namespace is moved into an ANA
+  group that is inaccessible everywhere (SPDK drains its outstanding I/O for the move).
 - No linear views (nvmf claims a bdev for one subsystem): ensure_view is refused; a secondary's
   lvol is its replica export's, and its ANA inaccessible front end is a null stand-in (block_view).
 Pure parts first (request builders, checks, parsers), then `SpdkMirrors`, mixed into the backend.
@@ -38,6 +40,7 @@ from nodeos.dataplane.mirror_names import (
 )
 from nodeos.dataplane.no_mirrors import NoMirrors
 from nodeos.dataplane.spdk import parse
+from nodeos.dataplane.spdk.freeze import SpdkFreeze
 from nodeos.dataplane.spdk.requests import (
     Request,
     listen_address,
@@ -56,8 +59,9 @@ from nodeos.dataplane.spec_checks import check_listener
 from nodeos.errors import BadInput, EnvironmentProblem, NodeosError, NotFound, NotSupported, OperationFailed
 
 DATA_OFFSET = 0  # no superblock: data starts at block 0 of every member
-# raid1 without superblock: no data offset, no views (a secondary's front end is a stand-in), no freeze
-SPDK_MIRROR_CAPS = MirrorCaps(DATA_OFFSET, views=False, write_freeze=False, superblock=False)
+# raid1 without superblock: no data offset, no views (a secondary's front end is a stand-in); the
+# write freeze holds the front end (spdk/freeze.py)
+SPDK_MIRROR_CAPS = MirrorCaps(DATA_OFFSET, views=False, write_freeze=True, superblock=False)
 STAND_IN_BLOCK = 4096
 CTRL_PREFIX = "nodeos_rep_"
 HOLD_SUFFIX = "_hold"
@@ -238,8 +242,8 @@ def remote_infos(ctrls: list[dict[str, Any]], nguid_of: dict[str, str]) -> list[
 
 
 # ---- edge -------------------------------------------------------------------------------
-class SpdkMirrors(NoMirrors):
-    """The mirror half of SpdkDataPlane (which provides call() and _maybe())."""
+class SpdkMirrors(SpdkFreeze, NoMirrors):
+    """The mirror half of SpdkDataPlane (which provides call(), _maybe() and _subsystem())."""
 
     mirror_caps = SPDK_MIRROR_CAPS
 
@@ -444,24 +448,6 @@ class SpdkMirrors(NoMirrors):
             )
         if b is not None or any(r.get("name") == mirror_id for r in self.call(raid_get_bdevs("all")) or []):
             self.call(raid_delete(mirror_id))
-
-    def _no_freeze(self) -> NotSupported:
-        return NotSupported(
-            "SPDK cannot hold a bdev's writes (no such RPC): the spdk data plane has no mirror write "
-            "freeze, so crash-consistent snapshots of replicated volumes are not available on it",
-            field="mirror_id",
-        )
-
-    def freeze_mirror_writes(self, mirror_id: str) -> None:
-        check_mirror_id(mirror_id)
-        raise self._no_freeze()
-
-    def thaw_mirror_writes(self, mirror_id: str) -> None:
-        check_mirror_id(mirror_id)  # nothing is ever held
-
-    def mirror_writes_frozen(self, mirror_id: str) -> bool:
-        check_mirror_id(mirror_id)
-        return False
 
     def wipe_mirror_member(self, device: str) -> None:
         """Nothing to wipe: members carry no superblock, and a leg always comes back by a full copy."""

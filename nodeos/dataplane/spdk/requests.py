@@ -221,6 +221,12 @@ def set_ana_state(nqn: str, li: Listener, state: str, anagrpid: int | None = Non
     )
 
 
+def set_ns_ana_group(nqn: str, nsid: int, anagrpid: int) -> Request:
+    """Moves a namespace to another ANA group; SPDK pauses the namespace for it (its outstanding
+    I/O completes first, new I/O waits and then sees the new group's state)."""
+    return "nvmf_subsystem_set_ns_ana_group", {"nqn": nqn, "nsid": nsid, "anagrpid": anagrpid}
+
+
 def add_host(nqn: str, host: str, dhchap_key: str | None = None) -> Request:
     return "nvmf_subsystem_add_host", _clean({"nqn": nqn, "host": host, "dhchap_key": dhchap_key})
 

@@ -170,3 +170,18 @@ def test_remotes_from_controllers() -> None:
 
 def test_namespace_bdev_is_found_by_nguid() -> None:
     assert sm.nguid_uuid(REMOTE.nguid.upper()).replace("-", "") == REMOTE.nguid
+
+
+# ---- write freeze at the front end (spdk/freeze.py) --------------------------------------
+def test_a_freeze_group_names_its_home_group_and_stays_within_spdks_32_groups() -> None:
+    from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE, ANA_GROUP_OPTIMIZED
+    from nodeos.dataplane.spdk import freeze
+
+    for home in (ANA_GROUP_OPTIMIZED, ANA_GROUP_INACCESSIBLE):
+        fg = freeze.freeze_group(home)
+        assert freeze.is_freeze_group(fg) and not freeze.is_freeze_group(home)
+        assert freeze.home_group(fg) == home == freeze.home_group(home)
+        assert fg <= 32
+    sub = {"namespaces": [{"nsid": 1, "bdev_name": "nodeos-" + "a" * 24, "anagrpid": 17}]}
+    assert freeze.ns1_group(sub) == 17 and freeze.exports_bdev(sub, "nodeos-" + "a" * 24)
+    assert not freeze.exports_bdev(None, "nodeos-" + "a" * 24)

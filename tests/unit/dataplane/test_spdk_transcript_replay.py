@@ -231,6 +231,7 @@ UNRECORDED: list[rq.Request] = [
         anagrpid=2,
     ),
     rq.create_subsystem(CNODE1, "S1", "nodeos volume", min_cntlid=1, max_cntlid=100),
+    rq.set_ns_ana_group(CNODE1, 1, 17),
 ]
 
 

@@ -117,7 +117,10 @@ def test_on_spdk_members_are_exactly_the_volume_and_data_starts_at_zero() -> Non
     spdk = SpdkDataPlane.mirror_caps
     assert replicas.lv_size(rec, spdk) == 64 << 20
     assert replicas.mirror_spec(rec, ["p/v", "c_n1"], create=False, caps=spdk).data_offset_bytes == 0
-    assert not spdk.views and not spdk.write_freeze
+    assert not spdk.views and spdk.write_freeze  # the front end is held (spdk/freeze.py)
+    # a clone's legs carry no superblock of its origin on SPDK: nothing to adopt
+    clone = {**rec, "adopt_uuid": "0f0e0d0c-0b0a-0908-0706-050403020100"}
+    assert replicas.mirror_spec(clone, ["p/v", "c_n1"], create=True, caps=spdk).adopt_uuid is None
 
 
 def test_a_fenced_node_exports_its_primary_front_end_inaccessible() -> None:
