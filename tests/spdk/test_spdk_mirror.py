@@ -25,7 +25,7 @@ import pytest
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MirrorInfo, MirrorSpec, RemoteSpec
 from nodeos.dataplane.spdk.backend import SpdkDataPlane
-from nodeos.errors import BadInput, EnvironmentProblem, NotSupported, OperationFailed
+from nodeos.errors import BadInput, EnvironmentProblem, OperationFailed
 from tests.spdk.conftest import SpdkTarget, free_port, need_root, spdk_dir, start_target, stop_target
 
 pytestmark = pytest.mark.spdk
@@ -243,27 +243,43 @@ def test_mirror_created_exported_and_written_on_both_legs(lab: Lab) -> None:
     assert [m.mirror_id for m in dp.list_mirrors()] == [MID]
     with pytest.raises(OperationFailed):
         dp.detach_remote(names.replica_nqn(VOL, "2"))  # a member of the mirror
-    front = dp.apply_export(
-        ExportSpec(
-            nqn=names.volume_nqn(VOL),
-            serial="NODEOSMIRROR1",
-            pool_id="p",
-            vol_id="v1",
-            uuid=VOL,
-            nguid=VOL.replace("-", ""),
-            listeners=(Listener("tcp", "127.0.0.1", lab.front_port),),
-            hosts=(HostAccess(H1),),
-            device=MID,
-        )
+    spec = ExportSpec(
+        nqn=names.volume_nqn(VOL),
+        serial="NODEOSMIRROR1",
+        pool_id="p",
+        vol_id="v1",
+        uuid=VOL,
+        nguid=VOL.replace("-", ""),
+        listeners=(Listener("tcp", "127.0.0.1", lab.front_port),),
+        hosts=(HostAccess(H1),),
+        device=MID,
     )
+    front = dp.apply_export(spec)
     assert front.device == MID and front.ana_state == "optimized"
     with pytest.raises(OperationFailed):
         dp.stop_mirror(MID)  # exported
-    with pytest.raises(NotSupported) as ns:
-        dp.freeze_mirror_writes(MID)
-    assert ns.value.field == "mirror_id" and not dp.mirror_writes_frozen(MID)
+    # The write freeze (snapshots of replicated volumes) holds the front end: a host's write
+    # waits (its I/O answered ANA inaccessible, retried), a re-export keeps the freeze, and
+    # after the thaw the write completes on both legs.
+    assert not dp.mirror_writes_frozen(MID)
+    dp.freeze_mirror_writes(MID)
+    dp.freeze_mirror_writes(MID)  # idempotent
+    assert dp.mirror_writes_frozen(MID)
+    assert dp.apply_export(spec).ana_state == "optimized" and dp.mirror_writes_frozen(MID)
     data = os.urandom(8 * MIB)
-    _write_front(lab, data)
+    writer = _write_front(lab, data, wait=False)
+    assert writer is not None
+    deadline = time.monotonic() + WAIT_S
+    while H1 not in (dp.export_info(spec.nqn) or front).connected_hosts:
+        assert writer.poll() is None and time.monotonic() < deadline, "the writer never connected"
+        time.sleep(0.2)
+    time.sleep(3)
+    assert writer.poll() is None, "a write went through a frozen front end"
+    assert _leg_bytes(lab, lab.replica, "r0", 8) == bytes(8 * MIB)
+    dp.thaw_mirror_writes(MID)
+    dp.thaw_mirror_writes(MID)  # idempotent
+    assert not dp.mirror_writes_frozen(MID)
+    assert writer.wait(timeout=120) == 0
     assert _leg_bytes(lab, lab.primary, "p1", 8) == data
     assert _leg_bytes(lab, lab.replica, "r1", 8) == data
 
