@@ -4,17 +4,20 @@ the volume is driven as the product is used, through the `nodeos` console with -
 
 Checked: the volume becomes ready; its front end is exported on both nodes (ANA optimized on the
 primary, inaccessible on the other); writes through the primary's front end land on both legs
-(each leg's bytes read back and compared); a snapshot (needs a write freeze) and the failover
-role changes (need views) are refused naming what is missing; delete cleans up both targets.
+(each leg's bytes read back and compared); delete cleans up both targets. A snapshot taken while
+a host writes is one point of the write stream on both replicas, and its clone (two replicas
+again) holds that point.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -168,13 +171,16 @@ def _lvol(t: SpdkTarget) -> tuple[str, str]:
     return vols[0].pool_id, vols[0].vol_id
 
 
-def _leg_bytes(n: Node, count_mib: int) -> bytes:
-    """What one node's leg holds: its lvol snapshotted and cloned behind the daemon's back, the
-    clone exported to H1 and read with spdk_dd, then all of it removed again."""
+def _leg_bytes(n: Node, count_mib: int, snap: str | None = None) -> bytes:
+    """What one node's leg holds: its lvol snapshotted (or the given snapshot) and cloned behind
+    the daemon's back, the clone exported to H1 and read with spdk_dd, then all of it removed."""
     t = n.target
-    pool, vol = _lvol(t)
-    t.dp.snapshot_volume(pool, vol, "chk")
-    t.dp.clone_snapshot(pool, "chk", "chkc")
+    if snap is None:
+        pool, vol = _lvol(t)
+        t.dp.snapshot_volume(pool, vol, "chk")
+    else:
+        pool = next(v.pool_id for v in t.dp.list_volumes() if v.vol_id == snap)
+    t.dp.clone_snapshot(pool, snap or "chk", "chkc")
     nqn, port = names.VOLUME_NQN_PREFIX + "leg-check", str(free_port())
     t.dp.apply_export(
         ExportSpec(
@@ -194,7 +200,8 @@ def _leg_bytes(n: Node, count_mib: int) -> bytes:
     finally:
         t.dp.remove_export(nqn)
         t.dp.delete_volume(pool, "chkc")
-        t.dp.delete_volume(pool, "chk")
+        if snap is None:
+            t.dp.delete_volume(pool, "chk")
     return out.read_bytes()
 
 
@@ -225,14 +232,13 @@ def test_a_two_replica_volume_is_served_mirrored_and_cleaned_up(nodes: list[Node
     assert _leg_bytes(primary, 4) == data
     assert _leg_bytes(secondary, 4) == data
 
-    # What SPDK cannot do is refused, naming it, and nothing breaks.
-    rc, out = n1.run("volume", "snapshot", "v1", "s1")
-    assert rc == 1 and out["error"]["field"] == "snapshot" and "write freeze" in out["error"]["message"], out
-    assert n1.ok("volume", "show", "v1")["state"] == "ready"
-
     # Delete cleans up everywhere: no lvol, export, raid, replica connection or stand-in is left.
     n1.ok("volume", "revoke", "v1", "--host", H1)
     n1.ok("volume", "delete", "v1")
+    _nothing_left(nodes)
+
+
+def _nothing_left(nodes: list[Node]) -> None:
     deadline = time.monotonic() + WAIT_S
     left: dict[int, Any] = {}
     while time.monotonic() < deadline:
@@ -248,3 +254,113 @@ def test_a_two_replica_volume_is_served_mirrored_and_cleaned_up(nodes: list[Node
             break
         time.sleep(1)
     assert not left, left
+
+
+class Writer:
+    """A host writing through the primary's front end all the time: run after run of sequential
+    1 MiB writes over the whole volume, each run new random data (kept, so a snapshot's bytes can
+    be placed in the write stream)."""
+
+    def __init__(self, n: Node, nqn: str, size_mib: int) -> None:
+        self.n, self.nqn, self.size_mib = n, nqn, size_mib
+        self.runs: list[bytes] = []
+        self.times: list[tuple[float, float]] = []  # (start, end) of each finished run
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while not self.stop.is_set():
+                data = os.urandom(self.size_mib * MIB)
+                src = self.n.root / "run.bin"
+                src.write_bytes(data)
+                self.runs.append(data)
+                t0 = time.monotonic()
+                _dd(self.n, self.nqn, self.n.addr, "4420", "--if", str(src), "--ob", "Fn1")
+                self.times.append((t0, time.monotonic()))
+        except BaseException as e:  # reported by the test
+            self.error = e
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=300)
+        assert not self.thread.is_alive(), "the writer never finished"
+        assert self.error is None, f"a write through the front end failed: {self.error}"
+
+
+QD = 2  # spdk_dd's default queue depth: writes in flight at once
+
+
+def _point(snap: bytes, runs: list[bytes]) -> tuple[int, int]:
+    """Where `snap` sits in the write stream: (k, m) when its first m MiB are run k's and the rest
+    run k-1's (never written: zeros), give or take the writes in flight. Fails when it is no
+    single point (a block of no run, blocks of runs further apart, or mixed beyond that window)."""
+    zero = bytes(MIB)
+    idx = []
+    for i in range(len(snap) // MIB):
+        block = snap[i * MIB : (i + 1) * MIB]
+        found = [k for k, r in enumerate(runs) if r[i * MIB : (i + 1) * MIB] == block]
+        assert found or block == zero, f"MiB {i} of the snapshot is no run's data (torn)"
+        idx.append(found[-1] if found else -1)
+    k = max(idx)
+    assert set(idx) <= {k, k - 1}, f"the snapshot mixes runs {sorted(set(idx))}: not one point"
+    newer = [i for i, x in enumerate(idx) if x == k]
+    older = [i for i, x in enumerate(idx) if x == k - 1]
+    assert not older or max(newer) - min(older) < QD, f"runs {k} and {k - 1} interleave: not one point"
+    return k, len(newer)
+
+
+def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(nodes: list[Node]) -> None:
+    n1, n2 = nodes
+    size_mib = 64
+    n1.ok("volume", "create", "v2", "--size", f"{size_mib}MiB", "--replicas", "2", "--timeout", "90")
+    v = _wait_ready(n1, "v2")
+    primary = n1 if v["primary"] == "n1" else n2
+    n1.ok("volume", "grant", "v2", "--host", H1)
+
+    writer = Writer(primary, v["nqn"], size_mib)
+    deadline = time.monotonic() + WAIT_S
+    while len(writer.runs) < 2:  # the first run done: the whole volume holds written data
+        assert writer.error is None and time.monotonic() < deadline, writer.error
+        time.sleep(0.1)
+    time.sleep(1.0)  # spdk_dd is connected and writing
+    t0 = time.monotonic()
+    snap = n2.ok("volume", "snapshot", "v2", "s1")
+    t1 = time.monotonic()
+    writer.finish()
+    assert snap["state"] == "ready", snap
+    assert any(a < t0 and b > t1 for a, b in writer.times), ("no write ran across the snapshot", t0, t1)
+
+    # Every replica's snapshot holds the same bytes, one point of the write stream.
+    legs = {}
+    for n in nodes:
+        snaps = [x.vol_id for x in n.target.dp.list_volumes() if x.kind == "snapshot"]
+        assert len(snaps) == 1, (n.index, snaps)
+        legs[n.index] = _leg_bytes(n, size_mib, snaps[0])
+    assert legs[1] == legs[2], "the replicas' snapshots differ: not taken at one point"
+    run, mib = _point(legs[1], writer.runs)
+    log = (primary.root / "nodeosd.log").read_text(errors="replace")
+    frozen = re.findall(r"writes of mirror \S+ thawed after ([0-9.]+) s", log)
+    print(f"snapshot in {t1 - t0:.1f} s, writes held {frozen} s, at run {run} MiB {mib} of {size_mib}")
+
+    # A clone of it: two replicas again (as many as the snapshot has), holding that point.
+    c = n1.ok("volume", "clone", "s1", "c1")
+    c = _wait_ready(n1, "c1")
+    assert sorted(r["node"] for r in c["replicas"]) == ["n1", "n2"]
+    n1.ok("volume", "grant", "c1", "--host", H1)
+    cprim = n1 if c["primary"] == "n1" else n2
+    out = cprim.root / "clone.bin"
+    _dd(cprim, c["nqn"], cprim.addr, "4420", "--ib", "Fn1", "--of", str(out), "--count", str(size_mib))
+    assert out.read_bytes() == legs[1], "the clone does not hold the snapshot's point"
+
+    for name in ("c1", "v2"):
+        n1.ok("volume", "revoke", name, "--host", H1)
+        n1.ok("volume", "delete", name)
+    deadline = time.monotonic() + WAIT_S
+    while n1.run("volume", "show", "c1")[0] == 0:  # a snapshot goes once its clones are gone
+        assert time.monotonic() < deadline, "clone c1 never deleted"
+        time.sleep(1)
+    n1.ok("volume", "delete", "s1")
+    _nothing_left(nodes)
