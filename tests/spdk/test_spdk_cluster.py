@@ -57,8 +57,8 @@ class Node:
     def peer(self) -> str:
         return f"127.0.0.1:{self.peer_port}"
 
-    def start(self) -> None:
-        self.peer_port = free_port()
+    def start(self, env: dict[str, str] | None = None) -> None:
+        self.peer_port = getattr(self, "peer_port", 0) or free_port()  # a restart keeps its address
         cmd = [
             sys.executable, "-m", "nodeos.daemon.main",
             "--state-dir", str(self.root / "state"),
@@ -71,7 +71,7 @@ class Node:
             "--metrics-listen", f"127.0.0.1:{free_port()}",
         ]  # fmt: skip
         drives = [{"id": self.drive, "path": self.drive, "size_bytes": 512 * MIB}]
-        env = dict(os.environ, NODEOS_RAFT_TICK_MS="100", NODEOS_TEST_DRIVES=json.dumps(drives))
+        env = dict(os.environ, NODEOS_RAFT_TICK_MS="100", NODEOS_TEST_DRIVES=json.dumps(drives)) | (env or {})
         with open(self.root / "nodeosd.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
@@ -363,4 +363,43 @@ def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(node
         assert time.monotonic() < deadline, "clone c1 never deleted"
         time.sleep(1)
     n1.ok("volume", "delete", "s1")
+    _nothing_left(nodes)
+
+
+def test_writes_a_crashed_primary_left_frozen_are_let_go_by_its_restart(nodes: list[Node]) -> None:
+    n1, n2 = nodes
+    n1.ok("volume", "create", "v3", "--size", "64MiB", "--replicas", "2", "--timeout", "90")
+    v = _wait_ready(n1, "v3")
+    primary, other = (n1, n2) if v["primary"] == "n1" else (n2, n1)
+    n1.ok("volume", "grant", "v3", "--host", H1)
+    (mid,) = [m.mirror_id for m in primary.target.dp.list_mirrors()]
+    assert primary.proc is not None
+    primary.proc.kill()
+    primary.proc.wait(timeout=30)
+    primary.start(env={"NODEOS_CRASH_AT": "snapshot.freeze:frozen"})  # dies right after freezing
+    snap = subprocess.Popen(
+        [NODEOS, "--socket", other.socket, "volume", "snapshot", "v3", "s3", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert primary.proc.wait(timeout=WAIT_S) == 137, primary.log_tail()
+    assert primary.target.dp.mirror_writes_frozen(mid)  # the target keeps the writes held
+    primary.start()
+    deadline = time.monotonic() + WAIT_S
+    while primary.target.dp.mirror_writes_frozen(mid):
+        assert time.monotonic() < deadline, f"the restart never let the writes go: {primary.log_tail()}"
+        time.sleep(0.5)
+    out, _ = snap.communicate(timeout=400)
+    print(f"snapshot after the crash: exit {snap.returncode}: {out.strip()[:300]}")
+    data = os.urandom(4 * MIB)
+    src = primary.root / "after.bin"
+    src.write_bytes(data)
+    _dd(primary, v["nqn"], primary.addr, "4420", "--if", str(src), "--ob", "Fn1")
+    assert _leg_bytes(other, 4) == data
+
+    n1.ok("volume", "revoke", "v3", "--host", H1)
+    n1.ok("volume", "delete", "v3")
+    if snap.returncode == 0:
+        n1.ok("volume", "delete", "s3")
     _nothing_left(nodes)
