@@ -32,7 +32,7 @@ from typing import Any
 from nodeos.dataplane.mirror_names import check_mirror_id
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk.requests import Request, get_subsystems, set_ana_state, set_ns_ana_group
-from nodeos.errors import NodeosError
+from nodeos.errors import NodeosError, OperationFailed
 
 # SPDK subsystems have 32 namespace ids by default, and so 32 ANA groups; nodeos uses 1 and 2
 # (mirror_names.ANA_GROUP_*), their freeze groups are 17 and 18.
@@ -74,6 +74,9 @@ class SpdkFreeze:
     def _subsystem(self, nqn: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
+    def _blocked_legs(self, mirror_id: str) -> list[str]:
+        raise NotImplementedError
+
     def _front_end(self, mirror_id: str) -> dict[str, Any] | None:
         """The subsystem exporting the mirror's raid bdev: by the NQN apply_export saw, else found
         once in a listing of every subsystem (after a restart of nodeosd), then by name again."""
@@ -97,6 +100,13 @@ class SpdkFreeze:
         if sub is None or is_freeze_group(ns1_group(sub)):
             return
         nqn, fg = str(sub["nqn"]), freeze_group(ns1_group(sub))
+        if blocked := self._blocked_legs(mirror_id):
+            # the move would wait for their blocked writes, holding every other RPC meanwhile
+            raise OperationFailed(
+                f"mirror {mirror_id}: leg(s) {', '.join(blocked)} not connected, their writes wait; "
+                "a freeze would wait for them",
+                field="mirror_id",
+            )
         try:
             for a in sub.get("listen_addresses") or []:
                 self.call(set_ana_state(nqn, parse.listener_of(a), "inaccessible", fg))

@@ -323,6 +323,17 @@ class SpdkMirrors(SpdkFreeze, NoMirrors):
                 raise OperationFailed(f"mirror {mirror_id} still holds the leg of {nqn}", field="nqn")
             time.sleep(0.1)
 
+    def _blocked_legs(self, mirror_id: str) -> list[str]:
+        """The mirror's remote legs whose controller is not connected: their writes wait."""
+        info = self.mirror_status(mirror_id)
+        out = []
+        for m in info.members if info is not None else ():
+            if m.device and m.device.startswith(CTRL_PREFIX):
+                ctrls = self._maybe(nvme_get_controllers(m.device.removesuffix("n1"))) or []
+                if [str(p.get("state")) for c in ctrls for p in c.get("ctrlrs") or []] != ["enabled"]:
+                    out.append(m.device)
+        return out
+
     # mirrors
     def mirror_status(self, mirror_id: str) -> MirrorInfo | None:
         check_mirror_id(mirror_id)
