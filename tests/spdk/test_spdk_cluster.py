@@ -343,7 +343,8 @@ def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(node
     run, mib = _point(legs[1], writer.runs)
     log = (primary.root / "nodeosd.log").read_text(errors="replace")
     frozen = re.findall(r"writes of mirror \S+ thawed after ([0-9.]+) s", log)
-    print(f"snapshot in {t1 - t0:.1f} s, writes held {frozen} s, at run {run} MiB {mib} of {size_mib}")
+    runs = [round(b - a, 1) for a, b in writer.times]
+    print(f"snapshot {t1 - t0:.1f} s, writes held {frozen} s, run {run} MiB {mib}/{size_mib}; runs {runs} s")
 
     # A clone of it: two replicas again (as many as the snapshot has), holding that point.
     c = n1.ok("volume", "clone", "s1", "c1")
