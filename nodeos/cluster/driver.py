@@ -244,7 +244,11 @@ class RaftDriver:
         ctx = os.urandom(12)
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._reads[ctx] = fut
-        self.node.read_index(ctx)
+        try:
+            self.node.read_index(ctx)
+        except ProposalDropped as exc:  # stepped down since the role was last seen (a tick)
+            self._reads.pop(ctx, None)
+            raise NotLeader(f"read barrier not accepted: {exc}") from None
         self._wake.set()
         try:
             await asyncio.wait_for(fut, timeout)

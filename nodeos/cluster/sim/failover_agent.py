@@ -398,7 +398,11 @@ class SimLeaderShell:
         self.barriers[ctx] = (frm, req)
         n.reads[ctx] = PendingRead(ctx, len(sim.check.acked))
         sim._catch_up(n)
-        n.rn.read_index(ctx)  # the read barrier
+        try:
+            n.rn.read_index(ctx)  # the read barrier
+        except ProposalDropped:  # stepped down in the ticks just caught up (as the driver's
+            del self.barriers[ctx], n.reads[ctx]  # role, seen before its last tick)
+            sim.fo_send("lease_no", n.id, frm, {"req": req})
         sim._after_input(n)
 
     def barrier_done(self, sim: FailoverSimulation, n: SimNode, ctx: bytes) -> None:

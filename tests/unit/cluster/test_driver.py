@@ -159,6 +159,27 @@ def test_commands_commit_everywhere_and_nothing_is_sent_before_it_is_durable(tmp
     asyncio.run(main())
 
 
+def test_a_read_barrier_on_a_leader_that_just_stepped_down_says_not_leader(tmp_path: Path) -> None:
+    """Raft can step down in a tick before the driver has seen the Ready that says so (the
+    failover simulator's seed 4684): the barrier must answer NotLeader, as a proposal does."""
+
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            leader = await leader_of(members)
+            assert leader.driver is not None
+            await leader.driver.read_barrier()
+            raft = leader.driver.node.raft
+            raft.become_follower(raft.term, 0)  # what a check-quorum tick does, Ready not seen yet
+            assert leader.driver.role is StateRole.LEADER
+            with pytest.raises(NotLeader):
+                await leader.driver.read_barrier()
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
+
+
 def test_a_new_leader_takes_over_and_keeps_committed_data(tmp_path: Path) -> None:
     async def main() -> None:
         members = await make_cluster(tmp_path)
