@@ -168,9 +168,9 @@ def linear_table(dev_majmin: str, offset_bytes: int, size_bytes: int) -> str:
 def read_only_table(dev_majmin: str, offset_bytes: int, size_bytes: int) -> str:
     """A view that reads `dev` like a linear one and fails every write with an I/O error, in
     the target itself: dm-flakey always "down" (up 0 s, down 1 s) with `error_writes`, which
-    passes reads through untouched. A read-only dm table or block device does not do that:
-    the block layer only warns about a write to a read-only device and lets the bio through
-    (nvmet submits bios directly)."""
+    passes reads through untouched. A read-only dm table or block device would not do that, by
+    the kernel's source: the block layer only warns about a write to a read-only device and
+    lets the bio through (nvmet submits bios directly); not yet checked in the lab."""
     return f"0 {size_bytes // SECTOR} flakey {dev_majmin} {offset_bytes // SECTOR} 0 1 1 error_writes"
 
 
