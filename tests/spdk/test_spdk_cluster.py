@@ -325,7 +325,9 @@ def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(node
     while len(writer.runs) < 2:  # the first run done: the whole volume holds written data
         assert writer.error is None and time.monotonic() < deadline, writer.error
         time.sleep(0.1)
-    time.sleep(1.0)  # spdk_dd is connected and writing
+    # Into run 1, past spdk_dd's start: on a loaded machine a run takes tens of seconds (50 s for
+    # 64 MiB seen), and a snapshot before its first write proves nothing about writes in flight.
+    time.sleep(1.0 + 0.4 * (writer.times[0][1] - writer.times[0][0]))
     t0 = time.monotonic()
     snap = n2.ok("volume", "snapshot", "v2", "s1")
     t1 = time.monotonic()
