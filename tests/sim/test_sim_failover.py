@@ -52,6 +52,14 @@ def test_a_lease_request_to_a_leader_stepping_down_in_its_due_ticks_is_refused()
     assert run_seed(1761, failover_config(nodes=5)).ok
 
 
+def test_a_legs_answer_from_before_the_primary_restarted_is_not_taken_for_a_newer_write() -> None:
+    # Seed 2420 of the long run (5 nodes): a replica's ack of write id 6, sent 2.5 s before
+    # every node restarted and stalled that long, reached the restarted primary, whose write
+    # ids had started over: it counted for its new write 6, never written there ("acknowledged
+    # write lost"). Answers now carry their connection (gen), unique across lives.
+    assert run_seed(2420, failover_config(nodes=5)).ok
+
+
 CAUGHT_BY = {
     "no_lease_wait": ("two writable primaries", 3),
     "promote_out_of_sync": ("acknowledged write lost", 3),

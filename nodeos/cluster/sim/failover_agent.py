@@ -62,6 +62,7 @@ class Pending:
     sent: float
     waiting: set[int]
     acked_by: set[int] = field(default_factory=set)
+    gens: dict[int, int] = field(default_factory=dict)  # leg -> the connection the write went on
 
 
 @dataclass
@@ -311,7 +312,9 @@ class SimFailoverAgent:
             sim.dp.write(uuid, self.nid, body["lba"], body["version"], m.epoch, self.nid)
             self.wid += 1
             legs = {x for x, leg in m.legs.items() if leg.state in ("in-sync", "syncing")}
-            m.pending[self.wid] = Pending(body["lba"], body["version"], body["attempt"], now, set(legs))
+            gens = {x: m.legs[x].gen for x in legs}
+            p = Pending(body["lba"], body["version"], body["attempt"], now, set(legs), gens=gens)
+            m.pending[self.wid] = p
             for x in sorted(legs):
                 leg_body = {"vol": uuid, "epoch": m.epoch, "wid": self.wid, "gen": m.legs[x].gen}
                 sim.fo_send("leg", self.nid, x, {**leg_body, "lba": body["lba"], "version": body["version"]})
@@ -320,10 +323,14 @@ class SimFailoverAgent:
             ok = self._accepts(uuid, frm, body["epoch"], body["gen"])
             if ok:
                 sim.dp.write(uuid, self.nid, body["lba"], body["version"], body["epoch"], frm)
-            sim.fo_send("leg_ok" if ok else "leg_no", self.nid, frm, {"vol": uuid, "wid": body["wid"]})
+            answer = {"vol": uuid, "wid": body["wid"], "gen": body["gen"]}
+            sim.fo_send("leg_ok" if ok else "leg_no", self.nid, frm, answer)
         elif kind in ("leg_ok", "leg_no"):
             p = m.pending.get(body["wid"]) if m is not None else None
-            if m is None or p is None or frm not in p.waiting:
+            # An answer comes back on the connection the write went on: one from an earlier
+            # connection (or a previous life of this node, whose write ids started over) is not
+            # this write's (seed 2420 on 5 nodes: a stale ack taken for a newer write).
+            if m is None or p is None or frm not in p.waiting or p.gens.get(frm) != body["gen"]:
                 return
             p.waiting.discard(frm)
             if kind == "leg_ok":
@@ -349,7 +356,7 @@ class SimFailoverAgent:
                 sim.fo_send("resync_done", self.nid, frm, body)
         elif kind == "resync_done":
             leg = m.legs.get(frm) if m is not None and m.epoch == body["epoch"] else None
-            if leg is not None and m is not None and leg.state == "syncing":
+            if leg is not None and m is not None and leg.state == "syncing" and leg.gen == body["gen"]:
                 leg.state, leg.since = "in-sync", now
                 sim.log(f"n{self.nid} agent: leg n{frm} in-sync (epoch {m.epoch})")
                 for wid, p in list(m.pending.items()):
