@@ -20,7 +20,7 @@ from typing import Any
 from nodeos.cluster import events as map_events
 from nodeos.cluster.failover_map import health_of
 from nodeos.cluster.publish import COPY_STATES, check_unpublish, copy_plan, joined
-from nodeos.cluster.storage_map import _name_free, _req, snapshot_by_name
+from nodeos.cluster.storage_map import _name_free, _req, grant_or_revoke, snapshot_by_name
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
 
 SECTION = "published"
@@ -129,23 +129,7 @@ def volume_unpublish_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def publish_hosts_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    pub = published_by_name(st, _req(args, "name", str))
-    host = _req(args, "host", str)
-    if host not in st["hosts"]:
-        raise NotFound(f"host {host!r} is not registered; add it with `nodeos host add`", field="host")
-    hosts = list(pub["hosts"])
-    if args.get("add"):
-        if host in hosts:
-            return {"name": pub["name"], "host": host, "changed": False}
-        hosts.append(host)
-    elif host in hosts:
-        hosts.remove(host)
-    else:
-        raise NotFound(f"host {host!r} has no grant on volume {pub['name']!r}", field="host")
-    pub["hosts"] = hosts
-    what = "granted" if args.get("add") else "revoked"
-    map_events.record(st, f"host_{what}", f"host {host} {what} on volume {pub['name']}", volume=pub["uuid"])
-    return {"name": pub["name"], "host": host, "changed": True}
+    return grant_or_revoke(st, published_by_name(st, _req(args, "name", str)), args)
 
 
 def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:

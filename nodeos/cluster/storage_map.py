@@ -437,7 +437,11 @@ def volume_resize_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 def volume_hosts_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Grant (`add: true`) or revoke a host on a volume."""
-    vol = volume_by_name(st, _req(args, "name", str))
+    return grant_or_revoke(st, volume_by_name(st, _req(args, "name", str)), args)
+
+
+def grant_or_revoke(st: dict[str, Any], vol: dict[str, Any], args: dict[str, Any]) -> Any:
+    """A host's grant on a volume (or a published one) added (`add: true`) or removed."""
     host = _req(args, "host", str)
     if host not in st["hosts"]:
         raise NotFound(f"host {host!r} is not registered; add it with `nodeos host add`", field="host")
