@@ -133,8 +133,10 @@ def _ok_retrying(lab: Lab, *args: str, tries: int = 4) -> None:
     that it did nothing or may have done it (a create already done answers already_exists)."""
     for i in range(tries):
         rc, out = nodeos(lab, "s1", *args)
-        code = out.get("error", {}).get("code") if isinstance(out, dict) else None
-        if rc == 0 or (i > 0 and code == "already_exists"):
+        if rc == 0:
+            return
+        code = (out.get("error") or {}).get("code") if isinstance(out, dict) else None
+        if i > 0 and code == "already_exists":
             return
         assert code in RETRIED and i < tries - 1, f"nodeos {' '.join(args)} -> {rc}: {out}"
         time.sleep(5)
