@@ -101,8 +101,11 @@ def test_a_process_whose_stop_hangs_exits_at_the_deadline_with_every_threads_sta
 def test_a_loop_that_swallowed_its_cancellation_is_cancelled_again_until_it_ends() -> None:
     # Python 3.11's wait_for may hand back a result instead of the CancelledError when both
     # arrive at once: the loop then goes on to its next await as if nothing happened.
+    started = asyncio.Event()
+
     async def loop_that_swallows_once() -> None:
         swallowed = False
+        started.set()
         while True:
             try:
                 await asyncio.sleep(0.01)
@@ -113,7 +116,7 @@ def test_a_loop_that_swallowed_its_cancellation_is_cancelled_again_until_it_ends
 
     async def main() -> bool:
         t = asyncio.create_task(loop_that_swallows_once())
-        await asyncio.sleep(0.05)
+        await started.wait()
         await cancel_and_wait(t, None, every_s=0.05)
         return t.cancelled()
 
