@@ -12,8 +12,15 @@ For each published volume the map places on this node (nodeos/cluster/publish_ma
   same NQN, serial, uuid and nguid on every node, ANA optimized, to the granted hosts; and a
   source export (`rep:` NQN) to the nodes the map says copy from here.
 What the map no longer wants here (unpublished, or never placed) is torn down: exports,
-attached source, view, LV. Copies run in worker threads, off the data plane queue; state is
-in memory only: after a restart a copy is read (seed) or copied (others) again.
+attached source, view, LV. Copies run in worker threads, off the data plane queue.
+
+A copy's progress is durable: every segment made durable in the LV has its sha256 recorded
+in the node's store (`meta`, key `pubcopy/<uuid>`, with the size and segment length it was
+made with). After a restart the copy resumes there (nodeos/node/pubcopy.py re-reads the
+recorded prefix from the LV, keeping what still matches its digests, for the whole-volume
+sum) from whichever joined replica the map names: every joined replica holds the same bytes.
+A copy the map finds differing from the source, and a copy torn down, drop the record (a new
+copy starts from zero). A seed's read of its own clone is not recorded: it reads it again.
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, RemoteSpec
 from nodeos.errors import NodeosError, NotSupported
 from nodeos.node import pubcopy
 from nodeos.node.replicas import node_host_id, node_host_nqn
+from nodeos.store.lmdb_store import storage_error
 
 LOG = logging.getLogger("nodeosd.agent")
 LV_PREFIX = "pub"
 CNTLID_SPAN = 1000  # per slot: 64 slots fit under nvmet's 0xFFEF
+PROGRESS_DB = "meta"
 
 
 def lv_name(uuid: str) -> str:
@@ -44,6 +53,10 @@ def view_id(uuid: str) -> str:
     return names.view_id_for(names.mirror_id_for(uuid))
 
 
+def progress_key(uuid: str) -> str:
+    return f"pubcopy/{uuid}"
+
+
 @dataclass
 class Copy:
     """One published volume on this node, as this process knows it."""
@@ -51,6 +64,7 @@ class Copy:
     uuid: str
     state: str = "waiting"  # nodeos/cluster/publish.py COPY_STATES
     progress: float | None = None
+    resumed: float | None = None  # the fraction a restarted copy kept from its last run
     sha256: str | None = None
     error: str | None = None
     source: int | None = None  # the node being copied from
@@ -105,6 +119,7 @@ class Published:
             out[uuid] = {
                 "state": "failed" if c.error and c.state not in ("copying", "verifying") else c.state,
                 "progress": None if c.progress is None else round(c.progress, 3),
+                "resumed": None if c.resumed is None else round(c.resumed, 3),
                 "sha256": c.sha256,
                 "error": c.error,
                 "hosts": c.hosts,
@@ -144,7 +159,8 @@ class Published:
                     c.task = asyncio.create_task(self._job(c, self._copy(st, me, pub, c, src)))
         elif c.state == "ready" and pub["checksum"] and c.sha256 != pub["checksum"] and not slot["seed"]:
             LOG.warning("published volume %s: copy differs from the source; copying again", pub["name"])
-            c.state, c.sha256 = "waiting", None
+            self._forget(uuid)
+            c.state, c.sha256, c.resumed = "waiting", None, None
             return True
         retry = await self._exports(st, me, pub, c)
         if c.state != "failed":
@@ -243,6 +259,15 @@ class Published:
                 )
             else:
                 dst = await self._lv_device(pub)
+                resume = self._recorded(pub["uuid"], size)
+                c.resumed = None
+                if resume:
+                    c.resumed = min(1.0, len(resume) * pubcopy.SEGMENT / size)
+                    LOG.info(
+                        "published volume %s: resuming the copy after %d recorded segment(s)",
+                        pub["name"],
+                        len(resume),
+                    )
                 sha = await asyncio.to_thread(
                     pubcopy.copy_and_hash,
                     src_dev,
@@ -251,6 +276,8 @@ class Published:
                     limit_bps=limit,
                     progress=self._progress(c),
                     cancel=c.cancel,
+                    resume=resume,
+                    checkpoint=self._checkpoint(pub["uuid"], size),
                 )
             c.sha256, c.state, c.progress = sha, "ready", 1.0
             LOG.info(
@@ -262,6 +289,45 @@ class Published:
         except Exception as exc:  # a worker thread's failure is reported, retried at the next pass
             c.state, c.error = "failed", f"{type(exc).__name__}: {exc}"
             LOG.error("published volume %s: %s", pub["name"], c.error)
+
+    # --- the copy's durable progress (node store) ---------------------------------------------------
+
+    def _recorded(self, uuid: str, size: int) -> list[str]:
+        """The segment digests an earlier run of this copy made durable (none if it was made
+        for another size or segment length)."""
+        try:
+            with self.node.store.read() as txn:
+                rec = txn.get(PROGRESS_DB, progress_key(uuid))
+        except Exception as exc:  # a record that cannot be read is a copy from zero, not a failure
+            LOG.warning("published volume %s: copy progress unreadable (%s); copying from zero", uuid, exc)
+            return []
+        if not isinstance(rec, dict) or rec.get("size") != size or rec.get("segment") != pubcopy.SEGMENT:
+            return []
+        return [str(d) for d in rec.get("digests") or []]
+
+    def _checkpoint(self, uuid: str, size: int) -> Any:
+        store = self.node.store
+
+        def save(digests: list[str]) -> None:  # in the copy's worker thread, after the fsync
+            try:
+                with store.write() as txn:
+                    txn.put(
+                        PROGRESS_DB,
+                        progress_key(uuid),
+                        {"size": size, "segment": pubcopy.SEGMENT, "digests": digests},
+                    )
+            except Exception as exc:  # the copy goes on; a restart would copy more again
+                err = storage_error(exc)
+                LOG.warning("published volume %s: copy progress not recorded: %s", uuid, err or exc)
+
+        return save
+
+    def _forget(self, uuid: str) -> None:
+        try:
+            with self.node.store.write() as txn:
+                txn.delete(PROGRESS_DB, progress_key(uuid))
+        except Exception as exc:
+            LOG.warning("published volume %s: copy progress not dropped: %s", uuid, exc)
 
     async def _job(self, c: Copy, work: Any) -> None:
         try:
@@ -335,6 +401,7 @@ class Published:
                 lv = have.get(lv_name(uuid))
                 if lv is not None:
                     await ops.call("delete_volume", lv.pool_id, lv.vol_id)
+                self._forget(uuid)
             except NodeosError as err:
                 LOG.warning("published volume %s not torn down yet: %s", uuid, err.message)
                 return True

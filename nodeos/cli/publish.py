@@ -30,8 +30,10 @@ def published_human(v: dict[str, Any]) -> str:
     ]
     for r in v["replicas"]:
         extra = f"  from {r['copy_from']}" if r.get("copy_from") else ""
-        if r.get("state") == "copying" and r.get("progress") is not None:
+        if r.get("state") in ("copying", "verifying") and r.get("progress") is not None:
             extra += f"  {_bar(float(r['progress']))}"
+            if r.get("resumed"):
+                extra += f"  (resumed at {float(r['resumed']):.0%})"
         extra += "  joined" if r.get("joined") else ""
         extra += f"  error: {r['error']}" if r.get("error") else ""
         lines.append(f"replica    {r['node']:<12} {r['state']:<9} ANA {r.get('ana_state') or '-'}{extra}")

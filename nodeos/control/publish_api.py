@@ -84,6 +84,7 @@ def published_view(st: dict[str, Any], pub: dict[str, Any]) -> dict[str, Any]:
                 "seed": s["seed"],
                 "state": r.get("state", "waiting"),
                 "progress": r.get("progress"),
+                "resumed": r.get("resumed"),
                 "copy_from": views.node_name(st, src) if src is not None else None,
                 "sha256": r.get("sha256"),
                 "error": r.get("error"),
