@@ -1,0 +1,45 @@
+"""The startup-storm bench (bench/storm_bench.py) on the shared cluster3 lab: not a test, a
+measurement, run only when asked (NODEOS_BENCH_STORM=1), e.g. right after the published-volume
+module so the lab boots once:
+
+    NODEOS_LAB_FULL=1 NODEOS_BENCH_STORM=1 pytest tests/lab/test_published.py tests/lab/test_storm_bench.py -s
+
+NODEOS_BENCH_STORM_UNTIL=HH:MM (UTC) skips it when started later (it takes ~10-15 min under TCG).
+Figures are printed and written to artifacts/storm_bench.json; docs/benchmarks.md is updated by hand
+(or by running the bench script itself)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from nodeos.lab import Lab
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.environ.get("NODEOS_BENCH_STORM") != "1", reason="a bench: NODEOS_BENCH_STORM=1"),
+]
+LAB = "cluster3"
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def test_startup_storm_figures(lab: Lab) -> None:
+    until = os.environ.get("NODEOS_BENCH_STORM_UNTIL")
+    if until and datetime.now(UTC).strftime("%H:%M") > until:
+        pytest.skip(f"past {until} UTC: no time left for the bench")
+    sys.path.insert(0, str(PROJECT / "bench"))
+    import storm_bench
+
+    res = storm_bench.run(
+        lab, int(os.environ.get("NODEOS_BENCH_STORM_HOSTS", "200")), ("s1", "s2", "s3"), ("h1",)
+    )
+    out = PROJECT / "artifacts" / "storm_bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
+    print(json.dumps(res, indent=1))
+    print(storm_bench.report(res, datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")))
