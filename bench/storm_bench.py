@@ -89,6 +89,12 @@ if verb == "add":
     phase("host_add_8", "host.add", mk_h, par, 8)
     phase("grant_1", "volume.grant", mk_g, seq, 1)
     phase("grant_8", "volume.grant", mk_g, par, 8)
+elif verb == "hosts":  # the control plane alone (a loopback cluster without storage)
+    mk_h = lambda n: {"nqn": n, "dhchap_secret": None}
+    phase("host_add_1", "host.add", mk_h, seq, 1)
+    phase("host_add_8", "host.add", mk_h, par, 8)
+    phase("host_remove_1", "host.remove", lambda n: {"nqn": n}, seq, 1)
+    phase("host_remove_8", "host.remove", lambda n: {"nqn": n}, par, 8)
 else:
     phase("revoke_8", "volume.revoke", lambda n: {"name": a["vol"], "host": n}, a["nqns"], 8)
     phase("host_remove_8", "host.remove", lambda n: {"nqn": n}, a["nqns"], 8)
@@ -360,12 +366,52 @@ def report(res: dict[str, Any], when: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def local(n_hosts: int, size: int = 3) -> dict[str, Any]:
+    """The control-plane half alone on a loopback cluster of `size` real nodeosd (witnesses, no
+    storage): host.add / host.remove, one at a time and 8 at once, through the leader."""
+    import subprocess
+    import tempfile
+
+    from nodeos.cluster.localcluster import LocalCluster
+
+    cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="storm-bench-")), size)
+    try:
+        cluster.form()
+        leader = cluster.leader()
+        payload = json.dumps({"sock": leader.socket, "vol": VOL, "nqns": nqns(n_hosts), "verb": "hosts"})
+        env = {"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"}
+        r = subprocess.run(
+            [sys.executable, "-c", CONTROL],
+            input=payload,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+    finally:
+        cluster.stop()
+    return {
+        k: {
+            "n": v["n"],
+            "threads": v["threads"],
+            "per_s": round(v["n"] / v["wall"], 1),
+            **_pcts(v["lat"]),
+            "failed": v["failed"],
+        }
+        for k, v in json.loads(r.stdout).items()
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="storm-bench", help="a lab that is up (else one is booted)")
     ap.add_argument("--hosts", type=int, default=200)
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    ap.add_argument("--local", action="store_true", help="control plane only, on a loopback 3-node cluster")
     a = ap.parse_args()
+    if a.local:
+        print(json.dumps(local(a.hosts), indent=1))
+        return
     lab = Lab(a.name)
     booted = not lab.is_up()
     if booted:
