@@ -377,30 +377,44 @@ def volume_clone(
     return await_ready(client, new, 300.0, as_json), _vol_human
 
 
+def _grant_params(name: str, hosts: tuple[str, ...]) -> dict[str, Any]:
+    nqns = [validate.host_nqn(h, "host") for h in hosts]
+    who: dict[str, Any] = {"host": nqns[0]} if len(nqns) == 1 else {"hosts": nqns}
+    return {"name": validate.name(name, "name"), **who}
+
+
 @volume.command("grant")
 @click.argument("name")
-@click.option("--host", "host", required=True, help="Host NQN (registered with `nodeos host add`).")
+@click.option(
+    "--host",
+    "hosts",
+    required=True,
+    multiple=True,
+    help="Host NQN (registered with `nodeos host add`); repeat it to grant several at once.",
+)
 @json_option
 @click.pass_context
 @command_runner
-def volume_grant(ctx: click.Context, name: str, host: str, as_json: bool) -> tuple[Any, Any]:
-    """Let a host see and connect to a volume."""
-    params = {"name": validate.name(name, "name"), "host": validate.host_nqn(host, "host")}
+def volume_grant(ctx: click.Context, name: str, hosts: tuple[str, ...], as_json: bool) -> tuple[Any, Any]:
+    """Let hosts see and connect to a volume (several --host: one change for all of them)."""
+    params = _grant_params(name, hosts)
     r = _client(ctx).call("volume.grant", params, progress=f"granting {name}")
-    return r, f"{host} may use {name}" + ("" if r.get("changed") else " (already granted)")
+    if "hosts" in params:
+        return r, f"{len(params['hosts'])} hosts may use {name} ({r.get('changed')} newly granted)"
+    return r, f"{hosts[0]} may use {name}" + ("" if r.get("changed") else " (already granted)")
 
 
 @volume.command("revoke")
 @click.argument("name")
-@click.option("--host", "host", required=True, help="Host NQN.")
+@click.option("--host", "hosts", required=True, multiple=True, help="Host NQN; repeat it for several.")
 @json_option
 @click.pass_context
 @command_runner
-def volume_revoke(ctx: click.Context, name: str, host: str, as_json: bool) -> tuple[Any, Any]:
-    """Take a host's access away (it is disconnected)."""
-    params = {"name": validate.name(name, "name"), "host": validate.host_nqn(host, "host")}
+def volume_revoke(ctx: click.Context, name: str, hosts: tuple[str, ...], as_json: bool) -> tuple[Any, Any]:
+    """Take hosts' access away (they are disconnected)."""
+    params = _grant_params(name, hosts)
     _client(ctx).call("volume.revoke", params, progress=f"revoking {name}")
-    return params, f"{host} no longer has access to {name}"
+    return params, f"{', '.join(hosts)} no longer ha{'s' if len(hosts) == 1 else 've'} access to {name}"
 
 
 # --- hosts --------------------------------------------------------------------------------
@@ -426,22 +440,35 @@ def _read_secret(secret: str | None, secret_file: str | None) -> str | None:
 
 
 @host.command("add")
-@click.argument("hostnqn")
+@click.argument("hostnqns", nargs=-1, required=True)
 @click.option("--dhchap-secret", default=None, help="DH-HMAC-CHAP secret (DHHC-1:...); visible in `ps`.")
 @click.option("--dhchap-secret-file", default=None, help="Read the secret from a file, or - for stdin.")
 @json_option
 @click.pass_context
 @command_runner
 def host_add(
-    ctx: click.Context, hostnqn: str, dhchap_secret: str | None, dhchap_secret_file: str | None, as_json: bool
+    ctx: click.Context,
+    hostnqns: tuple[str, ...],
+    dhchap_secret: str | None,
+    dhchap_secret_file: str | None,
+    as_json: bool,
 ) -> tuple[Any, Any]:
-    """Register a host by its NQN (optionally with a DH-HMAC-CHAP secret)."""
-    params = {
-        "nqn": validate.host_nqn(hostnqn, "host"),
-        "dhchap_secret": _read_secret(dhchap_secret, dhchap_secret_file),
-    }
+    """Register hosts by NQN (one with an optional DH-HMAC-CHAP secret, or several without: one
+    change for all of them)."""
+    secret = _read_secret(dhchap_secret, dhchap_secret_file)
+    if len(hostnqns) > 1:
+        if secret is not None:
+            raise BadInput(
+                "a DH-HMAC-CHAP secret is per host: add such hosts one at a time", field="dhchap_secret"
+            )
+        nqns = [validate.host_nqn(h, "host") for h in hostnqns]
+        r = _client(ctx).call("host.add", {"nqns": nqns})
+        return r, f"{r['added']} hosts added" + (
+            f", {r['present']} already registered" if r["present"] else ""
+        )
+    params = {"nqn": validate.host_nqn(hostnqns[0], "host"), "dhchap_secret": secret}
     r = _client(ctx).call("host.add", params)
-    return r, f"host {hostnqn} added" + (" with DH-HMAC-CHAP" if r.get("dhchap") else "")
+    return r, f"host {hostnqns[0]} added" + (" with DH-HMAC-CHAP" if r.get("dhchap") else "")
 
 
 @host.command("list")

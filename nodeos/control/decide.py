@@ -257,21 +257,20 @@ def volume_snapshot(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command
 
 
 def volume_hosts(st: dict[str, Any], p: dict[str, Any], add: bool) -> Command:
+    asked = p["hosts"] if "hosts" in p else [p["host"]]
+    for host in asked:
+        if host not in st["hosts"]:
+            raise NotFound(f"host {host!r} is not registered; add it with `nodeos host add`", field="host")
+    who = {"hosts": asked} if "hosts" in p else {"host": p["host"]}
     if (st["names"].get(p["name"]) or {}).get("kind") == "published":
-        if p["host"] not in st["hosts"]:
-            raise NotFound(
-                f"host {p['host']!r} is not registered; add it with `nodeos host add`", field="host"
-            )
-        return publish_api.decide_hosts(st, p, add)
+        return publish_api.decide_hosts(st, {"name": p["name"], **who}, add)
     vol = volume_by_name(st, p["name"])
     if vol["state"] != "ready":
         raise OperationFailed(
             f"volume {p['name']!r} is {vol['state']}: an operation is pending (see nodeos status)",
             field="name",
         )
-    if p["host"] not in st["hosts"]:
-        raise NotFound(f"host {p['host']!r} is not registered; add it with `nodeos host add`", field="host")
-    return "volume_hosts", {"name": p["name"], "host": p["host"], "add": add}
+    return "volume_hosts", {"name": p["name"], **who, "add": add}
 
 
 def node_label(st: dict[str, Any], p: dict[str, Any]) -> Command:

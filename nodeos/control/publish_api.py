@@ -53,7 +53,8 @@ def decide_unpublish(st: dict[str, Any], p: dict[str, Any]) -> Command:
 
 def decide_hosts(st: dict[str, Any], p: dict[str, Any], add: bool) -> Command:
     published_by_name(st, p["name"])
-    return "publish_hosts", {"name": p["name"], "host": p["host"], "add": add}
+    who = {"hosts": p["hosts"]} if "hosts" in p else {"host": p["host"]}
+    return "publish_hosts", {"name": p["name"], **who, "add": add}
 
 
 def grants_applied(st: dict[str, Any], name: str) -> bool | None:

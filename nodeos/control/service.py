@@ -21,7 +21,7 @@ from nodeos import validate
 from nodeos.cluster.errors import OutcomeUnknown
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.placement import SPREADS
-from nodeos.cluster.storage_map import check_labels
+from nodeos.cluster.storage_map import MAX_HOSTS_AT_ONCE, check_labels
 from nodeos.control import decide, publish_api, views
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
@@ -36,6 +36,16 @@ def _param(params: dict[str, Any], key: str, field: str | None = None) -> Any:
     if params.get(key) is None:
         raise BadInput(f"{field or key} is required", field=field or key)
     return params[key]
+
+
+def _host_list(value: Any, field: str) -> list[str]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_HOSTS_AT_ONCE:
+        raise BadInput(
+            f"{field} must list 1 to {MAX_HOSTS_AT_ONCE} host NQNs",
+            field=field,
+            allowed=f"1-{MAX_HOSTS_AT_ONCE}",
+        )
+    return list(dict.fromkeys(validate.host_nqn(h, field) for h in value))
 
 
 def _wait_param(params: dict[str, Any]) -> float:
@@ -436,10 +446,15 @@ class ControlService:
 
     async def _hosts(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
         name = validate.name(_param(params, "name"), "name")
-        host = validate.host_nqn(_param(params, "host"), "host")
+        if "hosts" in params:  # several in one map command (a fleet)
+            who: dict[str, Any] = {"hosts": _host_list(params["hosts"], "hosts")}
+            host = f"{len(who['hosts'])} hosts"
+        else:
+            host = validate.host_nqn(_param(params, "host"), "host")
+            who = {"host": host}
         wait = _wait_param(params)
         self._need_storage()
-        out = await self._run(op, {"name": name, "host": host})
+        out = await self._run(op, {"name": name, **who})
 
         def applied(st: dict[str, Any]) -> Any:
             # Done once every node exporting the volume says its export carries the new grants.
@@ -471,6 +486,15 @@ class ControlService:
     # --- hosts and nodes ------------------------------------------------------------------
 
     async def host_add(self, params: dict[str, Any]) -> dict[str, Any]:
+        if "nqns" in params:  # several hosts without secrets in one map command (a fleet)
+            if params.get("dhchap_secret") is not None:
+                raise BadInput(
+                    "a DH-HMAC-CHAP secret is per host: add such hosts one at a time", field="dhchap_secret"
+                )
+            nqns = _host_list(params["nqns"], "nqns")
+            out = await self._run("host.add", {"nqns": nqns, "dhchap_secret": None, "added": time.time()})
+            LOG.info("%d hosts added (%d already there)", out["added"], out["present"])
+            return out
         nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
         secret = validate.dhchap_secret(params.get("dhchap_secret"))
         out = await self._run("host.add", {"nqn": nqn, "dhchap_secret": secret, "added": time.time()})

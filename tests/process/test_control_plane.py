@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nodeos.cluster.localcluster import LocalNode
+from nodeos.validate import make_dhchap_secret
 
 from .test_cluster_membership import cli_json, voters, wait_status
 from .test_cluster_membership import nodes as nodes  # the fixture
@@ -50,6 +51,15 @@ def test_a_follower_console_changes_the_map_and_every_node_sees_it_at_once(nodes
     assert rc == 0 and [h["nqn"] for h in hosts] == [H1]
     rc, out = run(followers[1], "host", "add", H1)
     assert rc == 2 and out["error"]["code"] == "already_exists", out
+    # A fleet in one command (one map change): those already there are left as they are.
+    fleet = [f"nqn.2014-08.com.example:gpu-{i}" for i in range(1, 41)]
+    rc, out = run(followers[0], "host", "add", *fleet)
+    assert rc == 0 and out["added"] == 39 and out["present"] == 1, out
+    rc, hosts = run(ns[0], "host", "list")
+    assert rc == 0 and sorted(h["nqn"] for h in hosts) == sorted(fleet)
+    secret = make_dhchap_secret(bytes(32))
+    rc, out = run(followers[0], "host", "add", *fleet[:2], "--dhchap-secret", secret)
+    assert rc == 2 and "per host" in out["error"]["message"], out  # a secret is one host's
 
     rc, out = run(followers[1], "node", "label", "n1", "rack=a", "switch=sw1")
     assert rc == 0 and out["labels"] == {"rack": "a", "switch": "sw1"}, out

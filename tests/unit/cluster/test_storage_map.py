@@ -195,6 +195,29 @@ def test_grants_need_registered_hosts_and_hosts_with_grants_stay() -> None:
     assert m.st["hosts"] == {}
 
 
+def test_a_fleet_is_registered_and_granted_in_one_command_each_all_or_nothing() -> None:
+    m = cluster()
+    create(m, "v", 1)
+    fleet = [f"nqn.2014-08.com.example:gpu{i}" for i in range(200)]
+    m.ok("host_add", nqn=fleet[0], dhchap_secret=None)
+    out = m.ok("host_add", nqns=fleet, dhchap_secret=None)
+    assert out["added"] == 199 and out["present"] == 1 and set(m.st["hosts"]) == set(fleet)
+    assert m.do("host_add", nqns=fleet[:2], dhchap_secret="DHHC-1:00:x:")["error"]["field"] == "dhchap_secret"
+    assert m.do("host_add", nqns=[f"nqn.h{i}" for i in range(1001)])["error"]["field"] == "hosts"
+
+    stranger = "nqn.2014-08.com.example:unregistered"
+    assert m.do("volume_hosts", name="v", hosts=[*fleet[:5], stranger], add=True)["error"]["field"] == "host"
+    assert m.st["volumes"]["u-v"]["hosts"] == []  # all or nothing
+    assert m.ok("volume_hosts", name="v", hosts=fleet[:1], add=True)["changed"] == 1
+    assert m.ok("volume_hosts", name="v", hosts=fleet, add=True)["changed"] == 199
+    assert m.st["volumes"]["u-v"]["hosts"] == fleet
+    granted = [e for e in m.st["events"]["log"] if e["kind"] == "host_granted"]
+    assert len(granted) == 200  # one event per host, as one at a time would give
+    assert m.do("volume_hosts", name="v", hosts=[fleet[0], stranger], add=False)["error"]["field"] == "host"
+    m.ok("volume_hosts", name="v", hosts=fleet[:150], add=False)
+    assert m.st["volumes"]["u-v"]["hosts"] == fleet[150:]
+
+
 def test_a_snapshot_that_failed_is_dropped_and_its_name_freed() -> None:
     m = cluster()
     uuid = create(m, "v", 1)
