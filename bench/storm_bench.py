@@ -256,8 +256,10 @@ def run(
         _nodeos(lab, vm, "pool", "create", "p", "--drives", "all")
     try:
         vol = _nodeos(lab, s1, "volume", "create", VOL, "--size", "64MiB")
-        tcp = next(li for li in vol["listeners"] if li["trtype"] == "tcp")
-        target = {"addr": tcp["traddr"], "port": tcp["trsvcid"], "nqn": vol["nqn"]}
+        tcp = [li for li in vol.get("listeners") or [] if li.get("trtype") == "tcp"]
+        port = str(tcp[0]["trsvcid"]) if tcp else "4420"
+        target = {"addr": lab.addr(vol["primary"]), "port": port, "nqn": vol["nqn"]}
+        res["target"] = target
         payload = json.dumps({"sock": SOCK, "vol": VOL, "nqns": names, "verb": "add"})
         with Probe(lab, s1) as p:
             r = lab.exec(s1, ["python3", "-c", CONTROL], input=payload, timeout=3600, check=True)
