@@ -246,9 +246,14 @@ def _disconnect(lab: Lab, vm: str, sub: str) -> dict[str, Any]:
 
 
 def run(
-    lab: Lab, n_hosts: int = 200, storage: tuple[str, ...] = ("s1",), hosts: tuple[str, ...] = ("h1",)
+    lab: Lab,
+    n_hosts: int = 200,
+    storage: tuple[str, ...] = ("s1",),
+    hosts: tuple[str, ...] = ("h1",),
+    sink: Any = None,
 ) -> dict[str, Any]:
-    """The whole bench on an up lab (leaves it as found: volume, hosts and pools removed)."""
+    """The whole bench on an up lab (leaves it as found: volume, hosts and pools removed);
+    `sink(res)` after each phase (figures so far survive a bench cut short)."""
     s1 = storage[0]
     names = nqns(n_hosts)
     res: dict[str, Any] = {"hosts": n_hosts, "storage_vms": len(storage), "gpu_vms": len(hosts)}
@@ -276,6 +281,8 @@ def run(
             for k, v in ctl.items()
         }
         res["probe_during_grants"] = p.figures()
+        if sink:
+            sink(res)
         with Probe(lab, s1) as p:
             time.sleep(10)
         res["probe_idle"] = p.figures()
@@ -294,6 +301,8 @@ def run(
                             waves[-1]["disconnect"] = _disconnect(lab, h, target["nqn"])
             res[mode] = waves
             res[f"probe_during_{mode}"] = p.figures()
+            if sink:
+                sink(res)
         payload = json.dumps({"sock": SOCK, "vol": VOL, "nqns": names, "verb": "remove"})
         r = lab.exec(s1, ["python3", "-c", CONTROL], input=payload, timeout=3600)
         if r.rc == 0:
