@@ -346,7 +346,8 @@ def report(res: dict[str, Any], when: str) -> str:
         f"`bench/storm_bench.py`, {when}: {res['hosts']} host NQNs, {res['storage_vms']} storage VM(s), "
         f"{res['gpu_vms']} GPU-node VM(s), TCG on a shared 2-core host (lab figures, not hardware).",
         "",
-        "| control-plane call (s1, one process) | calls | threads | calls/s | p50 ms | p95 ms | max ms |",
+        "| API calls on s1 (one process; `_bulk`: one call for all) | hosts | threads | hosts/s "
+        "| p50 ms | p95 ms | max ms |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for k, v in c.items():
