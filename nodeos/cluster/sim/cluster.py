@@ -203,8 +203,10 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         return SeedResult(self.seed, True, None, self.now, self.trace, self.stats)
 
     def _loop(self, end: int, budget: int) -> None:
-        while self._events and not self.done:
-            t, _, kind, payload = heapq.heappop(self._events)
+        events, stats, pop = self._events, self.stats, heapq.heappop
+        dispatch = self._dispatch
+        while events and not self.done:
+            t, _, kind, payload = pop(events)
             if self.disruption is None:
                 if t > end:
                     break  # deadline passed: the final check reports the lost liveness
@@ -215,13 +217,15 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
                 ):
                     break  # the final command is in and no disruption phase to run
             self.now = t
-            self.stats["events"] += 1
-            if self.stats["events"] > budget:
+            count = stats["events"] + 1
+            stats["events"] = count
+            if count > budget:
                 raise Violation(
                     "event budget", f"{budget} events used by {self.now} ms of virtual time (livelock?)"
                 )
-            self._dispatch(kind, payload)
-            self._check_disruption()
+            dispatch(kind, payload)
+            if self.disruption is not None:
+                self._check_disruption()
 
     def _close_disks(self) -> None:
         if self.disk_dir is None:
@@ -271,23 +275,24 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         rn = n.rn
         assert rn is not None
         r = rn.raft
-        if r.state is StateRole.LEADER and self.check.leader_elected(n.id, r):
+        state, committed = r.state, r.log.committed
+        if state is StateRole.LEADER and self.check.leader_elected(n.id, r):
             self.stats["elections"] += 1
             self.log(f"n{n.id} is leader of term {r.term} (last index {r.log.last_index()})")
             if self.now < self.cfg.duration_ms and self.rng.random() < self.crash_new_leader:
                 self._at(self.now + self.rng.randint(0, 8), CRASH, (n.id, n.incarnation))
-        elif r.state is not n.last_role and self.cfg.trace:
-            self.log(f"n{n.id} {n.last_role.value} -> {r.state.value} term {r.term}")
-        if r.log.committed > n.last_commit:
-            if r.state is StateRole.LEADER and n.last_role is StateRole.LEADER and n.last_term == r.term:
-                self.check.leader_counted(n.id, r, r.log.committed)
+        elif state is not n.last_role and self.cfg.trace:
+            self.log(f"n{n.id} {n.last_role.value} -> {state.value} term {r.term}")
+        if committed > n.last_commit:
+            if state is StateRole.LEADER and n.last_role is StateRole.LEADER and n.last_term == r.term:
+                self.check.leader_counted(n.id, r, committed)
                 if self.now < self.cfg.duration_ms and self.rng.random() < self.crash_after_commit:
                     self._at(self.now + self.rng.randint(0, 4), CRASH, (n.id, n.incarnation))
-            self.check.commit_advanced(n.id, r, n.last_commit, r.log.committed)
-        n.last_role = r.state
+            self.check.commit_advanced(n.id, r, n.last_commit, committed)
+        n.last_role = state
         n.last_term = r.term
-        n.last_commit = r.log.committed
-        if n.syncing is not None and self.cfg.broken != "send_before_sync":
+        n.last_commit = committed
+        if n.syncing is not None and self.cfg.broken != "send_before_sync" and r.msgs:
             self._send_all(n, rn.take_messages_before_sync())  # as the driver's _pump does
         if n.syncing is None and rn.has_ready():
             rd = rn.ready()
@@ -379,14 +384,18 @@ class Simulation(FaultsMixin, DisruptionMixin, TicksMixin):
         self.log(f"n{n.id} snapshot at {n.applied}, log compacted up to {upto}")
 
     def _send_all(self, n: SimNode, msgs: list[Message]) -> None:
+        if not msgs:
+            return
+        now, arrivals_of, events, push = self.now, self.net.arrivals, self._events, heapq.heappush
         for m in msgs:
-            arrivals = self.net.arrivals(self.now, m.frm, m.to)
-            if not arrivals and m.type is MessageType.SNAP and self.rng.random() < 0.5 and n.rn is not None:
-                n.rn.report_snapshot(m.to, False)  # the transport noticed the failure
+            arrivals = arrivals_of(now, m.frm, m.to)
             if m.type is MessageType.SNAP:
+                if not arrivals and self.rng.random() < 0.5 and n.rn is not None:
+                    n.rn.report_snapshot(m.to, False)  # the transport noticed the failure
                 self.stats["snapshots_sent"] += 1
-            for t in arrivals:
-                self._at(t, DELIVER, m)
+            for t in arrivals:  # self._at(t, DELIVER, m)
+                self._seq += 1
+                push(events, (t, self._seq, DELIVER, m))
 
     def _deliver(self, m: Message) -> None:
         n = self.nodes[m.to]

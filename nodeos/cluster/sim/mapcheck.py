@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -59,6 +60,29 @@ def digest(st: dict[str, Any]) -> str:
     except TypeError:  # a dict with keys of mixed types does not sort
         data = msgpack.packb(_canonical(st), use_bin_type=True)
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+@dataclass
+class _Seen:
+    """The first state seen at an applied index: its msgpack bytes (None when it does not pack)
+    and its digest, computed only once a state that packs differently has to be compared."""
+
+    nid: int
+    packed: bytes | None
+    digest: str | None = None
+
+    def the_digest(self) -> str:
+        if self.digest is None:
+            assert self.packed is not None
+            self.digest = digest(msgpack.unpackb(self.packed, raw=False, strict_map_key=False))
+        return self.digest
+
+
+def _pack(st: dict[str, Any]) -> bytes | None:
+    try:
+        return msgpack.packb(st, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _fail(what: str) -> None:
@@ -304,7 +328,7 @@ class MapChecker:
     """Digests by applied index across nodes, and the checks above on each index's first apply."""
 
     def __init__(self) -> None:
-        self.digests: dict[int, tuple[str, int]] = {}  # applied index -> (digest, first node)
+        self.seen: dict[int, _Seen] = {}  # applied index -> the first node's state there
         self.stats = {
             "map_applied": 0,
             "map_rejected": 0,
@@ -323,7 +347,7 @@ class MapChecker:
     def first_apply(self, index: int) -> bool:
         """True when no node applied `index` yet: the full checks run on this apply only (the
         others must reach the same digest, so they pass or fail the same way)."""
-        return index not in self.digests
+        return index not in self.seen
 
     def applied(
         self,
@@ -359,15 +383,23 @@ class MapChecker:
                 s["replicated_snapshots_ready"] += len(x["placement"]) > 1
 
     def same_state(self, nid: int, index: int, st: dict[str, Any], how: str) -> None:
-        d = digest(st)
+        """The digest of `st` is the one of the first state seen at `index`. (Equal msgpack bytes
+        mean equal digests: msgpack keeps every type and order that the digest's JSON does, and
+        more, so the digests are computed only for states that pack differently, e.g. the same
+        content in another dict order; the verdict is the digests'.)"""
         self.stats["map_restores"] += how != "applying"
-        prev = self.digests.get(index)
+        packed = _pack(st)
+        prev = self.seen.get(index)
         if prev is None:
-            self.digests[index] = (d, nid)
-        elif prev[0] != d:
+            self.seen[index] = _Seen(nid, packed, None if packed is not None else digest(st))
+            return
+        if packed is not None and packed == prev.packed:
+            return
+        d, first = digest(st), prev.the_digest()
+        if first != d:
             raise Violation(
                 "map divergence",
-                f"node {nid}'s map after {how} index {index} has digest {d}, node {prev[1]}'s {prev[0]}",
+                f"node {nid}'s map after {how} index {index} has digest {d}, node {prev.nid}'s {first}",
             )
 
     def snapshot_round_trip(self, nid: int, snapshot: bytes, st: dict[str, Any]) -> None:

@@ -44,27 +44,29 @@ class SimNetwork:
         return (frm, to) not in self.blocked
 
     def arrivals(self, now: int, frm: int, to: int) -> list[int]:
-        """Arrival times of one message sent at `now`: [] when lost, two when duplicated."""
-        out = [now + d for d in self.delays(frm, to)]
-        if not self.faults.reorder and out:
-            last = self._last.get((frm, to), 0)
-            out = [max(t, last) for t in out]
-            self._last[(frm, to)] = max(out)
-        return out
-
-    def delays(self, frm: int, to: int) -> list[int]:
-        """Delivery delays for one message sent now: [] when lost, two when duplicated."""
-        if not self.can_pass(frm, to):
+        """Arrival times of one message sent at `now`: [] when lost, two when duplicated.
+        (Each delay is randint(min_delay, max_delay), plus randint(0, slow_delay) when slow, drawn
+        through `_randbelow` as randint draws: this runs for every message.)"""
+        if (frm, to) in self.blocked:
             return []
         f = self.faults
         r = self.rng
         if f.drop and r.random() < f.drop:
             return []
-        n = 2 if f.duplicate and r.random() < f.duplicate else 1
-        out = []
-        for _ in range(n):
-            d = r.randint(f.min_delay, f.max_delay)
+        dup = bool(f.duplicate) and r.random() < f.duplicate
+        lo, width = f.min_delay, f.max_delay - f.min_delay + 1
+        d = lo + r._randbelow(width)  # = r.randint(lo, max_delay), the same draw
+        if f.slow and r.random() < f.slow:
+            d += r._randbelow(f.slow_delay + 1)
+        if not dup:
+            out = [now + d]
+        else:
+            d2 = lo + r._randbelow(width)
             if f.slow and r.random() < f.slow:
-                d += r.randint(0, f.slow_delay)
-            out.append(d)
+                d2 += r._randbelow(f.slow_delay + 1)
+            out = [now + d, now + d2]
+        if not f.reorder:
+            last = self._last.get((frm, to), 0)
+            out = [max(t, last) for t in out]
+            self._last[(frm, to)] = max(out)
         return out

@@ -35,29 +35,35 @@ class TicksMixin:
         """Apply the ticks that fell due up to now, before the node sees anything else."""
         if not self.cfg.skip_idle_ticks or n.rn is None:
             return
-        step = self.cfg.tick_ms
-        while self.next_tick[n.id] <= self.now:
-            n.rn.tick()
-            self.next_tick[n.id] += step
+        nxt, now = self.next_tick[n.id], self.now
+        if nxt > now:
+            return
+        step, tick = self.cfg.tick_ms, n.rn.tick
+        while nxt <= now:
+            tick()
+            nxt += step
+        self.next_tick[n.id] = nxt
 
     def _schedule_wake(self: Simulation, n: SimNode) -> None:
         if not self.cfg.skip_idle_ticks or n.rn is None:
             return
-        cur = self.wake_at[n.id]
-        if cur is not None and cur <= self.next_tick[n.id]:
+        cur, nxt = self.wake_at[n.id], self.next_tick[n.id]
+        if cur is not None and cur <= nxt:
             return  # already woken at the very next tick: nothing can be earlier
         r = n.rn.raft
         if r.state is StateRole.LEADER:
-            k = min(r.cfg.heartbeat_tick - r.heartbeat_elapsed, r.cfg.election_tick - r.election_elapsed)
-            if r.cfg.snapshot_retry_ticks and any(
-                pr.state is ProgressState.SNAPSHOT for pr in r.trk.progress.values()
-            ):
-                k = 1  # snapshot retry counters move every tick
+            rc = r.cfg
+            k = min(rc.heartbeat_tick - r.heartbeat_elapsed, rc.election_tick - r.election_elapsed)
+            if rc.snapshot_retry_ticks:
+                for pr in r.trk.progress.values():
+                    if pr.state is ProgressState.SNAPSHOT:
+                        k = 1  # snapshot retry counters move every tick
+                        break
         elif r.promotable():
             k = r.randomized_election_timeout - r.election_elapsed
         else:
             return  # its ticks only count; an input that changes that reschedules
-        wake = self.next_tick[n.id] + (max(k, 1) - 1) * self.cfg.tick_ms
+        wake = nxt + (max(k, 1) - 1) * self.cfg.tick_ms
         if cur is None or wake < cur:
             self.wake_at[n.id] = wake  # a later wake-up already queued is now stale
             self._at(wake, TICK, (n.id, n.incarnation, wake))
