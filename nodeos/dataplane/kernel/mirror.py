@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeos.dataplane.base import MirrorInfo, MirrorMember, MirrorSpec
+from nodeos.dataplane.kernel import md_super
 from nodeos.dataplane.mirror_names import (
     MIRROR_BITMAP_CHUNK_KIB,
     MIRROR_PREFIX,
@@ -280,11 +281,13 @@ class MdMirrors:
         self,
         md_dir: Path = MD_DIR,
         sys_block: Path = SYS_BLOCK,
+        dev_dir: Path = Path("/dev"),
         runner: Callable[..., subprocess.CompletedProcess[str]] = run,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.md_dir = md_dir
         self.sys_block = sys_block
+        self.dev_dir = dev_dir
         self.run = runner
         self.sleep = sleep
 
@@ -341,8 +344,15 @@ class MdMirrors:
 
     def list(self) -> list[MirrorInfo]:
         out = []
-        for kname in self._arrays():
-            name = parse_export(self.run(cmd_detail(kname), check=False).stdout).get("MD_NAME", "")
+        for kname, array_uuid in self._arrays().items():
+            name = md_super.array_name(self.sys_block, kname, array_uuid, self.dev_dir)
+            if name is None:  # no local member to read it from: mdadm reads every member's
+                if not md_super.members_answer(self.sys_block, kname):
+                    raise OperationFailed(
+                        f"md array {kname}: no readable local member and a leg that holds its I/O: "
+                        "its name is not read now (mdadm would hang on that leg)"
+                    )
+                name = parse_export(self.run(cmd_detail(kname), check=False).stdout).get("MD_NAME", "")
             if not name.startswith(MIRROR_PREFIX):
                 continue
             try:
