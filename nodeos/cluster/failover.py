@@ -12,8 +12,14 @@ own first moment as leader.
 
 Decisions, each a map command the shell proposes (one at a time, re-deciding on the map as
 applied, so nothing is decided twice):
-- `node_health down` for a node whose lease ran out; `node_health up` once it has renewed
-  steadily for `up_after_s` (hysteresis: a node that renews in fits does not flap);
+- `node_health down` for a node whose lease ran out (`lease_verdict`), at once when the
+  leader's Raft has lost contact with it or its data plane is reported down; a node whose lease
+  ran out but whose Raft member still acknowledges the leader (slow, not dead: its renewals are
+  late) is *suspect* for at most `suspect_grace_s` more (one `record_event` `node_suspect`)
+  and called down only then, unless it renews meanwhile. The old lease has run out either way:
+  suspicion only delays a failover, it never makes one earlier;
+- `node_health up` once it has renewed steadily for `up_after_s` (hysteresis: a node that
+  renews in fits does not flap);
 - `volume_failover` for a replicated volume whose primary is down and whose lease ran out by
   this leader's own table, to the first in-sync
   replica (placement order) on a node that is up. With no such replica the volume waits
@@ -27,6 +33,7 @@ applied, so nothing is decided twice):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +75,16 @@ class LeaseTiming:
     def up_after_s(self) -> float:
         return 2 * self.lease_s
 
+    @property
+    def suspect_grace_s(self) -> float:
+        """How much longer than `down_after_s` a node still in Raft contact gets."""
+        return self.lease_s
+
+    @property
+    def contact_s(self) -> float:
+        """Raft contact at most this old (as the leader sampled it) counts as alive."""
+        return self.lease_s / 2
+
 
 @dataclass
 class Leases:
@@ -80,6 +97,8 @@ class Leases:
     seen: dict[int, float] = field(default_factory=dict)  # when this leader first saw it a member
     looked: bool = False  # members present at the first look count from leader_since
     down_since: dict[int, float] = field(default_factory=dict)  # when this leader first saw it down
+    contact: dict[int, float] = field(default_factory=dict)  # node -> last seen active by this leader's Raft
+    suspect: dict[int, float] = field(default_factory=dict)  # node -> when its lease ran out while in contact
     refused: Refusals = field(default_factory=dict)  # replicas a re-placement found no room for
 
     def observe(self, members: Any, now: float) -> None:
@@ -93,11 +112,24 @@ class Leases:
             self.steady_since[nid] = now
         self.last[nid] = now
 
-    def expired(self, nid: int, now: float, timing: LeaseTiming) -> bool:
-        # A member that joined after this leader took over gets a whole lease from then.
+    def heard(self, nids: Iterable[int], now: float) -> None:
+        """This leader's Raft saw these nodes active (acknowledging its appends or heartbeats)."""
+        for nid in nids:
+            self.contact[nid] = now
+
+    def since(self, nid: int) -> float:
+        """Where this node's lease counts from on this leader's clock: its last renewal, or,
+        without one, this leader's start (a member that joined later: from when it was seen)."""
         first = self.seen.get(nid, self.leader_since)
-        since = max(self.last.get(nid, self.leader_since), self.leader_since, first)
-        return now - since > timing.down_after_s
+        return max(self.last.get(nid, self.leader_since), self.leader_since, first)
+
+    def expired(self, nid: int, now: float, timing: LeaseTiming) -> bool:
+        """The node's lease ran out: it has fenced itself. The one safety test of a failover."""
+        return now - self.since(nid) > timing.down_after_s
+
+    def in_contact(self, nid: int, now: float, timing: LeaseTiming) -> bool:
+        seen = self.contact.get(nid)
+        return seen is not None and now - seen <= timing.contact_s
 
     def steady(self, nid: int, now: float, timing: LeaseTiming) -> bool:
         last = self.last.get(nid)
@@ -106,22 +138,73 @@ class Leases:
         return now - self.steady_since.get(nid, now) >= timing.up_after_s
 
 
+def active_peers(progress: Mapping[int, Any], me: int) -> list[int]:
+    """The members a leader's Raft progress tracker saw active since its last quorum check
+    (`recent_active`, reset every election timeout): what `Leases.heard` takes."""
+    return sorted(nid for nid, pr in progress.items() if nid != me and pr.recent_active)
+
+
+def dataplane_down(st: dict[str, Any], nid: int) -> bool:
+    """The node's last report names a data plane error (down, nodeos/node/dpwatch.py: it then
+    withholds its renewals on purpose; or a capacity read failed)."""
+    dp = ((st.get("reports") or {}).get(nid) or {}).get("dataplane") or {}
+    return bool(dp.get("error"))
+
+
+def lease_verdict(
+    st: dict[str, Any], leases: Leases, nid: int, now: float, timing: LeaseTiming
+) -> tuple[str, str]:
+    """`ok`, `suspect` or `down` for a node the map calls up, and why.
+
+    Down once its lease ran out (`down_after_s` after its last renewal arrived) when this
+    leader's Raft has not seen it active for `contact_s` (dead, stopped, cut off) or its report
+    says its data plane is down (it withholds renewals on purpose); otherwise suspect, and down
+    `suspect_grace_s` later. A slow node (renewals late, Raft answering) is so not flapped down
+    and up; a node whose lease keeper alone is stuck has fenced itself and is called down one
+    grace later than a dead one.
+    """
+    if not leases.expired(nid, now, timing):
+        return "ok", ""
+    last = leases.last.get(nid)
+    why = (
+        f"no lease renewal for {now - last:.1f} s"
+        if last is not None
+        else f"no lease renewal since this leader took over {now - leases.leader_since:.1f} s ago"
+    )
+    if dataplane_down(st, nid):
+        return "down", f"{why}; its data plane is down"
+    if not leases.in_contact(nid, now, timing):
+        return "down", why
+    over = now - leases.since(nid) - timing.down_after_s
+    if over <= timing.suspect_grace_s:
+        return "suspect", f"{why}, but its Raft member still answers the leader"
+    return "down", f"{why}, although its Raft member still answers the leader (suspect for {over:.1f} s)"
+
+
 def health_commands(st: dict[str, Any], leases: Leases, now: float, timing: LeaseTiming) -> list[Command]:
     out: list[Command] = []
     leases.observe(st["nodes"], now)
     for nid in sorted(st["nodes"]):
         health = health_of(st, nid)
-        if health == "up" and leases.expired(nid, now, timing):
-            last = leases.last.get(nid)
-            why = (
-                f"no lease renewal for {now - last:.1f} s"
-                if last is not None
-                else f"no lease renewal since this leader took over {now - leases.leader_since:.1f} s ago"
-            )
-            out.append(("node_health", {"node_id": nid, "health": "down", "reason": why}))
+        if health == "up":
+            verdict, why = lease_verdict(st, leases, nid, now, timing)
+            if verdict == "down":
+                out.append(("node_health", {"node_id": nid, "health": "down", "reason": why}))
+            elif verdict == "suspect" and nid not in leases.suspect:
+                leases.suspect[nid] = now
+                out.append(("record_event", suspect_event(st, nid, why, timing)))
+            if verdict != "suspect":
+                leases.suspect.pop(nid, None)
         elif health == "down" and leases.steady(nid, now, timing):
             out.append(("node_health", {"node_id": nid, "health": "up", "reason": "renews its lease again"}))
     return out
+
+
+def suspect_event(st: dict[str, Any], nid: int, why: str, timing: LeaseTiming) -> dict[str, Any]:
+    """The `node_suspect` event (without `at`: the shell stamps its wall clock)."""
+    name = (st["nodes"].get(nid) or {}).get("name") or f"node-{nid}"
+    msg = f"node {name} is suspect: {why}; called down in {timing.suspect_grace_s:.1f} s unless it renews"
+    return {"kind": "node_suspect", "severity": "warning", "message": msg, "node": nid, "reason": why}
 
 
 def _draining(st: dict[str, Any], nid: int) -> bool:

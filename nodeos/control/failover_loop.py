@@ -3,8 +3,10 @@
 - `lease` (a leader handler, reached from every node through the cluster service): a read
   barrier proves this node still leads, then the renewal is recorded and the lease length
   returned.
-- A loop that, while this node leads, asks the pure controller what to do and proposes its
-  commands one at a time, so every decision is taken on the map as applied.
+- A loop that, while this node leads, feeds the pure controller the members its Raft saw
+  active (the progress tracker: a node whose renewals are late but whose Raft member answers
+  is suspect before it is down), asks it what to do and proposes its commands one at a time,
+  so every decision is taken on the map as applied.
 """
 
 from __future__ import annotations
@@ -91,11 +93,15 @@ class FailoverLoop:
         if leases is None:
             return
         st = d.map.state
-        cmds = failover.decide(st, leases, time.monotonic(), self.timing, self.policy)
+        now = time.monotonic()
+        leases.heard(failover.active_peers(d.node.status().progress, d.id), now)
+        cmds = failover.decide(st, leases, now, self.timing, self.policy)
         for key in sorted(set(leases.refused) - self._refused):
             LOG.warning("no place to re-place a replica: %s", leases.refused[key])
         self._refused = set(leases.refused)  # one that found room and is refused again is logged again
         for cmd, args in cmds:
+            if cmd == "record_event":
+                args = {**args, "at": time.time()}  # the pure core reads no wall clock
             LOG.warning("failover controller: %s %s", cmd, args)
             try:
                 await d.propose(encode_command(cmd, args), PROPOSE_TIMEOUT_S)

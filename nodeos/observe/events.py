@@ -27,6 +27,7 @@ KINDS = (
     "node_joined",
     "node_left",
     "node_down",
+    "node_suspect",
     "node_up",
     "leader_changed",
     "failover",

@@ -434,6 +434,8 @@ class SimLeaderShell:
         if leases is None:
             self.queue, self.pending = [], None
             return
+        assert n.rn is not None
+        leases.heard(failover.active_peers(n.rn.raft.trk.progress, n.id), now)
         if self.pending is not None:
             if self.pending[0] in n.state_set:
                 self.pending = None
@@ -445,7 +447,8 @@ class SimLeaderShell:
         if not self.queue:
             assert n.cmap is not None
             cmds = failover.decide(n.cmap.state, leases, now, self.timing)
-            self.queue = [encode_command(c, a) for c, a in cmds]
+            self.queue = [encode_command(c, {**a, "at": now} if c == "record_event" else a) for c, a in cmds]
+            sim.stats["suspects"] += sum(1 for c, _ in cmds if c == "record_event")
         if self.queue:
             cmd = self.queue.pop(0)
             data = sim.fo_propose(n, cmd)

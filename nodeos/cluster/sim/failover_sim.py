@@ -65,6 +65,7 @@ STATS = (
     "failovers",
     "long_partitions",
     "long_crashes",
+    "suspects",
 )
 
 

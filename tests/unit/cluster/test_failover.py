@@ -12,6 +12,7 @@ import pytest
 from nodeos.cluster import events as map_events
 from nodeos.cluster import failover
 from nodeos.cluster.failover import Leases, LeaseTiming
+from nodeos.cluster.failover_map import health_of
 from nodeos.errors import BadInput
 
 from .test_storage_map import M, cluster, create
@@ -297,3 +298,147 @@ def test_rebuild_limit_is_kept_per_node_and_bad_values_change_nothing(tmp_path: 
     assert f.read_text().strip() == "50000"
     MdMirrors().set_rebuild_limit(None, f)
     assert f.read_text().strip() == str(RAID_SPEED_DEFAULT_KIB)
+
+
+# --- suspect before down: a slow but live node is not flapped (issue 9, liveness) ---
+
+
+def late_renewer(now: float) -> Leases:
+    """Nodes 1-3 renewed at `now`; afterwards only 1 and 2 renew, node 3's renewals stop."""
+    ls = leases_all_renewing(now, 1, 2, 3)
+    ls.heard([1, 2, 3], now)
+    return ls
+
+
+def keep_renewing(ls: Leases, t: float, *, heard: tuple[int, ...] = (1, 2, 3)) -> None:
+    ls.renewed(1, t, T)
+    ls.renewed(2, t, T)
+    ls.heard(heard, t)
+
+
+def test_a_node_whose_raft_still_answers_is_suspect_for_one_more_lease_then_down() -> None:
+    m = cluster(3)
+    now = 1000.0
+    ls = late_renewer(now)
+    t = now + T.down_after_s + 0.01
+    keep_renewing(ls, t)
+    assert failover.lease_verdict(m.st, ls, 3, t, T)[0] == "suspect"
+    cmds = failover.decide(m.st, ls, t, T)
+    assert [(c, a["kind"], a["node"]) for c, a in cmds] == [("record_event", "node_suspect", 3)]
+    assert "still answers" in cmds[0][1]["reason"]
+    mark = map_events.last_seq(m.st)
+    m.ok("record_event", **cmds[0][1], at=1.0)  # the map takes it as the shell stamps it
+    assert [e["kind"] for e in map_events.list_events(m.st, mark)] == ["node_suspect"]
+    # Said once: the next looks, still within the grace, decide nothing.
+    t += 0.2
+    keep_renewing(ls, t)
+    assert failover.decide(m.st, ls, t, T) == []
+    t = now + T.down_after_s + T.suspect_grace_s - 0.01
+    keep_renewing(ls, t)
+    assert failover.decide(m.st, ls, t, T) == []
+    assert health_of(m.st, 3) == "up"
+    # One grace later it is called down, Raft contact or not.
+    t = now + T.down_after_s + T.suspect_grace_s + 0.01
+    keep_renewing(ls, t)
+    cmds = failover.decide(m.st, ls, t, T)
+    assert [(c, a["node_id"], a["health"]) for c, a in cmds] == [("node_health", 3, "down")]
+    assert "although its Raft member still answers" in cmds[0][1]["reason"]
+    assert 3 not in ls.suspect
+
+
+def test_a_suspect_node_that_renews_again_is_never_called_down() -> None:
+    m = cluster(3)
+    now = 1000.0
+    ls = late_renewer(now)
+    t = now + T.down_after_s + 0.5
+    keep_renewing(ls, t)
+    assert [c for c, _ in failover.decide(m.st, ls, t, T)] == ["record_event"]
+    ls.renewed(3, t + 0.1, T)  # late, but it came
+    for k in range(int(2 * T.lease_s / 0.2)):
+        keep_renewing(ls, t + 0.1 + 0.2 * k)
+        ls.renewed(3, t + 0.1 + 0.2 * k, T)
+        assert failover.decide(m.st, ls, t + 0.1 + 0.2 * k, T) == []
+    assert 3 not in ls.suspect  # a later episode is reported again
+
+
+def test_a_node_the_leader_lost_contact_with_is_down_at_once_as_its_lease_runs_out() -> None:
+    m = cluster(3)
+    now = 1000.0
+    ls = late_renewer(now)
+    # Raft last saw node 3 active just before its lease ran out: down, no grace.
+    t = now + T.down_after_s + 0.01
+    keep_renewing(ls, t, heard=(1, 2))
+    ls.heard([3], t - T.contact_s - 0.01)
+    assert failover.lease_verdict(m.st, ls, 3, t, T)[0] == "down"
+    cmds = failover.decide(m.st, ls, t, T)
+    assert [(c, a["node_id"], a["health"]) for c, a in cmds] == [("node_health", 3, "down")]
+    assert cmds[0][1]["reason"].startswith("no lease renewal for")
+    # Never heard at all (a new leader, a dead node): down as its lease runs out too.
+    fresh = Leases(leader_since=now)
+    fresh.heard([1, 2], now + T.down_after_s + 0.01)
+    assert failover.lease_verdict(m.st, fresh, 3, now + T.down_after_s + 0.01, T)[0] == "down"
+
+
+def test_a_suspect_node_that_loses_contact_is_down_at_once() -> None:
+    m = cluster(3)
+    now = 1000.0
+    ls = late_renewer(now)
+    t = now + T.down_after_s + 0.01
+    keep_renewing(ls, t)
+    assert [c for c, _ in failover.decide(m.st, ls, t, T)] == ["record_event"]
+    t2 = t + T.contact_s + 0.01
+    keep_renewing(ls, t2, heard=(1, 2))
+    assert t2 < now + T.down_after_s + T.suspect_grace_s
+    cmds = failover.decide(m.st, ls, t2, T)
+    assert [(c, a["node_id"], a["health"]) for c, a in cmds] == [("node_health", 3, "down")]
+
+
+def test_a_node_whose_data_plane_is_down_gets_no_grace_though_its_raft_answers() -> None:
+    # Its Raft member answers, but it withholds its renewals on purpose (nodeos/node/dpwatch.py).
+    m = cluster(3)
+    m.ok("node_report", node_id=3, seq=99, dataplane={"name": "kernel", "error": "nvmet is gone"})
+    now = 1000.0
+    ls = late_renewer(now)
+    t = now + T.down_after_s + 0.01
+    keep_renewing(ls, t)
+    cmds = failover.decide(m.st, ls, t, T)
+    assert [(c, a["node_id"], a["health"]) for c, a in cmds] == [("node_health", 3, "down")]
+    assert "data plane is down" in cmds[0][1]["reason"]
+
+
+def test_suspicion_never_makes_a_node_down_or_a_failover_earlier() -> None:
+    # Before its lease ran out a node is never suspect nor down, whatever Raft says; and a
+    # suspect primary's volume does not fail over: only a map `down` (decided as above) does.
+    m = cluster(3)
+    uuid = create(m, "v", 3, 1, 2)
+    vol = ready(m, uuid, 3, 1, 2)
+    now = 1000.0
+    ls = late_renewer(now)
+    for dt in (0.0, T.fence_after_s, T.down_after_s - 0.01):
+        keep_renewing(ls, now + dt, heard=(1, 2))
+        assert failover.lease_verdict(m.st, ls, 3, now + dt, T) == ("ok", "")
+        assert failover.decide(m.st, ls, now + dt, T) == []
+    t = now + T.down_after_s + 0.01
+    keep_renewing(ls, t)
+    apply_all(m, [(c, {**a, "at": 1.0}) for c, a in failover.decide(m.st, ls, t, T)])
+    t += T.suspect_grace_s / 2
+    keep_renewing(ls, t)
+    assert failover.decide(m.st, ls, t, T) == [] and vol["primary"] == 3
+
+
+def test_the_suspect_bounds() -> None:
+    # What docs/cluster.md promises: a dead node is down lease + 10 % + 0.2 s after its last
+    # renewal, a live but slow one at most one lease later.
+    for lease in (3.0, 8.0):
+        t = LeaseTiming(lease)
+        assert t.down_after_s == pytest.approx(1.1 * lease + 0.2)
+        assert t.down_after_s + t.suspect_grace_s == pytest.approx(2.1 * lease + 0.2)
+        assert t.contact_s < t.suspect_grace_s
+
+
+def test_active_peers_reads_the_progress_tracker_without_the_leader_itself() -> None:
+    class Pr:
+        def __init__(self, active: bool) -> None:
+            self.recent_active = active
+
+    assert failover.active_peers({1: Pr(True), 2: Pr(False), 3: Pr(True)}, me=1) == [3]
