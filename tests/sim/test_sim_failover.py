@@ -68,6 +68,7 @@ CAUGHT_BY = {
     "ack_degraded": ("acknowledged write lost", 3),
     "unfence_on_any_grant": ("two writable primaries", 3),
     "ack_on_map_view": ("acknowledged write lost", 3),
+    "lost_contact_is_expiry": ("two writable primaries", 3),
 }
 
 
