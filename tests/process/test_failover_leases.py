@@ -1,5 +1,6 @@
 """Leases across three real nodeosd processes: a member that stops answering (SIGSTOP) is
-called down by the leader once its lease ran out, seen from any node's console and in the
+called down by the leader once its lease ran out (at once: its Raft member is silent too, so
+it is not merely suspect), seen from any node's console and in the
 event log, and up again once it renews steadily; live members are never called down, also
 not by a leader that has just taken over (it waits out a whole lease first)."""
 
@@ -37,7 +38,7 @@ def test_a_stopped_member_goes_down_after_its_lease_and_up_once_it_renews(nodes:
     start = events(reader)[-1]["seq"]
     assert victim.proc is not None
     victim.proc.send_signal(signal.SIGSTOP)
-    stopped = time.monotonic()
+    stopped, stopped_at = time.monotonic(), time.time()
     try:
         down = wait_event(
             reader,
@@ -47,6 +48,13 @@ def test_a_stopped_member_goes_down_after_its_lease_and_up_once_it_renews(nodes:
         took = time.monotonic() - stopped
         assert took >= T.lease_s, f"called down {took:.1f} s after it stopped: before its lease ran out"
         assert down["severity"] == "critical" and "no lease renewal" in down["reason"]
+        # Its Raft member is stopped too: not a slow node but a dead one, called down as its
+        # lease runs out, never suspect first (docs/cluster.md: lease x 1.1 + 0.2 s after its
+        # last renewal; a slow node's bound, one lease later, is the ceiling).
+        assert "still answers" not in down["reason"], down
+        assert down["at"] - stopped_at < T.down_after_s + T.suspect_grace_s, down
+        since = [e for e in events(reader) if e["seq"] > start and e.get("node") == victim.raft_id]
+        assert "node_suspect" not in [e["kind"] for e in since], since
         assert lease_of(reader, f"n{victim.raft_id}") == "down"
     finally:
         victim.proc.send_signal(signal.SIGCONT)
