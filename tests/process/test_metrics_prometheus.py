@@ -8,14 +8,11 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
-import shutil
 import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,67 +20,11 @@ import pytest
 
 from nodeos.cluster.localcluster import LocalCluster, free_port
 from nodeos.errors import BadInput
+from tests.prometheus_helpers import PROMETHEUS, Prometheus
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
-PROMETHEUS = shutil.which("prometheus")
-RULES = Path(__file__).parents[2] / "nodeos" / "observe" / "prometheus" / "nodeos-rules.yml"
 NODEOS = str(Path(sys.executable).parent / "nodeos")
-
-
-class Prometheus:
-    def __init__(self, root: Path, targets: list[str]) -> None:
-        self.root = root
-        self.port = free_port()
-        cfg = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": "nodeos", "static_configs": [{"targets": targets}]}],
-        }
-        (root / "prometheus.yml").write_text(json.dumps(cfg))  # JSON is YAML
-        self.log = root / "prometheus.log"
-        self.proc = subprocess.Popen(
-            [
-                str(PROMETHEUS),
-                f"--config.file={root / 'prometheus.yml'}",
-                f"--storage.tsdb.path={root / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=self.log.open("wb"),
-        )
-
-    def get(self, path: str, **params: str) -> Any:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return json.loads(r.read())
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        return list(self.get("/api/v1/query", query=expr)["data"]["result"])
-
-    def wait(self, what: str, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = fn()
-            except OSError as exc:  # not listening yet
-                last = exc
-            else:
-                if last:
-                    return last
-            time.sleep(0.5)
-        raise AssertionError(f"{what}: not within {timeout}s; last {last!r}\n{self.log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture
@@ -101,7 +42,7 @@ def test_prometheus_scrapes_the_cluster_and_alerts_when_a_node_dies(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     by_target = {n.metrics_address: n for n in cluster.nodes}
-    prom = Prometheus(tmp_path, sorted(by_target))
+    prom = Prometheus(tmp_path, sorted(by_target), port=free_port())
     try:
         prom.wait("every node scraped", lambda: len(prom.query('up{job="nodeos"} == 1')) == 3)
         leader = cluster.leader()
@@ -140,15 +81,7 @@ def test_prometheus_scrapes_the_cluster_and_alerts_when_a_node_dies(
         try:
             victim = next(n for n in cluster.nodes if n is not leader)
             victim.kill()
-            firing = prom.wait(
-                "NodeosNodeDown firing",
-                lambda: [
-                    a
-                    for a in prom.get("/api/v1/alerts")["data"]["alerts"]
-                    if a["labels"]["alertname"] == "NodeosNodeDown" and a["state"] == "firing"
-                ],
-                timeout=90,
-            )
+            firing = prom.wait("NodeosNodeDown firing", lambda: prom.firing("NodeosNodeDown"), timeout=90)
             assert [a["labels"]["instance"] for a in firing] == [victim.metrics_address]
             assert firing[0]["labels"]["severity"] == "critical"
             down = prom.query(f'nodeos_cluster_member_up{{member="{victim.raft_id}"}}')
