@@ -8,8 +8,8 @@ through the leader (the commit path every map change, volume creates included, t
 - every node scraped every 5 s (a usual Prometheus interval);
 - every node scraped every 0.1 s (50 times that: the cost made visible).
 Reports commits/s per phase, and the scrape's own latency and size. Figures go to
-docs/benchmarks.md, section "Metrics (loopback)". Not a pass/fail test. Volume I/O with and
-without scraping needs volumes carrying I/O (the lab, once volumes are in the map).
+docs/benchmarks.md, section "Metrics (loopback)". Not a pass/fail test. Volume creates and I/O
+with and without scraping: bench/metrics_lab_bench.py (the lab).
 """
 
 from __future__ import annotations
@@ -138,9 +138,9 @@ def render(r: dict[str, Any]) -> str:
         lines.append(f"| under write load, every {k} ({n} scrapes) | {p50 * ms:.1f} | {p99 * ms:.1f} | |")
     lines += [
         "",
-        "Volume I/O with and without scraping is not measured yet: it needs volumes carrying I/O in "
-        "the lab (volumes in the replicated map, issue 8). A scrape reads the kernel's block counters "
-        "of the node's volumes, not the I/O path.",
+        "Volume creates and I/O with and without scraping, with a data plane: section *Metrics (lab, "
+        "TCG)* (`bench/metrics_lab_bench.py`). A scrape reads the kernel's block counters of the node's "
+        "volumes, not the I/O path.",
         "",
     ]
     return "\n".join(lines)
