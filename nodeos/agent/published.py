@@ -103,6 +103,10 @@ class Published:
         retry |= await self._gc(st, me, {u for u, p in pubs.items() if p["state"] != "unpublishing"})
         return retry
 
+    def _visible(self) -> bool:
+        """Whether this node's target shows live connections (nvmet needs its debugfs)."""
+        return bool((getattr(self.node, "describe", None) or {}).get("connections_visible", True))
+
     def stop(self) -> None:
         """The daemon stops: copies stop at their next chunk."""
         for c in self.copies.values():
@@ -123,7 +127,9 @@ class Published:
                 "sha256": c.sha256,
                 "error": c.error,
                 "hosts": c.hosts,
-                "connected": sorted(c.connected),
+                # null: this target cannot show connections (the map then counts every granted
+                # host as possibly connected); only said of an export that serves hosts
+                "connected": None if c.hosts is not None and not self._visible() else sorted(c.connected),
             }
         return out
 

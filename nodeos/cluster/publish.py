@@ -168,12 +168,13 @@ def copy_plan(
 
 
 def check_unpublish(name: str, connected: Mapping[int, list[str]], force: bool) -> None:
-    """Refused while any node reports a host connected (the operator switches hosts to the
-    new version first), unless forced."""
+    """Refused while any node reports a host connected, or cannot tell and hosts are granted
+    (the operator switches hosts to the new version and revokes them first), unless forced."""
     hosts = sorted({h for hs in connected.values() for h in hs})
     if hosts and not force:
         raise OperationFailed(
-            f"published volume {name!r} has connected hosts: {', '.join(hosts)}; "
-            "switch them to another volume first or use --force",
+            f"published volume {name!r} has (or, where the target cannot show connections, may have) "
+            f"connected hosts: {', '.join(hosts)}; switch them to another volume and revoke them "
+            "first, or use --force",
             field="name",
         )

@@ -54,11 +54,15 @@ def check_report(published: Any) -> None:
 
 
 def connected_hosts(st: dict[str, Any], pub: dict[str, Any]) -> dict[int, list[str]]:
+    """Hosts each replica node reports connected; where its target cannot show connections
+    (`connected: null`: nvmet without debugfs, as on Debian's kernel) every granted host may be."""
     out = {}
     for s in pub["placement"]:
         r = report_of(st, s["node"], pub["uuid"]) or {}
         if r.get("connected"):
             out[s["node"]] = list(r["connected"])
+        elif "connected" in r and r["connected"] is None and pub["hosts"]:
+            out[s["node"]] = list(pub["hosts"])
     return out
 
 

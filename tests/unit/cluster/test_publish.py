@@ -201,6 +201,22 @@ def test_grants_and_unpublish_refused_while_hosts_are_connected_unless_forced() 
     assert "model" not in m.st["names"] and "u-model" not in m.st["published"]
 
 
+def test_where_the_target_cannot_show_connections_a_granted_host_counts_as_connected() -> None:
+    m = snapshot_on_three_of(3)
+    publish(m)
+    m.ok("host_add", nqn="nqn.h1")
+    cmd, args = decide.volume_hosts(m.st, {"name": "model", "host": "nqn.h1"}, True)
+    m.ok(cmd, **args)
+    copy(m, 1, "ready", SHA, connected=None)  # nvmet without debugfs (Debian's kernel)
+    with pytest.raises(OperationFailed) as busy:
+        decide.WRITES["volume.unpublish"](m.st, {"name": "model"})
+    assert "nqn.h1" in str(busy.value) and "revoke" in str(busy.value)
+    cmd, args = decide.volume_hosts(m.st, {"name": "model", "host": "nqn.h1"}, False)
+    m.ok(cmd, **args)
+    cmd, args = decide.WRITES["volume.unpublish"](m.st, {"name": "model"})  # no host granted: free to go
+    m.ok(cmd, **args)
+
+
 def test_published_volumes_survive_a_map_snapshot_and_an_old_snapshot_reads_empty() -> None:
     m = snapshot_on_three_of(3)
     publish(m)
