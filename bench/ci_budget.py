@@ -26,7 +26,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
 SECTION = "## CI (tests/run.sh)"
 TIERS = {"fast": ["-m", "not lab and not labimage"], "lab": ["-m", "lab or labimage", "tests/lab"]}
@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--note", default="")
     ap.add_argument("--wall", action="append", default=[], metavar="TIER=SECONDS",
                     help="Wall time of a tier run elsewhere (with existing junit files).")  # fmt: skip
-    ap.add_argument("--no-write", action="store_true")
+    add_no_write(ap)
     a = ap.parse_args()
     walls = {k: float(v) for k, v in (w.split("=", 1) for w in a.wall)}
     paths = list(a.junit)
@@ -107,9 +107,7 @@ def main() -> None:
         walls = run_tiers(a.out)
         paths = [a.out / f"{t}.xml" for t in TIERS]
     text = render(read_junit([p for p in paths if p.exists()]), walls, a.note)
-    print(text)
-    if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+    publish(SECTION, text, write=not a.no_write)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
 from nodeos.cluster import events as map_events  # noqa: E402
 from nodeos.cluster.map import ClusterMap, encode_command  # noqa: E402
@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--volumes", type=int, default=300)
     ap.add_argument("--reports", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-write", action="store_true")
+    add_no_write(ap)
     a = ap.parse_args()
 
     b = Bench(a.volumes)
@@ -165,9 +165,7 @@ def main() -> None:
         "",
     ]
     text = "\n".join(lines)
-    print(text)
-    if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+    publish(SECTION, text, write=not a.no_write)
 
 
 if __name__ == "__main__":

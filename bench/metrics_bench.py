@@ -28,7 +28,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 from raft_bench import pct, throughput  # noqa: E402
 
 from nodeos.cluster.localcluster import LocalCluster  # noqa: E402
@@ -151,12 +151,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    add_no_write(ap)
     args = ap.parse_args()
     text = render(run(args.seconds, args.clients, args.rounds))
-    print(text)
-    if not args.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+    publish(SECTION, text, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 from raft_bench import pct  # noqa: E402
 
 from nodeos.lab import Lab  # noqa: E402
@@ -205,14 +205,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--fast", type=float, default=0.5, help="the faster scrape interval, seconds")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    add_no_write(ap)
     args = ap.parse_args()
     result = run(args.seconds, args.rounds, args.fast)
     print(json.dumps(result, default=str))
     text = render(result)
-    print(text)
-    if not args.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+    publish(SECTION, text, write=not args.no_write)
 
 
 if __name__ == "__main__":

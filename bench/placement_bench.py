@@ -30,7 +30,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
 from nodeos.cluster.placement import (  # noqa: E402
     SPREADS,
@@ -187,7 +187,7 @@ def main() -> None:
     ap.add_argument("--racks", type=int, default=40)
     ap.add_argument("--switches", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    add_no_write(ap)
     a = ap.parse_args()
     nodes = cluster(a.nodes, a.racks, a.switches)
     rows = []
@@ -201,9 +201,7 @@ def main() -> None:
         rows[-1]["wall"] = min(r["wall"] for r in runs)
         print(f"{name}: cpu {best['cpu']:.3f} s, wall {rows[-1]['wall']:.3f} s", file=sys.stderr)
     text = render(a, rows, reference_ns())
-    print(text)
-    if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+    publish(SECTION, text, write=not a.no_write)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
 from nodeos.cluster.localcluster import LocalCluster, LocalNode  # noqa: E402
 from nodeos.rpc import framing  # noqa: E402
@@ -228,7 +228,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--failovers", type=int, default=5)
     ap.add_argument("--tick-ms", type=int, default=100)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    add_no_write(ap)
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="raft-bench-"))
     cluster = LocalCluster(root, 3, tick_ms=a.tick_ms)
@@ -249,9 +249,7 @@ def main() -> None:
     finally:
         cluster.stop()
     text = render(r)
-    print(text)
-    if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+    publish(SECTION, text, write=not a.no_write)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402
+from benchdoc import BENCHMARKS_MD, add_no_write, write_section  # noqa: E402
 
 from nodeos.lab import Lab  # noqa: E402
 from tests.lab.node_helpers import ok, wait_daemon  # noqa: E402
@@ -123,12 +123,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime", type=int, default=20)
     ap.add_argument("--size-mib", type=int, default=128)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    add_no_write(ap)
     a = ap.parse_args()
     r = run(a.runtime, a.size_mib)
     print(json.dumps(r, indent=2))
     if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, render(r, a.runtime, a.size_mib))
+        write_section(BENCHMARKS_MD, SECTION, render(r, a.runtime, a.size_mib))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
 from nodeos.cluster.localcluster import LocalCluster, LocalNode  # noqa: E402
 from nodeos.errors import NodeosError  # noqa: E402
@@ -73,7 +73,7 @@ def phase(node: LocalNode, seconds: float | None, work: object = None) -> Writer
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rolls", type=int, default=20)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    add_no_write(ap)
     a = ap.parse_args()
     c = LocalCluster(Path(tempfile.mkdtemp(prefix="rotation-bench-")), 3)
     roll_s: list[float] = []
@@ -137,9 +137,7 @@ def main() -> None:
         "",
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+    publish(SECTION, text, write=not a.no_write)
 
 
 if __name__ == "__main__":

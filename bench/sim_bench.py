@@ -18,12 +18,11 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
 from nodeos.cluster.sim import SimConfig, run_seed  # noqa: E402
 
 SECTION = "## Raft simulator throughput"
-DOC = PROJECT / "docs" / "benchmarks.md"
 
 
 def cli_run(seeds: int, jobs: int) -> float:
@@ -63,7 +62,7 @@ def events(seeds: int, skip: bool) -> tuple[int, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=2000)
-    ap.add_argument("--no-write", action="store_true")
+    add_no_write(ap)
     a = ap.parse_args()
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
@@ -90,9 +89,7 @@ start: the host is shared, so wall times are upper bounds):
 - CPU per 3-node seed: {1000 * per_seed:.0f} ms, so 100,000 seeds need {cpu_min:.0f} CPU-minutes:
   {cpu_min / cores:.0f} min on {cores} idle cores with `--jobs {cores}`
 """
-    print(text)
-    if not a.no_write:
-        write_section(DOC, SECTION, text)
+    publish(SECTION, text, write=not a.no_write)
 
 
 if __name__ == "__main__":

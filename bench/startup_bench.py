@@ -28,7 +28,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import BENCHMARKS_MD, add_no_write, read_section, write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
 from nodeos.lab import Lab  # noqa: E402
 
@@ -169,19 +169,12 @@ def main() -> None:
     ap.add_argument("--name", default=None, help="Use this lab's s1 if it is up (else boot one).")
     ap.add_argument("--restarts", type=int, default=3)
     ap.add_argument("--label", default="after")
-    ap.add_argument("--no-write", action="store_true")
+    add_no_write(ap)
     a = ap.parse_args()
     res = run(a.name, a.restarts)
     print(json.dumps(res, indent=1))
     if not a.no_write:
-        doc = PROJECT / "docs" / "benchmarks.md"
-        text = doc.read_text()
-        old = ""
-        if SECTION in text:
-            start = text.index(SECTION)
-            nxt = text.find("\n## ", start + len(SECTION))
-            old = text[start : nxt if nxt >= 0 else len(text)]
-        write_section(doc, SECTION, render(a.label, res, old))
+        write_section(BENCHMARKS_MD, SECTION, render(a.label, res, read_section(SECTION)))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 sys.path.insert(0, str(PROJECT / "bench"))
 
-from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchlab import lab_for_run  # noqa: E402
 
 from nodeos.lab import Lab  # noqa: E402
 
@@ -423,29 +424,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="storm-bench", help="a lab that is up (else one is booted)")
     ap.add_argument("--hosts", type=int, default=200)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    add_no_write(ap)
     ap.add_argument("--local", action="store_true", help="control plane only, on a loopback 3-node cluster")
     a = ap.parse_args()
     if a.local:
         print(json.dumps(local(a.hosts), indent=1))
         return
-    lab = Lab(a.name)
-    booted = not lab.is_up()
-    if booted:
-        lab.up(storage=1, drives=1, hosts=2, drive_size_mib=512)
-    try:
+    with lab_for_run(a.name, storage=1, drives=1, hosts=2, drive_size_mib=512) as lab:
         st = lab.status()
         storage = tuple(v["name"] for v in st["vms"] if v["name"].startswith("s"))
         hosts = tuple(v["name"] for v in st["vms"] if v["name"].startswith("h"))
         res = run(lab, a.hosts, storage, hosts)
-    finally:
-        if booted:
-            lab.down()
     print(json.dumps(res, indent=1))
     text = report(res, datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
-    print(text)
-    if not a.no_write:
-        write_section(PROJECT / "docs" / "benchmarks.md", SECTION, text)
+    publish(SECTION, text, write=not a.no_write)
 
 
 if __name__ == "__main__":

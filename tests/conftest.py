@@ -27,6 +27,26 @@ def is_root() -> bool:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    _time_by_module(terminalreporter)
+    _skips_by_reason(terminalreporter)
+
+
+def _time_by_module(terminalreporter: pytest.TerminalReporter) -> None:
+    """Wall time per test module (set-up, calls and tear-down summed): where CI's budget goes."""
+    spent: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            if isinstance(rep, pytest.TestReport):
+                module = rep.nodeid.split("::")[0]
+                spent[module] = spent.get(module, 0.0) + rep.duration
+    if len(spent) < 2:
+        return
+    terminalreporter.section(f"time by module ({sum(spent.values()) / 60:.1f} min in tests)")
+    for module, secs in sorted(spent.items(), key=lambda kv: -kv[1])[:30]:
+        terminalreporter.write_line(f"{secs:8.1f} s  {module}")
+
+
+def _skips_by_reason(terminalreporter: pytest.TerminalReporter) -> None:
     """Say how many tests skipped and why, grouped by reason, so a skip is never silent."""
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:

@@ -15,4 +15,22 @@ fi
 bash "$top/images/bootstrap.sh"
 .venv/bin/ruff check nodeos tests bench hwtests
 # The slowest tests at the end of every run: where CI's time goes (docs/benchmarks.md).
-exec .venv/bin/python -m pytest --durations=25 "$@"
+if [ $# -gt 0 ]; then
+    exec .venv/bin/python -m pytest --durations=25 "$@"
+fi
+# The whole run (CI's): the simulator tier (CPU only, seeded, no wall-clock assertion) runs beside
+# the others at the lowest CPU priority. The lab's TCG VMs wait more than they compute (load 1-4
+# on 2 cores); the simulator takes what they leave and never what they need (docs/benchmarks.md).
+simlog=$(mktemp)
+nice -n 19 .venv/bin/python -m pytest -p no:cacheprovider --durations=10 tests/sim >"$simlog" 2>&1 &
+simpid=$!
+trap 'kill "$simpid" 2>/dev/null || true; rm -f "$simlog"' EXIT
+rc=0
+.venv/bin/python -m pytest --durations=25 --ignore=tests/sim || rc=$?
+simrc=0
+wait "$simpid" || simrc=$?
+echo
+echo "======== the simulator tier (tests/sim, run beside the others at nice 19): exit $simrc ========"
+cat "$simlog"
+if [ "$rc" -ne 0 ]; then exit "$rc"; fi
+exit "$simrc"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 # name -> "module:attribute" of a click command or group.
 SUBCOMMANDS: dict[str, str] = {
     "status": "nodeos.cli.node:status",
-    "drive": "nodeos.cli.node:drive",
+    "drive": "nodeos.cli.drive:drive",
     "pool": "nodeos.cli.node:pool",
     "volume": "nodeos.cli.publish:volume",
     "host": "nodeos.cli.node:host",
@@ -29,7 +29,7 @@ SUBCOMMANDS: dict[str, str] = {
 # name -> the one-line help `nodeos --help` shows (a command missing here is imported for it).
 SHORT_HELP: dict[str, str] = {
     "status": "Show this node: identity, data plane, objects, pending operations.",
-    "drive": "NVMe drives of this node.",
+    "drive": "NVMe drives of this node (kernel- or SPDK-owned): list, claim for SPDK, release.",
     "pool": "Storage pools (thin pools over drives).",
     "volume": "Thin volumes, snapshots, clones and their grants.",
     "host": "Hosts (GPU nodes) by host NQN.",

@@ -1,4 +1,4 @@
-"""Console commands of one node: status, drive, pool, volume, host.
+"""Console commands of one node: status, pool, volume, host (drives: nodeos/cli/drive.py).
 
 Every command validates its input locally first (same validators as the daemon, so a typo
 costs no round trip and exits 2), then calls nodeosd over the API socket.
@@ -83,29 +83,6 @@ def await_ready(client: Client, name: str, timeout: float, as_json: bool) -> dic
 def status(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
     """Show this node: identity, data plane, objects, pending operations."""
     return _client(ctx).call("status"), status_human
-
-
-# --- drives -------------------------------------------------------------------------------
-
-
-@click.group()
-def drive() -> None:
-    """NVMe drives of this node."""
-
-
-@drive.command("list")
-@json_option
-@click.pass_context
-@command_runner
-def drive_list(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
-    """List drives with model, serial, size, health and pool."""
-    rows = _client(ctx).call("drive.list")
-
-    def human(rows: list[dict[str, Any]]) -> str:
-        view = [dict(r, size=_size(r.get("size_bytes")), pool=r.get("pool") or "-") for r in rows]
-        return table(view, ["id", "path", "model", "serial", "firmware", "size", "health", "pool"])
-
-    return rows, human
 
 
 # --- pools --------------------------------------------------------------------------------

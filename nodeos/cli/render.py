@@ -39,6 +39,7 @@ def status_human(d: dict[str, Any]) -> str:
 
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(dph.get("since") or 0)))
         lines.insert(len(lines) - 1, f"DOWN      data plane since {since}: {dph.get('reason')}")
+    lines[len(lines) - 1 : len(lines) - 1] = dataplane_errors(dp, node)  # before `addresses`
     if node:
         lines.append(
             f"objects   pools {node.get('pools')}  volumes {node.get('volumes')}  "
@@ -61,3 +62,21 @@ def status_human(d: dict[str, Any]) -> str:
             if d[svc].get("warning"):
                 lines.append(f"WARNING   {svc}: {d[svc]['warning']}")
     return "\n".join(lines)
+
+
+def dataplane_errors(dp: dict[str, Any], node: dict[str, Any]) -> list[str]:
+    """The data plane's troubles that `status --json` holds, one line each: the target not
+    answering, transports that could not be made, a reconcile that failed or left volumes out,
+    operations whose recovery is still pending."""
+    out = []
+    if dp.get("error"):
+        out.append(f"ERROR     data plane: {dp['error']}")
+    for t, why in sorted((dp.get("transport_errors") or {}).items()):
+        out.append(f"WARNING   transport {t}: {why}")
+    rec = node.get("reconcile") or {}
+    for e in rec.get("errors") or []:
+        out.append(f"ERROR     reconcile{' failed' if rec.get('failed') else ''}: {e}")
+    for r in node.get("recovery") or []:
+        if r.get("result") != "ok" and r.get("error"):
+            out.append(f"ERROR     {r.get('op')} {r.get('name')} ({r.get('result')}): {r['error']}")
+    return out

@@ -48,7 +48,6 @@ from nodeos.cluster.raft import (
     ConfState,
     Entry,
     EntryType,
-    ProgressState,
     ProposalDropped,
     RawNode,
     Ready,
@@ -60,8 +59,11 @@ from nodeos.cluster.raft import (
 )
 from nodeos.cluster.raft.types import HardState
 from nodeos.cluster.raft_logfile import LogFileRaftStorage
+from nodeos.cluster.raft_status import learner_to_promote, peer_addresses, status_report
 from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
+from nodeos.cluster.ready_crash import CRASH_FILE_ENV, crash_point
 from nodeos.cluster.transport import PeerTransport
+from nodeos.cluster.waiters import Waiters, settled
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.observe.journal import log_event
 from nodeos.observe.latency import LatencyHistogram
@@ -71,12 +73,6 @@ log = logging.getLogger("nodeosd.cluster")
 
 SNAPSHOT_EVERY = 2000  # applied entries between map snapshots
 KEEP_AFTER_SNAPSHOT = 500  # entries kept behind a snapshot so slow followers catch up from the log
-PROMOTE_WINDOW = 64  # a learner this close to the commit index is promoted to voter
-
-# Crash injection for the kill -9 tests: when this env var names a file, the driver reads it at
-# every step of a Ready that writes entries and dies (as SIGKILL would) at the step it names.
-CRASH_FILE_ENV = "NODEOS_RAFT_CRASH_FILE"
-READY_STEPS = ("taken", "early-sent", "written", "sent", "applied")
 
 
 class RaftDriver:
@@ -121,9 +117,7 @@ class RaftDriver:
         self.term = 0
         self.leader_changed = asyncio.Event()
         self._wake = asyncio.Event()
-        self._proposals: dict[bytes, asyncio.Future[Any]] = {}
-        self._reads: dict[bytes, asyncio.Future[int]] = {}
-        self._read_ready: list[tuple[int, asyncio.Future[int]]] = []
+        self._waiters = Waiters()
         self._conf_inflight_until = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self.bad_messages = 0
@@ -153,7 +147,7 @@ class RaftDriver:
         await cancel_and_wait(*self._tasks)
         # A write already on the disk thread finishes (LMDB commits it whole or not at all).
         await asyncio.get_running_loop().run_in_executor(None, self._disk.shutdown)
-        self._fail_pending(NotLeader("the cluster service is stopping"))
+        self._waiters.fail_all(NotLeader("the cluster service is stopping"))
 
     @property
     def running(self) -> bool:
@@ -192,22 +186,17 @@ class RaftDriver:
         if self.role is not StateRole.LEADER:
             raise NotLeader(f"node {self.id} is not the leader (leader: {self.leader or 'unknown'})")
         rid = os.urandom(12)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._proposals[rid] = fut
+        fut = self._waiters.add_proposal(rid)
         try:
             self.node.propose(entry.frame(rid, command, time.time()))
         except ProposalDropped as exc:
-            self._proposals.pop(rid, None)
+            self._waiters.proposals.pop(rid, None)
             raise NotLeader(f"proposal not accepted: {exc}") from None
         self._pump()
         self._wake.set()
         t0 = time.perf_counter()
-        try:
-            out = await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            raise OutcomeUnknown(f"not committed within {timeout} s; it may or may not be applied") from None
-        finally:
-            self._proposals.pop(rid, None)
+        late = OutcomeUnknown(f"not committed within {timeout} s; it may or may not be applied")
+        out = await settled(fut, timeout, self._waiters.proposals, rid, late)
         self.commit_latency.observe(time.perf_counter() - t0)
         if "error" in out:
             raise remote_error(out["error"])
@@ -221,41 +210,31 @@ class RaftDriver:
         if time.monotonic() < self._conf_inflight_until:
             raise NotLeader("another membership change is in progress; try again")
         rid = os.urandom(12)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._proposals[rid] = fut
+        fut = self._waiters.add_proposal(rid)
         try:
             self.node.propose_conf_change(ConfChange(cc_type, node_id, rid))
         except ProposalDropped as exc:
-            self._proposals.pop(rid, None)
+            self._waiters.proposals.pop(rid, None)
             raise NotLeader(f"membership change not accepted: {exc}") from None
         self._conf_inflight_until = time.monotonic() + timeout
         self._wake.set()
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            raise OutcomeUnknown(f"membership change not committed within {timeout} s") from None
-        finally:
-            self._proposals.pop(rid, None)
+        late = OutcomeUnknown(f"membership change not committed within {timeout} s")
+        return await settled(fut, timeout, self._waiters.proposals, rid, late)
 
     async def read_barrier(self, timeout: float = 5.0) -> None:
         """Return once the local map reflects every write committed before this call (ReadIndex)."""
         if self.role is not StateRole.LEADER:
             raise NotLeader(f"node {self.id} is not the leader")
         ctx = os.urandom(12)
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._reads[ctx] = fut
+        fut = self._waiters.add_read(ctx)
         try:
             self.node.read_index(ctx)
         except ProposalDropped as exc:  # stepped down since the role was last seen (a tick)
-            self._reads.pop(ctx, None)
+            self._waiters.reads.pop(ctx, None)
             raise NotLeader(f"read barrier not accepted: {exc}") from None
         self._wake.set()
-        try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            raise NotLeader(f"leadership not confirmed within {timeout} s") from None
-        finally:
-            self._reads.pop(ctx, None)
+        late = NotLeader(f"leadership not confirmed within {timeout} s")
+        await settled(fut, timeout, self._waiters.reads, ctx, late)
 
     def transfer_leadership(self, to: int) -> None:
         self.node.transfer_leadership(to)
@@ -285,7 +264,7 @@ class RaftDriver:
                 self.failure = f"{err.code}: {err.message}" if err else f"{type(exc).__name__}: {exc}"
                 self.role, self.leader = StateRole.FOLLOWER, NONE  # never route as leader again
                 log.critical("raft loop failed; stopping this node's cluster participation", exc_info=True)
-                self._fail_pending(OutcomeUnknown("the cluster service failed on this node"))
+                self._waiters.fail_all(OutcomeUnknown("the cluster service failed on this node"))
                 self._tasks[0].cancel()  # no more ticks: this node stays silent rather than half-alive
                 raise
 
@@ -332,15 +311,13 @@ class RaftDriver:
         for e in rd.committed_entries:
             self._apply(e)
         for rs in rd.read_states:
-            fut = self._reads.get(rs.request_ctx)
-            if fut is not None:
-                self._read_ready.append((rs.index, fut))
+            self._waiters.read_confirmed(rs.request_ctx, rs.index)
         if rd.soft_state is not None:
             self._on_soft_state(rd)
         if crash:
             self._crash_point("applied")
         self.node.advance(rd)
-        self._serve_reads()
+        self._waiters.serve_reads(self.map.applied_index)
         self._maybe_snapshot()
 
     def _pump(self) -> None:
@@ -350,17 +327,8 @@ class RaftDriver:
                 self.transport.send_raft(m.to, to_wire(m))
 
     def _crash_point(self, step: str) -> None:
-        assert self._crash_file is not None and step in READY_STEPS
-        try:
-            with open(self._crash_file) as f:
-                wanted = f.read().strip()
-        except OSError:
-            return
-        if wanted == step:
-            log.critical("crash injected at raft ready step %s (%s)", step, CRASH_FILE_ENV)
-            for h in logging.getLogger().handlers:
-                h.flush()
-            os._exit(137)
+        assert self._crash_file is not None
+        crash_point(self._crash_file, step)
 
     def _apply(self, e: Entry) -> None:
         if e.index <= self.map.applied_index:
@@ -370,9 +338,7 @@ class RaftDriver:
             self.conf_state = self.node.apply_conf_change(cc)
             self.map.apply(e.index, b"")
             self._conf_inflight_until = 0.0
-            fut = self._proposals.get(cc.context)
-            if fut is not None and not fut.done():
-                fut.set_result(self.conf_state)
+            self._waiters.applied(cc.context, self.conf_state)
             self._sync_peers()
             if cc.type != ConfChangeType.REMOVE:
                 # A new member catches up from a snapshot; the only one may be older than its
@@ -393,9 +359,7 @@ class RaftDriver:
         if self.role is StateRole.LEADER:
             for rec in self.map.new_events(first_event):
                 log_event(rec)
-        fut = self._proposals.get(rid) if isinstance(rid, bytes) else None
-        if fut is not None and not fut.done():
-            fut.set_result(result)
+        self._waiters.applied(rid, result)
         if entry.command_name(cmd) in ("add_node", "remove_node"):
             self._sync_peers()
 
@@ -409,27 +373,9 @@ class RaftDriver:
         self.leader_changed.set()
         self.leader_changed = asyncio.Event()
         if was_leader and self.role is not StateRole.LEADER:
-            self._fail_pending(OutcomeUnknown("leadership changed; the command may or may not be applied"))
-
-    def _fail_pending(self, err: Exception) -> None:
-        for fut in list(self._proposals.values()):
-            if not fut.done():
-                fut.set_exception(err)
-        for fut in list(self._reads.values()):
-            if not fut.done():
-                fut.set_exception(NotLeader(str(err)))
-        self._read_ready.clear()
-
-    def _serve_reads(self) -> None:
-        keep = []
-        for index, fut in self._read_ready:
-            if fut.done():
-                continue
-            if self.map.applied_index >= index:
-                fut.set_result(index)
-            else:
-                keep.append((index, fut))
-        self._read_ready = keep
+            self._waiters.fail_all(
+                OutcomeUnknown("leadership changed; the command may or may not be applied")
+            )
 
     def _maybe_snapshot(self) -> None:
         applied = self.map.applied_index
@@ -448,30 +394,20 @@ class RaftDriver:
         if time.monotonic() < self._conf_inflight_until:
             return
         st = self.node.status()
-        for nid, pr in st.progress.items():
-            # "Caught up": within a small window of the commit index (under steady writes a
-            # learner is always a few entries behind, and promoting it early only costs latency).
-            caught_up = pr.state is ProgressState.REPLICATE and pr.match > 0
-            if pr.is_learner and caught_up and pr.match + PROMOTE_WINDOW >= st.hard_state.commit:
-                try:
-                    self.node.propose_conf_change(ConfChange(ConfChangeType.ADD_VOTER, nid, b""))
-                except ProposalDropped:
-                    return
-                log.info("promoting caught-up learner %d to voter", nid)
-                self._conf_inflight_until = time.monotonic() + 10.0
-                return
+        nid = learner_to_promote(st.progress, st.hard_state.commit)
+        if nid is None:
+            return
+        try:
+            self.node.propose_conf_change(ConfChange(ConfChangeType.ADD_VOTER, nid, b""))
+        except ProposalDropped:
+            return
+        log.info("promoting caught-up learner %d to voter", nid)
+        self._conf_inflight_until = time.monotonic() + 10.0
 
     def _sync_peers(self) -> None:
         """Point the transport at every member: addresses from the map (or the join reply)."""
-        want: dict[int, str] = {}
+        want = peer_addresses(self.map.nodes, self.extra_peers)
         members = set(self.conf_state.voters) | set(self.conf_state.learners)
-        if not self.map.nodes:
-            # Not caught up yet (just joined): the addresses the join reply gave are all we know.
-            want.update(self.extra_peers)
-        for nid, node in self.map.nodes.items():
-            addr = (node.get("addresses") or {}).get("peer")
-            if addr:
-                want[nid] = addr
         for nid, addr in want.items():
             if nid != self.id:
                 self.transport.set_peer(nid, addr)
@@ -481,31 +417,12 @@ class RaftDriver:
 
     # --- introspection ---
     def status(self) -> dict[str, Any]:
-        st = self.node.status()
-        out: dict[str, Any] = {
-            "node_id": self.id,
-            "role": st.soft_state.role.value,
-            "leader": st.soft_state.leader or None,
-            "term": st.hard_state.term,
-            "commit": st.hard_state.commit,
-            "applied": self.map.applied_index,
-            "voters": list(self.conf_state.voters),
-            "learners": list(self.conf_state.learners),
-            "first_index": self.storage.first_index(),
-            "last_index": self.storage.last_index(),
-            "bad_messages": self.bad_messages,
-        }
-        if st.progress:
-            last = self.storage.last_index()
-            out["progress"] = {
-                nid: {
-                    "match": pr.match,
-                    "next": pr.next,
-                    "state": pr.state.value,
-                    "lag": max(0, last - pr.match),
-                    "learner": pr.is_learner,
-                    "active": pr.recent_active,
-                }
-                for nid, pr in st.progress.items()
-            }
-        return out
+        return status_report(
+            self.id,
+            self.node.status(),
+            applied=self.map.applied_index,
+            conf_state=self.conf_state,
+            first_index=self.storage.first_index(),
+            last_index=self.storage.last_index(),
+            bad_messages=self.bad_messages,
+        )

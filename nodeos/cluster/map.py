@@ -25,8 +25,10 @@ import msgpack
 from nodeos.cluster import events as map_events
 from nodeos.cluster import (
     failover_map,
+    host_map,
     publish_map,
     replace_map,
+    request_log,
     secretroll,
     snapshot_map,
     storage_import,
@@ -44,8 +46,12 @@ MAX_KV_KEY = 256
 MAX_KV_VALUE = 64 * 1024
 
 
-def encode_command(cmd: str, args: dict[str, Any], v: int = 1) -> bytes:
-    return msgpack.packb({"cmd": cmd, "v": v, "args": args}, use_bin_type=True)
+def encode_command(cmd: str, args: dict[str, Any], v: int = 1, rid: str | None = None) -> bytes:
+    """`rid`: a console request's id, applied once however often it is proposed (request_log)."""
+    obj: dict[str, Any] = {"cmd": cmd, "v": v, "args": args}
+    if rid is not None:
+        obj["rid"] = rid
+    return msgpack.packb(obj, use_bin_type=True)
 
 
 def decode_command(data: bytes) -> dict[str, Any]:
@@ -62,6 +68,8 @@ def decode_command(data: bytes) -> dict[str, Any]:
         raise BadInput("command field 'v' must be an int", field="v")
     if not isinstance(obj.get("args", {}), dict):
         raise BadInput("command field 'args' must be a map", field="args")
+    if "rid" in obj:
+        request_log.check_id(obj["rid"])
     return obj
 
 
@@ -87,6 +95,7 @@ def _empty_state() -> dict[str, Any]:
         "secret": secretroll.empty_section(),  # the cluster secret's generation (never the secret)
         "ca": secretroll.empty_section(),  # the cluster CA's generation and certificate fingerprint
         **map_events.empty_section(),
+        **request_log.empty_section(),
     }
 
 
@@ -144,8 +153,13 @@ class ClusterMap:
         self.state["applied_index"] = index
         if not data:
             return {"result": None}
+        rid: str | None = None
         try:
             cmd = decode_command(data)
+            rid = cmd.get("rid")
+            seen = None if rid is None else request_log.recorded(self.state, rid)
+            if seen is not None:  # asked again after an unknown outcome: answered, not applied
+                return {k: seen[k] for k in ("result", "error") if k in seen}
             handler = HANDLERS.get(cmd["cmd"])
             if handler is None:
                 raise BadInput(f"unknown command {cmd['cmd']!r}", field="cmd", allowed=sorted(HANDLERS))
@@ -157,12 +171,15 @@ class ClusterMap:
             first = map_events.next_seq(self.state)
             result = fn(self.state, cmd.get("args", {}))
             map_events.stamp(self.state, first, at)
-            return {"result": result}
+            outcome: dict[str, Any] = {"result": result}
         except NodeosError as err:
             rejected = self.state["rejected"]
             rejected.append({"index": index, "error": err.to_dict()})
             del rejected[:-MAX_REJECTED]
-            return {"error": err.to_dict()}
+            outcome = {"error": err.to_dict()}
+        if rid is not None:
+            request_log.record(self.state, rid, index, outcome)
+        return outcome
 
     # --- snapshots ---
     def snapshot(self) -> bytes:
@@ -376,6 +393,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     "secret_roll": {1: _secret_roll_v1},
     "ca_roll": {1: _ca_roll_v1},
     **storage_map.HANDLERS,
+    **host_map.HANDLERS,
     **snapshot_map.HANDLERS,
     **publish_map.HANDLERS,
     **failover_map.HANDLERS,

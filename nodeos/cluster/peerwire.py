@@ -1,5 +1,5 @@
 """What every peer connection shares: handshake limits, what a stranger may cost, and small
-socket helpers (nodeos/cluster/transport.py, nodeos/cluster/peersender.py)."""
+socket helpers (nodeos/cluster/transport.py, peersender.py, peerserver.py)."""
 
 from __future__ import annotations
 

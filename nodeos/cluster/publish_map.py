@@ -10,7 +10,8 @@ failover controller, re-placement and the replicated volumes' agents never see o
 A node's report carries `published {uuid: {state, progress, sha256, error, hosts, connected}}`
 (nodeos/cluster/publish.py COPY_STATES). Applying a report settles each published volume it
 concerns: the checksum is recorded from the source, the copy plan re-decided, the path set
-(`paths[uuid]`: optimized on every joined replica, nothing elsewhere) and the state follow.
+(`paths[uuid]`: optimized on every joined replica whose node is not down, nothing elsewhere) and
+the state follow.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 
 from nodeos.cluster import events as map_events
 from nodeos.cluster.failover_map import health_of
+from nodeos.cluster.host_map import grant_or_revoke
 from nodeos.cluster.publish import COPY_STATES, check_unpublish, copy_plan, joined
-from nodeos.cluster.storage_map import _name_free, _req, grant_or_revoke, snapshot_by_name
+from nodeos.cluster.storage_map import _name_free, _req, snapshot_by_name
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
 
 SECTION = "published"
@@ -168,7 +170,8 @@ def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
     up = {n for n in order if health_of(st, n) == "up"}
     seeds = {s["node"] for s in pub["placement"] if s["seed"]}
     pub["copy_from"] = copy_plan(order, seeds, pub["copy_from"], j, up)
-    st["paths"][pub["uuid"]] = {n: "optimized" for n in order if n in j}
+    # A node that is down serves nobody: its last report (ready, the right sha256) is stale.
+    st["paths"][pub["uuid"]] = {n: "optimized" for n in order if n in j and health_of(st, n) != "down"}
     if pub["state"] == "publishing" and j == set(order):
         pub["state"] = "ready"
         map_events.record(st, "volume_ready", f"published volume {pub['name']} is ready", volume=pub["uuid"])

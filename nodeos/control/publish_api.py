@@ -13,6 +13,7 @@ from nodeos.cluster.placement import SPREADS
 from nodeos.cluster.publish_map import connected_hosts, published_by_name, section
 from nodeos.cluster.storage_map import snapshot_by_name
 from nodeos.control import views
+from nodeos.control.params import param, wait_param
 from nodeos.errors import AlreadyExists, BadInput, NotSupported, OperationFailed
 
 LOG = logging.getLogger("nodeosd.control")
@@ -154,15 +155,13 @@ class PublishApi:
         return {"volume.publish": self.publish, "volume.unpublish": self.unpublish}
 
     async def publish(self, params: dict[str, Any]) -> dict[str, Any]:
-        from nodeos.control.service import _param, _wait_param
-
         req = {
-            "snapshot": validate.name(_param(params, "snapshot"), "snapshot"),
-            "name": validate.name(_param(params, "name"), "name"),
+            "snapshot": validate.name(param(params, "snapshot"), "snapshot"),
+            "name": validate.name(param(params, "name"), "name"),
             "replicas": publish.parse_replicas(params.get("replicas")),
             "spread": validate.choice(params.get("spread") or "node", list(SPREADS), "spread"),
         }
-        wait = _wait_param(params)
+        wait = wait_param(params)
         self.c._need_storage()
         await self.c._run("volume.publish", req)
         LOG.info("snapshot %s published as %s", req["snapshot"], req["name"])
@@ -178,13 +177,11 @@ class PublishApi:
         return await self.c._wait(done, max(wait, 10.0) if wait == 0 else wait, f"publishing {name}")
 
     async def unpublish(self, params: dict[str, Any]) -> dict[str, Any]:
-        from nodeos.control.service import _param, _wait_param
-
-        name = validate.name(_param(params, "name"), "name")
+        name = validate.name(param(params, "name"), "name")
         force = params.get("force", False)
         if not isinstance(force, bool):
             raise BadInput("force must be true or false", field="force")
-        wait = _wait_param(params)
+        wait = wait_param(params)
         self.c._need_storage()
         await self.c._run("volume.unpublish", {"name": name, "force": force})
         await self.c._wait(lambda st: True if name not in st["names"] else None, wait, f"unpublishing {name}")

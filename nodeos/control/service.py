@@ -7,6 +7,9 @@ run at the Raft leader (here or forwarded): a read barrier, a decision from the 
 committed desired state and make their data planes match it; this node then waits, on its
 own copy of the map, until the object is ready or has failed (the error names the node and
 the step), or until the request's `wait` runs out.
+
+Its parts: the common parameters (params.py), the reads at the leader (reads.py), drives and
+pools (pool_api.py), published volumes (publish_api.py).
 """
 
 from __future__ import annotations
@@ -18,49 +21,20 @@ import uuid as uuidlib
 from typing import Any
 
 from nodeos import validate
-from nodeos.cluster.errors import OutcomeUnknown
+from nodeos.cluster import request_log
+from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.placement import SPREADS
-from nodeos.cluster.storage_map import MAX_HOSTS_AT_ONCE, check_labels
-from nodeos.control import decide, publish_api, views
+from nodeos.cluster.storage_map import check_labels
+from nodeos.control import decide, pool_api, publish_api, views
+from nodeos.control.params import host_list, param, replicas_param, wait_param
+from nodeos.control.reads import READS
 from nodeos.daemon.service import DaemonContext, Handler
-from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
+from nodeos.errors import BadInput, NotSupported, OperationFailed
 from nodeos.node import crash
 
 LOG = logging.getLogger("nodeosd.control")
-DEFAULT_WAIT_S = 300.0
 LEADER_TIMEOUT_S = 15.0
-
-
-def _param(params: dict[str, Any], key: str, field: str | None = None) -> Any:
-    if params.get(key) is None:
-        raise BadInput(f"{field or key} is required", field=field or key)
-    return params[key]
-
-
-def _host_list(value: Any, field: str) -> list[str]:
-    if not isinstance(value, list) or not 1 <= len(value) <= MAX_HOSTS_AT_ONCE:
-        raise BadInput(
-            f"{field} must list 1 to {MAX_HOSTS_AT_ONCE} host NQNs",
-            field=field,
-            allowed=f"1-{MAX_HOSTS_AT_ONCE}",
-        )
-    return list(dict.fromkeys(validate.host_nqn(h, field) for h in value))
-
-
-def _wait_param(params: dict[str, Any]) -> float:
-    w = params.get("wait", DEFAULT_WAIT_S)
-    if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0 <= w <= 3600:
-        raise BadInput("wait must be a number of seconds in [0, 3600]", field="wait")
-    return float(w)
-
-
-def _replicas(v: Any) -> int:
-    if v is None:
-        return 1
-    if type(v) is not int:
-        raise BadInput(f"replicas must be 1, 2 or 3, not {v!r}", field="replicas", allowed=[1, 2, 3])
-    return validate.replicas(v)
 
 
 class ControlService:
@@ -76,10 +50,8 @@ class ControlService:
 
     def methods(self) -> dict[str, Handler]:
         return {
-            "drive.list": self.drive_list,
-            "pool.create": self.pool_create,
+            **pool_api.PoolApi(self).methods(),
             "pool.list": self.reader("pool.list"),
-            "pool.delete": self.pool_delete,
             "volume.create": self.volume_create,
             "volume.list": self.reader("volume.list"),
             "volume.show": self.volume_show,
@@ -188,11 +160,11 @@ class ControlService:
             )
 
     async def _run(self, op: str, params: dict[str, Any]) -> Any:
-        out = await self.cluster.at_leader(
-            "control", {"op": op, "params": params}, LEADER_TIMEOUT_S, idempotent=op in READS
-        )
         if op in READS:
-            return out
+            return await self.cluster.at_leader(
+                "control", {"op": op, "params": params}, LEADER_TIMEOUT_S, idempotent=True
+            )
+        out = await self._write_once(op, params)
         # Read your writes: this node's own map (what the waits below poll) may trail the
         # leader's; wait until it has applied the command's entry.
         index = int(out["index"])
@@ -203,6 +175,28 @@ class ControlService:
             await asyncio.sleep(0.02)
         return out["result"]
 
+    async def _write_once(self, op: str, params: dict[str, Any]) -> Any:
+        """Run a write at the leader; when its outcome is unknown (the leader changed, the link
+        to it dropped), ask again with the same request id: the map applies an id once and
+        answers a repeat from its record (nodeos/cluster/request_log.py), so the operator gets
+        the one outcome instead of "may or may not be applied"."""
+        req = {"op": op, "params": params, "rid": uuidlib.uuid4().hex}
+        deadline = time.monotonic() + 2 * LEADER_TIMEOUT_S
+        unknown: OutcomeUnknown | None = None  # an attempt that may have been applied
+        while True:
+            attempt = min(LEADER_TIMEOUT_S, deadline - time.monotonic())
+            try:
+                return await self.cluster.at_leader("control", req, max(1.0, attempt))
+            except OutcomeUnknown as err:
+                unknown = err
+            except NotLeader:
+                if unknown is None:
+                    raise  # nothing sent could have been applied: "nothing done" is true
+            if deadline - time.monotonic() < 1.0:
+                raise unknown
+            LOG.info("%s: outcome unknown (%s); asking the leader again", op, unknown.message)
+            await asyncio.sleep(0.2)
+
     def reader(self, op: str) -> Handler:
         async def handler(params: dict[str, Any]) -> Any:
             return await self._run(op, {})
@@ -212,10 +206,16 @@ class ControlService:
     async def _at_leader(self, d: Any, params: dict[str, Any], timeout: float) -> Any:
         """Runs on the leader: read barrier, decide from the map, propose."""
         op, p = params.get("op"), params.get("params") or {}
+        rid = None if params.get("rid") is None else request_log.check_id(params["rid"])
         await d.read_barrier(min(timeout, 5.0))
         st = d.map.state
         if op in READS:
             return READS[op](st, p, d)
+        seen = None if rid is None else request_log.recorded(st, rid)
+        if seen is not None:  # an earlier attempt committed: its outcome, not a second decision
+            if "error" in seen:
+                raise remote_error(seen["error"])
+            return {"result": seen.get("result"), "index": seen["index"]}
         fn = decide.WRITES.get(str(op))
         if fn is None:
             raise BadInput(f"unknown control operation {op!r}", field="method")
@@ -224,7 +224,7 @@ class ControlService:
             cmd, args = fn(st, p, new_id)
         else:
             cmd, args = fn(st, p)
-        result = await d.propose(encode_command(cmd, args), max(1.0, timeout - 0.5))
+        result = await d.propose(encode_command(cmd, args, rid=rid), max(1.0, timeout - 0.5))
         return {"result": result, "index": d.map.applied_index}
 
     async def _wait(self, check: Any, wait: float, what: str) -> Any:
@@ -239,93 +239,6 @@ class ControlService:
                     f"{what}: still not done after {wait:.0f} s (it goes on; see `nodeos status`)"
                 )
             await asyncio.sleep(0.1)
-
-    # --- drives and pools -----------------------------------------------------------------
-
-    async def drive_list(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        from nodeos.node import inventory
-
-        drives = await asyncio.to_thread(inventory.list_drives)
-        d = self._driver_or_none()
-        used: dict[str, str] = {}
-        if d is not None:
-            used = {
-                dr: p["name"]
-                for p in d.map.state["pools"].values()
-                if p["node"] == d.id
-                for dr in p["drives"]
-            }
-        return [dict(x, pool=used.get(x["id"])) for x in drives]
-
-    async def _target_node(self, params: dict[str, Any]) -> tuple[int, str]:
-        st = self._map()
-        ref = params.get("node")
-        if ref is None:
-            return self._me(), views.node_name(st, self._me())
-        nid = views.node_by_ref(st, ref)
-        if nid is None:
-            names = sorted(str(n.get("name")) for n in st["nodes"].values())
-            raise NotFound(
-                f"node {ref!r} is not a member of this cluster", field="node", allowed=names or None
-            )
-        return nid, views.node_name(st, nid)
-
-    async def pool_create(self, params: dict[str, Any]) -> dict[str, Any]:
-        from nodeos.node import inventory, model
-
-        name = validate.name(_param(params, "name"), "name")
-        requested = validate.drive_ids(_param(params, "drives"), "drives")
-        wait = _wait_param(params)
-        nid, node = await self._target_node(params)
-        st = self._map()
-        if nid == self._me():
-            if not self._local_dataplane():
-                raise NotSupported(
-                    f"this node runs without a data plane ({self.ctx.dataplane_reason}): "
-                    "pools and volumes live on storage nodes",
-                    field="dataplane",
-                )
-            drives = {x["id"]: x for x in await asyncio.to_thread(inventory.list_drives)}
-        else:
-            drives = dict(((st["reports"].get(nid) or {}).get("drives")) or {})
-        if f"{nid}/{name}" in st["pools"]:
-            raise AlreadyExists(f"pool {name!r} already exists on {node}", field="name")
-        used = {dr: p["name"] for p in st["pools"].values() if p["node"] == nid for dr in p["drives"]}
-        chosen = model.pick_drives(requested, drives, used)
-        req = {
-            "node": nid,
-            "name": name,
-            "drives": [x["id"] for x in chosen],
-            "devices": [x["path"] for x in chosen],
-        }
-        await self._run("pool.create", req)
-        key = f"{nid}/{name}"
-
-        def done(st: dict[str, Any]) -> Any:
-            p = st["pools"].get(key)
-            if p is None:
-                raise OperationFailed(f"pool {name!r} on {node} is gone", field="name")
-            if p["state"] == "failed":
-                raise OperationFailed(
-                    f"pool {name!r} on {node}: {p.get('error') or 'create failed'}", field="name"
-                )
-            return views.pool_view(st, p) if p["state"] == "ready" else None
-
-        out = await self._wait(done, wait, f"pool {name} on {node}")
-        LOG.info("pool %s created on %s", name, node)
-        return out
-
-    async def pool_delete(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        wait = _wait_param(params)
-        nid, node = await self._target_node(params)
-        self._need_storage()
-        await self._run("pool.delete", {"node": nid, "name": name})
-        key = f"{nid}/{name}"
-        await self._wait(
-            lambda st: True if key not in st["pools"] else None, wait, f"deleting pool {name} on {node}"
-        )
-        return {"name": name, "node": node, "deleted": True}
 
     # --- volumes --------------------------------------------------------------------------
 
@@ -364,15 +277,15 @@ class ControlService:
 
     async def volume_create(self, params: dict[str, Any]) -> dict[str, Any]:
         req = {
-            "name": validate.name(_param(params, "name"), "name"),
-            "size": validate.size(_param(params, "size"), "size"),
+            "name": validate.name(param(params, "name"), "name"),
+            "size": validate.size(param(params, "size"), "size"),
             "pool": validate.name(params["pool"], "pool") if params.get("pool") is not None else None,
-            "replicas": _replicas(params.get("replicas")),
+            "replicas": replicas_param(params.get("replicas")),
             "spread": validate.choice(params.get("spread") or "node", list(SPREADS), "spread"),
             "qos_iops": validate.qos_iops(params.get("qos_iops")),
             "qos_mbps": validate.qos_mbps(params.get("qos_mbps")),
         }
-        wait = _wait_param(params)
+        wait = wait_param(params)
         self._need_storage()
         if (req["qos_iops"] or req["qos_mbps"]) and not self._qos_everywhere():
             raise NotSupported(
@@ -392,23 +305,23 @@ class ControlService:
 
     async def volume_clone(self, params: dict[str, Any]) -> dict[str, Any]:
         req = {
-            "snapshot": validate.name(_param(params, "snapshot"), "snapshot"),
-            "name": validate.name(_param(params, "name"), "name"),
-            "replicas": _replicas(params["replicas"]) if params.get("replicas") is not None else None,
+            "snapshot": validate.name(param(params, "snapshot"), "snapshot"),
+            "name": validate.name(param(params, "name"), "name"),
+            "replicas": replicas_param(params["replicas"]) if params.get("replicas") is not None else None,
         }
-        wait = _wait_param(params)
+        wait = wait_param(params)
         self._need_storage()
         await self._run("volume.clone", req)
         return await self._wait_volume(req["name"], wait)
 
     async def volume_show(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
+        name = validate.name(param(params, "name"), "name")
         return await self._run("volume.show", {"name": name})
 
     async def volume_resize(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        size = validate.size(_param(params, "size"), "size")
-        wait = _wait_param(params)
+        name = validate.name(param(params, "name"), "name")
+        size = validate.size(param(params, "size"), "size")
+        wait = wait_param(params)
         self._need_storage()
         await self._run("volume.resize", {"name": name, "size": size})
 
@@ -424,8 +337,8 @@ class ControlService:
         return await self._wait(done, wait, f"resizing volume {name}")
 
     async def volume_delete(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        wait = _wait_param(params)
+        name = validate.name(param(params, "name"), "name")
+        wait = wait_param(params)
         ref = self._map()["names"].get(name)
         kind = "snapshot" if ref and ref["kind"] == "snapshot" else None
         self._need_storage()
@@ -437,22 +350,22 @@ class ControlService:
         return {"name": name, "deleted": True, "kind": kind}
 
     async def volume_snapshot(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
-        snap = validate.name(_param(params, "snapshot"), "snapshot")
-        wait = _wait_param(params)
+        name = validate.name(param(params, "name"), "name")
+        snap = validate.name(param(params, "snapshot"), "snapshot")
+        wait = wait_param(params)
         self._need_storage()
         await self._run("volume.snapshot", {"name": name, "snapshot": snap})
         return await self._wait_volume(snap, wait)
 
     async def _hosts(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(_param(params, "name"), "name")
+        name = validate.name(param(params, "name"), "name")
         if "hosts" in params:  # several in one map command (a fleet)
-            who: dict[str, Any] = {"hosts": _host_list(params["hosts"], "hosts")}
+            who: dict[str, Any] = {"hosts": host_list(params["hosts"], "hosts")}
             host = f"{len(who['hosts'])} hosts"
         else:
-            host = validate.host_nqn(_param(params, "host"), "host")
+            host = validate.host_nqn(param(params, "host"), "host")
             who = {"host": host}
-        wait = _wait_param(params)
+        wait = wait_param(params)
         self._need_storage()
         out = await self._run(op, {"name": name, **who})
 
@@ -491,11 +404,11 @@ class ControlService:
                 raise BadInput(
                     "a DH-HMAC-CHAP secret is per host: add such hosts one at a time", field="dhchap_secret"
                 )
-            nqns = _host_list(params["nqns"], "nqns")
+            nqns = host_list(params["nqns"], "nqns")
             out = await self._run("host.add", {"nqns": nqns, "dhchap_secret": None, "added": time.time()})
             LOG.info("%d hosts added (%d already there)", out["added"], out["present"])
             return out
-        nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
+        nqn = validate.host_nqn(param(params, "nqn", "host"), "host")
         secret = validate.dhchap_secret(params.get("dhchap_secret"))
         out = await self._run("host.add", {"nqn": nqn, "dhchap_secret": secret, "added": time.time()})
         crash.point("host.add:done")
@@ -503,19 +416,19 @@ class ControlService:
         return out
 
     async def host_remove(self, params: dict[str, Any]) -> dict[str, Any]:
-        nqn = validate.host_nqn(_param(params, "nqn", "host"), "host")
+        nqn = validate.host_nqn(param(params, "nqn", "host"), "host")
         out = await self._run("host.remove", {"nqn": nqn})
         crash.point("host.remove:done")
         return out
 
     async def node_show(self, params: dict[str, Any]) -> dict[str, Any]:
-        ref = _param(params, "node")
+        ref = param(params, "node")
         if not isinstance(ref, (str, int)):
             raise BadInput("node must be a node name or id", field="node")
         return await self._run("node.show", {"node": ref})
 
     async def node_label(self, params: dict[str, Any]) -> dict[str, Any]:
-        ref = _param(params, "node")
+        ref = param(params, "node")
         set_ = params.get("set") or {}
         remove = params.get("remove") or []
         if not isinstance(set_, dict) or not isinstance(remove, list):
@@ -526,13 +439,13 @@ class ControlService:
         return await self._run("node.label", {"node": ref, "set": set_, "remove": remove})
 
     async def node_drain(self, params: dict[str, Any]) -> dict[str, Any]:
-        ref = _param(params, "node")
+        ref = param(params, "node")
         return await self._run("node.drain", {"node": ref})
 
     async def node_rebuild_limit(self, params: dict[str, Any]) -> dict[str, Any]:
         from nodeos.cluster.failover_map import REBUILD_MBPS_MAX
 
-        ref = _param(params, "node")
+        ref = param(params, "node")
         mbps = params.get("mbps")
         if mbps is not None and (type(mbps) is not int or not 1 <= mbps <= REBUILD_MBPS_MAX):
             raise BadInput(
@@ -543,65 +456,8 @@ class ControlService:
         return await self._run("node.rebuild_limit", {"node": ref, "mbps": mbps})
 
     async def node_undrain(self, params: dict[str, Any]) -> dict[str, Any]:
-        ref = _param(params, "node")
+        ref = param(params, "node")
         return await self._run("node.undrain", {"node": ref})
-
-
-# --- reads at the leader (after the read barrier) --------------------------------------------
-
-
-def _show(st: dict[str, Any], p: dict[str, Any], d: Any) -> dict[str, Any]:
-    name = p.get("name")
-    ref = st["names"].get(name)
-    if ref is None:
-        raise NotFound(f"volume {name!r} does not exist", field="name")
-    if ref["kind"] == "snapshot":
-        return views.snapshot_view(st, st["snapshots"][ref["uuid"]])
-    if ref["kind"] == "published":
-        return publish_api.published_view(st, st["published"][ref["uuid"]])
-    return views.volume_view(st, st["volumes"][ref["uuid"]])
-
-
-def _raft_roles(d: Any) -> dict[int, str]:
-    cs = d.conf_state
-    return {**{n: "learner" for n in cs.learners}, **{n: "voter" for n in cs.voters}}
-
-
-def _node_list(st: dict[str, Any], p: dict[str, Any], d: Any) -> list[dict[str, Any]]:
-    roles = _raft_roles(d)
-    out = []
-    for nid in sorted(st["nodes"]):
-        v = views.node_view(st, nid, roles)
-        v["leader"] = nid == d.id
-        out.append(v)
-    return out
-
-
-def _node_show(st: dict[str, Any], p: dict[str, Any], d: Any) -> dict[str, Any]:
-    nid = views.node_by_ref(st, p.get("node"))
-    if nid is None:
-        names = sorted(str(n.get("name")) for n in st["nodes"].values())
-        raise NotFound(f"node {p.get('node')!r} is not a member of this cluster", field="node", allowed=names)
-    v = views.node_view(st, nid, _raft_roles(d))
-    v["leader"] = nid == d.id
-    rep = st["reports"].get(nid) or {}
-    v["drive_list"] = [dict(x, id=k) for k, x in sorted((rep.get("drives") or {}).items())]
-    v["pool_list"] = [views.pool_view(st, p) for p in st["pools"].values() if p["node"] == nid]
-    return v
-
-
-READS: dict[str, Any] = {
-    "volume.list": lambda st, p, d: sorted(
-        views.volume_rows(st) + publish_api.published_rows(st), key=lambda r: r["name"]
-    ),
-    "volume.show": _show,
-    "pool.list": lambda st, p, d: sorted(
-        (views.pool_view(st, x) for x in st["pools"].values()), key=lambda r: (r["node"], r["name"])
-    ),
-    "host.list": lambda st, p, d: views.host_rows(st),
-    "node.list": _node_list,
-    "node.show": _node_show,
-}
 
 
 def create_service(ctx: DaemonContext) -> ControlService:

@@ -1,10 +1,10 @@
-"""Checks on an ExportSpec, shared by both backends (pure)."""
+"""Checks on an ExportSpec and a RemoteSpec's identities, shared by both backends (pure)."""
 
 from __future__ import annotations
 
 import ipaddress
 
-from nodeos.dataplane.base import ExportSpec, Listener
+from nodeos.dataplane.base import ExportSpec, Listener, RemoteSpec
 from nodeos.dataplane.ids import check_id, check_nqn, check_serial, normalize_nguid, normalize_uuid
 from nodeos.errors import BadInput
 
@@ -35,6 +35,16 @@ def check_listener(li: Listener) -> None:
     svc = str(li.trsvcid)
     if not svc.isdigit() or not 0 < int(svc) < 65536:
         raise BadInput(f"trsvcid {svc!r} is not a port number", field="trsvcid", allowed="1-65535")
+
+
+def check_remote_ids(spec: RemoteSpec) -> None:
+    """A replica to attach: its subsystem and host NQNs, host id, namespace NGUID and listener
+    (each backend checks its own timeouts)."""
+    check_nqn(spec.nqn)
+    check_nqn(spec.host_nqn, "host_nqn")
+    normalize_uuid(spec.host_id, "host_id")
+    normalize_nguid(spec.nguid)
+    check_listener(spec.listener)
 
 
 def check_export_spec(spec: ExportSpec) -> None:

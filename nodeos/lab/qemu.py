@@ -258,16 +258,21 @@ def start(argv: list[str], netns: str, log: Path) -> int:
     return proc.pid
 
 
+def proc_state(stat_path: str) -> str:
+    """The state letter of a /proc/PID[/task/TID]/stat ("R", "S", "Z", ...); OSError when gone."""
+    return Path(stat_path).read_text().rsplit(")", 1)[-1].split()[0]
+
+
 def is_ours(pid: int | None, tag: str) -> bool:
     """Whether pid is still the QEMU of this VM (guards against PID reuse)."""
     if not pid:
         return False
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = proc_state(f"/proc/{pid}/stat")
     except OSError:
         return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+    if state == "Z":
         return False
     return b"\0-name\0" + tag.encode() + b"\0" in cmd
 
@@ -287,8 +292,26 @@ def exit_note(pid: int | None) -> str:
     return f" (its QEMU exited with status {os.waitstatus_to_exitcode(status)})"
 
 
-def kill(pid: int | None, tag: str, timeout: float = 10.0) -> None:
-    """Abrupt power-off: SIGKILL, then wait until the process is gone."""
+def _exiting(pid: int) -> bool:
+    """Whether any thread of pid is still alive. A killed multi-threaded QEMU shows its main
+    thread as a zombie while other threads still tear down and hold its files (the tap): only
+    when every thread is gone is the tap free for the next boot."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            state = proc_state(f"/proc/{pid}/task/{tid}/stat")
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
+
+
+def kill(pid: int | None, tag: str, timeout: float = 30.0) -> None:
+    """Abrupt power-off: SIGKILL, then wait until every thread of it is gone (its tap is free)."""
     if not is_ours(pid, tag):
         return
     assert pid is not None
@@ -299,14 +322,15 @@ def kill(pid: int | None, tag: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            # Our own child when started by this process: reap it.
+            # Our own child when started by this process: reap it (possible once all threads exited).
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return
         except ChildProcessError:
             pass
-        if not is_ours(pid, tag):
+        if not _exiting(pid):
             return
         time.sleep(0.05)
+    raise EnvironmentProblem(f"QEMU {pid} ({tag}) still has live threads {timeout:.0f} s after SIGKILL")
 
 
 OVMF_DIR = Path("/usr/share/OVMF")

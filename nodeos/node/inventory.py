@@ -21,17 +21,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nodeos.sysfs import read_attr
+
 LOG = logging.getLogger("nodeosd.inventory")
 SYS_NVME = Path("/sys/class/nvme")
 SYS_BLOCK = Path("/sys/block")
 SYS_IB = Path("/sys/class/infiniband")
-
-
-def _read(p: Path) -> str:
-    try:
-        return p.read_text().strip()
-    except OSError:
-        return ""
 
 
 def _normalise(d: dict[str, Any]) -> dict[str, Any]:
@@ -51,20 +46,21 @@ def sysfs_drives(sys_nvme: Path = SYS_NVME) -> list[dict[str, Any]]:
     if not sys_nvme.is_dir():
         return out
     for ctrl in sorted(sys_nvme.iterdir()):
-        serial = _read(ctrl / "serial")
+        serial = read_attr(ctrl / "serial")
         for ns in sorted(ctrl.glob(f"{ctrl.name}n*")) or sorted((SYS_BLOCK).glob(f"{ctrl.name}n*")):
             if "p" in ns.name[len(ctrl.name) + 1 :]:
                 continue  # a partition
-            sectors = _read(ns / "size") or _read(SYS_BLOCK / ns.name / "size")
+            sectors = read_attr(ns / "size") or read_attr(SYS_BLOCK / ns.name / "size")
             nsid = ns.name.split("n")[-1]
             out.append(
                 {
                     "id": drive_id(serial, nsid, ns.name),
                     "name": ns.name,
                     "path": f"/dev/{ns.name}",
-                    "model": _read(ctrl / "model"),
+                    "controller": ctrl.name,
+                    "model": read_attr(ctrl / "model"),
                     "serial": serial,
-                    "firmware": _read(ctrl / "firmware_rev"),
+                    "firmware": read_attr(ctrl / "firmware_rev"),
                     "size_bytes": int(sectors) * 512 if sectors.isdigit() else 0,
                     "health": "unknown",
                 }
@@ -112,18 +108,104 @@ def test_drives() -> list[dict[str, Any]]:
     return [_normalise(dict(d, health="unknown")) for d in json.loads(raw)]
 
 
-def list_drives() -> list[dict[str, Any]]:
-    """Drives with SMART health from nvme-cli (nodeos.hw.nvme); sysfs without health otherwise."""
+def kernel_drives() -> list[dict[str, Any]]:
+    """Drives the kernel holds, with SMART health from nvme-cli (nodeos.hw.nvme); sysfs without
+    health otherwise."""
     try:
         hw = importlib.import_module("nodeos.hw.nvme")
         drives = hw.NvmeCli().inventory(previous=dict(_previous_smart))
     except Exception as exc:  # no nvme-cli, or the inventory failed: still list what sysfs knows
         LOG.debug("nvme-cli inventory unavailable (%s); using sysfs", exc)
-        return [_normalise(d) for d in sysfs_drives()] + test_drives()
+        return [_normalise(d) for d in sysfs_drives()]
     for d in drives:
         if d.smart is not None:
             _previous_smart[d.serial] = d.smart
-    return [from_hw(d) for d in drives] + test_drives()
+    return [from_hw(d) for d in drives]
+
+
+def list_drives(dataplane: Any = None) -> list[dict[str, Any]]:
+    """Every data drive of this machine whichever side owns it (owner kernel, spdk, none, or
+    test), each marked usable or not by this node's data plane (`dataplane`: the data plane
+    object; SPDK-owned drives get inventory and SMART from its target)."""
+    from nodeos.hw import pci
+
+    try:
+        functions = pci.Sysfs().functions()
+    except OSError as exc:
+        LOG.warning("cannot read PCI functions from sysfs: %s", exc)
+        functions = []
+    name = getattr(dataplane, "name", None)
+    spdk: list[dict[str, Any]] = []
+    if name == "spdk":
+        from nodeos.dataplane.spdk.drives import pcie_drives
+
+        try:
+            spdk = pcie_drives(dataplane, previous=dict(_previous_smart))
+        except Exception as exc:  # a dead target shows in status (dpwatch); still list the rest
+            LOG.warning("cannot read the drives SPDK holds: %s", exc)
+        for d in spdk:
+            if d.get("smart") is not None and d.get("serial"):
+                from nodeos.hw.nvme import Smart
+
+                _previous_smart[d["serial"]] = Smart(**d["smart"])
+    return merge_owned(kernel_drives(), functions, spdk, test_drives(), name)
+
+
+def merge_owned(
+    kernel: list[dict[str, Any]],
+    functions: list[Any],
+    spdk: list[dict[str, Any]],
+    tests: list[dict[str, Any]],
+    dataplane: str | None,
+) -> list[dict[str, Any]]:
+    """The drive list (pure): kernel rows, SPDK's rows, PCI NVMe functions SPDK's driver holds
+    that its target has not attached (or that no driver holds), and test drives (AIO files,
+    malloc: `test_only`). A drive this node's data plane cannot use is `usable: false` with why."""
+    by_ctrl = {c: f for f in functions for c in f.controllers}
+    claim = "`nodeos drive claim {}` hands it to SPDK"
+    out: list[dict[str, Any]] = []
+    for d in kernel:
+        f = by_ctrl.get(str(d.get("controller") or ""))
+        addr = d.get("address") or (f.address if f is not None else "")
+        row = dict(d, owner="kernel", address=addr, usable=dataplane != "spdk")
+        if dataplane == "spdk":
+            row["unusable"] = "owned by the kernel; " + claim.format(addr or "PCI_ADDRESS")
+        out.append(row)
+    seen = {d["address"] for d in spdk}
+    for d in spdk:
+        row = dict(d, usable=dataplane == "spdk")
+        if dataplane != "spdk":
+            row["unusable"] = "owned by SPDK, and this node runs the kernel data plane"
+        out.append(row)
+    for f in functions:
+        if f.address in seen or f.owner == "kernel":
+            continue
+        why = (
+            "bound to " + f.driver + ", not attached by the SPDK target (not running?)"
+            if f.owner == "spdk"
+            else f"held by {f.owner}; " + claim.format(f.address)
+        )
+        out.append(
+            {
+                "id": f"pcie:{f.address}",
+                "name": f.address,
+                "path": f"pcie:{f.address}",
+                "model": "",
+                "serial": "",
+                "firmware": "",
+                "size_bytes": 0,
+                "address": f.address,
+                "owner": f.owner,
+                "health": "unknown",
+                "health_reasons": [why],
+                "usable": f.owner == "spdk" and dataplane == "spdk",
+                **({} if f.owner == "spdk" and dataplane == "spdk" else {"unusable": why}),
+            }
+        )
+    groups = {f.address: f.iommu_group for f in functions}
+    out = [dict(r, iommu_group=groups.get(str(r.get("address") or ""))) for r in out]
+    out += [dict(d, owner="test", test_only=True, usable=True) for d in tests]
+    return out
 
 
 def present_drive_ids(sys_nvme: Path = SYS_NVME) -> set[str]:
@@ -161,7 +243,7 @@ def rdma_netdevs(sys_ib: Path = SYS_IB) -> set[str]:
     for dev in sys_ib.iterdir():
         for port in (dev / "ports").glob("*"):
             for nd in (port / "gid_attrs" / "ndevs").glob("*"):
-                name = _read(nd)
+                name = read_attr(nd)
                 if name:
                     out.add(name)
     return out

@@ -188,9 +188,15 @@ def choose_pool(
 def pick_drives(
     requested: list[str] | str, drives: dict[str, dict[str, Any]], used: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """Resolve `--drives` (ids, serials or device names, or `all`) to free, healthy drives."""
+    """Resolve `--drives` (ids, serials or device names, or `all`) to free, healthy drives this
+    node's data plane can use (`usable`, nodeos/node/inventory.py: SPDK takes the drives it
+    owns, the kernel target the kernel's)."""
     if requested == "all":
-        chosen = [d for d in drives.values() if d["id"] not in used and d.get("health") != "failing"]
+        chosen = [
+            d
+            for d in drives.values()
+            if d["id"] not in used and d.get("health") != "failing" and d.get("usable", True)
+        ]
         if not chosen:
             raise BadInput(
                 "no free healthy drive on this node", field="drives", allowed=sorted(drives) or None
@@ -210,6 +216,8 @@ def pick_drives(
             raise BadInput(f"drive {r!r} already belongs to pool {used[d['id']]!r}", field="drives")
         if d.get("health") == "failing":
             raise BadInput(f"drive {r!r} is failing; it cannot join a pool", field="drives")
+        if not d.get("usable", True):
+            raise BadInput(f"drive {r!r} cannot join a pool here: {d.get('unusable')}", field="drives")
         if any(o["id"] == d["id"] for o in out):
             raise BadInput(f"drive {r!r} is named twice", field="drives")
         out.append(d)

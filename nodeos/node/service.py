@@ -78,8 +78,8 @@ class NodeService(NodeBase):
         return model.listeners_json(self._listeners)
 
     async def drive_inventory(self) -> dict[str, dict[str, Any]]:
-        drives = await asyncio.to_thread(inventory.list_drives)
-        keep = ("path", "model", "serial", "size_bytes", "health")
+        drives = await asyncio.to_thread(inventory.list_drives, self.dp)
+        keep = ("path", "model", "serial", "size_bytes", "health", "owner", "address", "usable", "unusable")
         return {d["id"]: {k: d.get(k) for k in keep} for d in drives}
 
     async def import_legacy_once(self, cluster: Any) -> None:

@@ -76,6 +76,14 @@ def _save_artifacts(lab: Lab, module_name: str) -> Path:
     dest = ARTIFACTS / module_name
     shutil.rmtree(dest, ignore_errors=True)
     lab.collect(dest)
+    # nodeosd logs to the journal, not the console: without this a daemon's last words go
+    # down with the lab.
+    for vm in lab.storage_vms:
+        try:
+            r = lab.exec(vm, ["journalctl", "-u", "nodeosd", "--no-pager", "-o", "short-monotonic"], 120)
+            (dest / f"{vm}-nodeosd.log").write_text(r.stdout)
+        except Exception as e:  # a VM powered off or hung: what the consoles show is all there is
+            (dest / f"{vm}-nodeosd.log").write_text(f"journal not read: {e}\n")
     failed = lab.failed_dir
     if failed.is_dir():
         for f in failed.iterdir():
@@ -186,14 +194,23 @@ def _shared(request: pytest.FixtureRequest, module: Any, shape: str) -> Iterator
             dest = _save_artifacts(the_lab, module.__name__)
             print(f"lab consoles kept in {dest}")
         if users:  # others still to come: they need it as this module found it
-            left = shared_labs.problems(the_lab, shape)
+            left = _problems(the_lab, shape)
             # What the daemons finish on their own after a module's last command (a pool the
             # agent is still removing) gets a bounded time; a real leak stays and is reported.
             deadline = time.monotonic() + SETTLE_S
             while left and time.monotonic() < deadline:
                 time.sleep(5)
-                left = shared_labs.problems(the_lab, shape)
+                left = _problems(the_lab, shape)
         if left or not users:
             the_lab.down()
     if left:
         pytest.fail(f"{module.__name__} left the shared lab {shape!r} dirty (replaced): " + "; ".join(left))
+
+
+def _problems(the_lab: Lab, shape: str) -> list[str]:
+    """shared_labs.problems, where a check that cannot run (a hung guest) is itself a problem: the
+    lab is replaced, never handed on unchecked to the next module."""
+    try:
+        return shared_labs.problems(the_lab, shape)
+    except Exception as e:  # whatever broke the check, the lab is not known clean
+        return [f"cleanliness check failed: {str(e).splitlines()[0][:300]}"]

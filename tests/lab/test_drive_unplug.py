@@ -134,13 +134,20 @@ def test_a_drive_pulled_under_the_primary_fails_the_volume_over_and_its_replica_
     # after the grace period (nodeos/agent/orphans.py) and says so in the cluster's events.
     back = time.monotonic()
     _wait("the stale replica deleted", lambda: not _has_lv(lab, old, vol), timeout=600, every=5)
-    gone = [
-        e
-        for e in _events(lab, new)
-        if e["kind"] == "replica_orphan_removed" and e.get("volume") == vol["uuid"]
-    ]
-    print(f"stale replica's LV removed {time.monotonic() - back:.0f} s after nodeosd was back: {gone}")
-    assert gone and vol["vol_id"] in gone[-1]["message"], gone
+    print(f"stale replica's LV removed {time.monotonic() - back:.0f} s after nodeosd was back")
+
+    def removal_events() -> list[dict[str, Any]]:
+        return [e for e in _events(lab, new) if e["kind"] == "replica_orphan_removed"]
+
+    def mine() -> list[dict[str, Any]]:
+        return [e for e in removal_events() if vol["vol_id"] in e["message"]]
+
+    # The node records the event after the removal (a Raft write of its own): wait for it.
+    try:
+        gone = _wait("the removal in the cluster's events", mine, timeout=120, every=5)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; removals recorded: {removal_events()}") from None
+    assert gone[-1].get("volume") == vol["uuid"], gone
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
 
 

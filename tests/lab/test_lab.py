@@ -9,6 +9,7 @@ import pytest
 
 from nodeos.errors import OperationFailed
 from nodeos.lab import Lab, demo
+from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
 pytestmark = pytest.mark.lab
 LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2
@@ -116,6 +117,7 @@ def test_cut_makes_a_vm_unreachable_and_heal_brings_it_back(lab: Lab) -> None:
     assert [s["state"] for s in lab.status()["vms"] if s["name"] == "s1"] == ["running"]
 
 
+@pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)  # lab.kill/start: the failover test uses them in CI
 def test_kill_and_start_keep_the_drive_contents(lab: Lab) -> None:
     serial = lab.serials("s1")[1]
     dev = demo.drive_path(serial)

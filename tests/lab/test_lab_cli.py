@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nodeos.lab import Lab
-from nodeos.lab.lab import labs_root
+from nodeos.lab.state import labs_root
 
 pytestmark = pytest.mark.lab
 NAME = "t-cli"

@@ -10,7 +10,6 @@ daemon would reconcile the `vol:` exports it does not know away.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 from nodeos.dataplane.mirror_names import replica_nqn, volume_nqn
 from nodeos.lab import Lab
 from tests.lab import shared_labs
-from tests.lab.dataplane_helpers import device_of, discover, wait_for
+from tests.lab.dataplane_helpers import device_of, discover, fio_job, wait_for
 from tests.lab.mirror_helpers import (
     HOST_OPTS,
     MIB,
@@ -60,6 +59,12 @@ info = d.assemble_mirror(MirrorSpec(mirror_id=mn.mirror_id_for({VOL!r}),
 
 def mirror_status(lab: Lab) -> dict[str, Any]:
     return ok(dp(lab, "s1", f"out(d.mirror_status(mn.mirror_id_for({VOL!r})))"))
+
+
+def md_attrs(lab: Lab, *names: str) -> list[str]:
+    """/sys/block/mdX/md attributes of the mirror on s1."""
+    md = f"/sys/block/$(basename $(readlink -f {mirror_status(lab)['device']}))/md"
+    return lab.sh("s1", " && ".join(f"cat {md}/{n}" for n in names)).stdout.split()
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +144,8 @@ def test_mirror_has_three_in_sync_legs_of_the_volume_size(lab: Lab, mirror: dict
         (1, dev2, "in_sync"),
         (2, dev3, "in_sync"),
     ]
+    # md keeps writes to one block in order on every leg (md_serial.py: no ghost write).
+    assert md_attrs(lab, "serialize_policy") == ["1"]
     # Idempotent: attaching and assembling again changes nothing.
     again = ok(
         dp(
@@ -178,7 +185,7 @@ def test_fio_verify_through_the_mirror_and_every_leg_is_identical(lab: Lab, host
         timeout=1200,
     )  # fmt: skip
     assert r.rc == 0, r.stderr[-2000:]
-    job = json.loads(r.stdout[r.stdout.index("{") :])["jobs"][0]
+    job = fio_job(r.stdout)
     assert job["error"] == 0 and job["write"]["io_bytes"] == job["read"]["io_bytes"] == 32 * MIB
     # Direct writes are acknowledged by md only once every in-sync leg has them.
     seen = lab.sh(
@@ -212,6 +219,8 @@ def test_a_returning_replica_catches_up_and_matches(lab: Lab, host_dev: str) -> 
         2,
     )
     assert [m["state"] for m in mirror_status(lab)["members"]] == ["in_sync"] * 3
+    # The leg came back with the writes held and serialization off; both are back as they were.
+    assert md_attrs(lab, "serialize_policy", "suspend_lo", "suspend_hi") == ["1", "0", "0"]
     seen = lab.sh(
         "h1", f"dd if={host_dev} bs=1M iflag=direct status=none | md5sum | cut -d' ' -f1"
     ).stdout.strip()

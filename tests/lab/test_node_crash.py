@@ -29,7 +29,7 @@ from tests.lab.node_helpers import (
 pytestmark = pytest.mark.lab
 LAB = "one"  # shared (tests/lab/shared_labs.py)
 CI_STEPS = {
-    "volume.create": ["volume-created", "export-applied"],  # LV only; exported, record not final
+    "volume.create": ["volume-created"],  # LV only (export-applied: the grant case's branch)
     "volume.delete": ["export-removed"],  # unexported, LV still there
     "volume.snapshot": ["snapshot-created"],  # taken, not committed: rolled back
     "volume.grant": ["export-applied"],  # host allowed, record not final

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nodeos.lab import Lab
+from tests.lab.dataplane_helpers import fio_job
 from tests.lab.mirror_helpers import host_paths
 from tests.lab.node_helpers import nodeos, ok, start_crashing_daemon, start_unit, wait_daemon, wait_dead
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
@@ -220,7 +221,7 @@ def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_c
     ).stdout.split()[0]
     fio = (
         f"fio --name=during --filename={dev} --rw=randwrite --bs=4k --offset={pat_mib}M "
-        f"--size={SIZE_MIB - pat_mib}M --direct=1 --ioengine=libaio --iodepth=4 --time_based --runtime=90 "
+        f"--size={SIZE_MIB - pat_mib}M --direct=1 --ioengine=libaio --iodepth=4 --time_based --runtime=600 "
         "--output-format=json --output=/root/fio.json"
     )
     lab.sh("h1", f"rm -f /root/fio.json; setsid -f {fio} </dev/null >/dev/null 2>&1", timeout=60)
@@ -235,8 +236,10 @@ def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_c
     # the primary let the writes go: md's suspend range is empty again
     lab.sh(vol["primary"], 'for f in /sys/block/md*/md/suspend_hi; do [ "$(cat $f)" = 0 ]; done')
     lab.sh("h1", f"dd if=/dev/zero of={dev} bs=1M count={pat_mib} oflag=direct conv=fsync status=none")
-    lab.sh("h1", "while pgrep -x fio >/dev/null; do sleep 2; done", timeout=600)
-    job = json.loads(lab.sh("h1", "cat /root/fio.json").stdout)["jobs"][0]
+    # fio wrote all along; it is stopped here (SIGINT: it ends its job and writes its report)
+    # rather than left to run out its upper bound.
+    lab.sh("h1", "pkill -INT -x fio || true; while pgrep -x fio >/dev/null; do sleep 2; done", timeout=600)
+    job = fio_job(lab.sh("h1", "cat /root/fio.json").stdout)  # stopped by SIGINT: a notice first
     assert job["error"] == 0 and job["write"]["io_bytes"] > 0, job
 
     _check_freeze_on_the_kernel(lab, vol, nodes, dev)

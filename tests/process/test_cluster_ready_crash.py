@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.cluster.driver import CRASH_FILE_ENV, READY_STEPS
 from nodeos.cluster.localcluster import LocalCluster, LocalNode
+from nodeos.cluster.ready_crash import CRASH_FILE_ENV, READY_STEPS
 from nodeos.rpc import framing
 from tests.process.test_cluster_linearizable import Unsent, api
 

@@ -6,6 +6,7 @@ without a data plane (this machine has none), so volumes themselves are the lab'
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,46 @@ def test_bad_requests_through_a_follower_change_nothing(
     assert out["error"]["field"] == field, out
     after = [run(n1, what, "list")[1] for what in ("node", "volume", "pool")]
     assert after == before
+
+
+def across_a_frozen_leader(ns: list[LocalNode], *args: str) -> tuple[int, Any, LocalNode, int]:
+    """Freeze the leader (SIGSTOP: like a powered-off node, it neither answers nor resets the
+    connection) and run a console command on a follower meanwhile: (rc, output, asker, old id)."""
+    leader_id = wait_status(ns[0], lambda s: s["leader"] is not None)["leader"]
+    old = next(n for n in ns if n.raft_id == leader_id)
+    asker = next(n for n in ns if n is not old)
+    assert old.proc is not None
+    old.proc.send_signal(signal.SIGSTOP)
+    try:
+        rc, out = run(asker, *(a.format(asker=asker.raft_id) for a in args))
+    finally:
+        old.proc.send_signal(signal.SIGCONT)
+    return rc, out, asker, leader_id
+
+
+def test_a_console_write_across_a_leader_that_stops_answering_ends_with_one_outcome(nodes: Any) -> None:
+    """The leader freezes as a follower's console asks for a label: the forwarded request goes
+    unanswered, the others elect a new leader, and the console's node asks again with the same
+    request id (nodeos/cluster/request_log.py). The operator gets the label, not
+    "unknown_outcome: the command may or may not be applied"; every node holds it afterwards."""
+    ns = three(nodes)
+    rc, out, asker, leader_id = across_a_frozen_leader(ns, "node", "label", "n{asker}", "rack=z")
+    assert rc == 0, out
+    assert out["labels"] == {"rack": "z"}, out
+    for n in ns:  # the old leader too, once it has caught up
+        wait_status(n, lambda s: s["leader"] is not None and s["leader"] != leader_id, 60)
+        rc, rows = run(n, "node", "list")
+        assert rc == 0 and {r["name"]: r["labels"] for r in rows}[f"n{asker.raft_id}"] == {"rack": "z"}, rows
+
+
+def test_a_console_read_across_a_leader_that_stops_answering_is_answered_by_the_next_leader(
+    nodes: Any,
+) -> None:
+    """The leader freezes just as a follower's console reads the node list. The follower forwards
+    the read to the frozen leader; once it sees another leader it asks that one. The operator
+    gets the list, not "not_leader: no leader could take the request within 15.0 s" (CI, stop 19:
+    the forward waited out its whole budget on the dead leader)."""
+    ns = three(nodes)
+    rc, out, _, _ = across_a_frozen_leader(ns, "node", "list")
+    assert rc == 0, out
+    assert sorted(r["name"] for r in out) == sorted(f"n{n.raft_id}" for n in ns), out

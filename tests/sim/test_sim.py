@@ -13,7 +13,9 @@ from nodeos.cluster.sim import SimConfig, Simulation, run_seed
 from nodeos.cluster.sim.events import HEAL
 
 # A livelocked run is stopped by the event budget; a hang anywhere else by this timeout.
-pytestmark = [pytest.mark.sim, pytest.mark.timeout(1200)]
+# Timeouts are hang guards only: CI runs this tier at nice 19 beside the lab (tests/run.sh), where
+# its wall time is several times its CPU time.
+pytestmark = [pytest.mark.sim, pytest.mark.timeout(3000)]
 
 SEEDS = int(os.environ.get("NODEOS_SIM_SEEDS", "1000"))
 
@@ -122,7 +124,7 @@ def test_cli_reports_failing_seed_with_trace_and_exit_1() -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=2400,
     )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "INVARIANT VIOLATED" in out.stdout
@@ -138,7 +140,7 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
         [sys.executable, "-m", "nodeos.cluster.sim.cli", "--nodes", "3", "--seeds", "1..5", "--quiet"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=2400,
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "5 seeds (1..5), 3 nodes: no invariant violated" in ok.stdout
@@ -146,7 +148,7 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
         [sys.executable, "-m", "nodeos.cluster.sim.cli", "--seeds", "1..40", "--jobs", "0", "--quiet"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=2400,
     )
     assert jobs.returncode == 0, jobs.stdout + jobs.stderr
     # The same seeds give the same totals whether they run in one process or in several.
@@ -154,7 +156,7 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
         [sys.executable, "-m", "nodeos.cluster.sim.cli", "--seeds", "1..40", "--quiet"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=2400,
     )
     assert jobs.stdout.split("[")[1] == one.stdout.split("[")[1]
     assert f"with {os.cpu_count()} job" in jobs.stdout
@@ -162,7 +164,7 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
         [sys.executable, "-m", "nodeos.cluster.sim.cli", "--seeds", "9..3"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
     )
     assert bad.returncode == 2
     assert "--seeds" in bad.stderr

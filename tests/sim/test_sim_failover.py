@@ -17,7 +17,9 @@ from nodeos.cluster.sim.cli import run_seeds
 from nodeos.cluster.sim.failover_broken import FAILOVER_BROKEN_VARIANTS
 from nodeos.cluster.sim.failover_sim import failover_config
 
-pytestmark = [pytest.mark.sim, pytest.mark.timeout(600)]
+# Timeouts are hang guards only: CI runs this tier at nice 19 beside the lab (tests/run.sh), where
+# its wall time is several times its CPU time.
+pytestmark = [pytest.mark.sim, pytest.mark.timeout(3000)]
 
 # 1,000 seeds, as issue 9 asks: about 0.14 s of CPU per 3-node seed and 0.28 s per 5-node
 # seed, run in two processes (the CLI's --jobs): ~75 s wall on the 2-core CI machine. The
@@ -28,7 +30,7 @@ JOBS = 2
 
 
 # ~170 s of CPU: on a host shared with VM labs (load 8-10) it took 8-10 min of wall time.
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(3000)
 def test_failover_seeds_no_violation() -> None:
     totals: dict[str, int] = {}
     for nodes, seeds in ((3, SEEDS_3), (5, SEEDS_5)):
@@ -52,6 +54,16 @@ def test_a_lease_request_to_a_leader_stepping_down_in_its_due_ticks_is_refused()
     assert run_seed(1761, failover_config(nodes=5)).ok
 
 
+def test_a_timed_out_write_still_on_a_leg_never_lands_over_its_retrys_successor() -> None:
+    # Seed 4646 of the long run (5 nodes): the host timed write v53 out while n4's leg write of
+    # it to n5 was slow, retried it on a new connection to n4 (acknowledged), then wrote v63 to
+    # the same block (acknowledged); the first v53 then landed on n5, in-sync, over v63. The
+    # primary's md now serializes writes to a block per leg (serialize_policy): the retry's
+    # leg write waits for the first one's, v63's for the retry's.
+    assert run_seed(4646, failover_config(nodes=5)).ok
+    assert not run_seed(4646, failover_config(nodes=5, broken="no_write_serialize")).ok
+
+
 def test_a_legs_answer_from_before_the_primary_restarted_is_not_taken_for_a_newer_write() -> None:
     # Seed 2420 of the long run (5 nodes): a replica's ack of write id 6, sent 2.5 s before
     # every node restarted and stalled that long, reached the restarted primary, whose write
@@ -60,15 +72,19 @@ def test_a_legs_answer_from_before_the_primary_restarted_is_not_taken_for_a_newe
     assert run_seed(2420, failover_config(nodes=5)).ok
 
 
+# variant -> (the invariant that catches it, nodes, first seed of the 80 tried)
 CAUGHT_BY = {
-    "no_lease_wait": ("two writable primaries", 3),
-    "promote_out_of_sync": ("acknowledged write lost", 3),
-    "no_self_fence": ("two writable primaries", 3),
-    "no_epoch_check": ("stale write", 3),
-    "ack_degraded": ("acknowledged write lost", 3),
-    "unfence_on_any_grant": ("two writable primaries", 3),
-    "ack_on_map_view": ("acknowledged write lost", 3),
-    "lost_contact_is_expiry": ("two writable primaries", 3),
+    "no_lease_wait": ("two writable primaries", 3, 1),
+    "promote_out_of_sync": ("acknowledged write lost", 3, 1),
+    "no_self_fence": ("two writable primaries", 3, 1),
+    "no_epoch_check": ("stale write", 3, 1),
+    "ack_degraded": ("acknowledged write lost", 3, 1),
+    "unfence_on_any_grant": ("two writable primaries", 3, 1),
+    "ack_on_map_view": ("acknowledged write lost", 3, 1),
+    "lost_contact_is_expiry": ("two writable primaries", 3, 1),
+    # A ghost write needs a host timeout while the same block's leg write is slow: about one
+    # 5-node seed in 6,000 (docs/benchmarks.md); 4646 is the first such seed of the long run.
+    "no_write_serialize": ("acknowledged write lost", 5, 4646),
 }
 
 
@@ -78,9 +94,9 @@ def test_every_broken_variant_has_its_expected_catch() -> None:
 
 @pytest.mark.parametrize("variant", sorted(CAUGHT_BY))
 def test_broken_failover_variant_is_caught(variant: str) -> None:
-    invariant, nodes = CAUGHT_BY[variant]
+    invariant, nodes, first = CAUGHT_BY[variant]
     cfg = failover_config(nodes=nodes, broken=variant)
-    for seed in range(1, 81):
+    for seed in range(first, first + 80):
         res = run_seed(seed, cfg)
         if not res.ok:
             assert res.violation is not None and res.violation.startswith(invariant + ":"), res.violation
@@ -97,14 +113,14 @@ def test_broken_variant_leaves_the_real_code_as_it_was() -> None:
 
 def test_cli_failover_workload_ok_and_failing_seed_reproduces() -> None:
     cmd = [sys.executable, "-m", "nodeos.cluster.sim.cli", "--workload", "failover", "--quiet"]
-    ok = subprocess.run([*cmd, "--seeds", "1..3"], capture_output=True, text=True, timeout=300)
+    ok = subprocess.run([*cmd, "--seeds", "1..3"], capture_output=True, text=True, timeout=1200)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "no invariant violated" in ok.stdout and "failovers=" in ok.stdout
     bad = subprocess.run(
         [*cmd, "--seeds", "1..3", "--broken", "ack_degraded", "--trace-lines", "5"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1200,
     )
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "seed 1: INVARIANT VIOLATED" in bad.stdout and "acknowledged write lost" in bad.stdout
@@ -113,7 +129,7 @@ def test_cli_failover_workload_ok_and_failing_seed_reproduces() -> None:
         [*cmd, "--seeds", "1..3", "--broken", "ack_degraded", "--keep-going", "--trace-lines", "1"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1200,
     )
     assert rate.returncode == 1, rate.stdout + rate.stderr
     assert "3 of 3 seeds (1..3), 3 nodes, violated an invariant" in rate.stdout

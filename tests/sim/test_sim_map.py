@@ -14,7 +14,9 @@ import pytest
 from nodeos.cluster.sim import SimConfig, run_seed
 from nodeos.cluster.sim.mapbroken import MAP_BROKEN_VARIANTS
 
-pytestmark = [pytest.mark.sim, pytest.mark.timeout(600)]
+# Timeouts are hang guards only: CI runs this tier at nice 19 beside the lab (tests/run.sh), where
+# its wall time is several times its CPU time.
+pytestmark = [pytest.mark.sim, pytest.mark.timeout(3000)]
 
 
 def test_map_workload_seeds_no_violation() -> None:
@@ -42,6 +44,7 @@ def test_map_workload_seeds_no_violation() -> None:
         "map_snapshot_checks",
         "map_restores",
         "crashes",
+        "map_repeats",
     ):
         assert totals.get(key, 0) > 0, (key, totals)
     assert totals["map_applied"] > 1000, totals
@@ -61,6 +64,7 @@ CAUGHT_BY = {
     "map_restore_drops_snapshots": "map snapshot",
     "map_freeze_never_cleared": "map invariant",
     "map_create_ignores_room": "map invariant",
+    "map_request_applied_twice": "map invariant",
 }
 
 
@@ -94,15 +98,15 @@ def test_broken_variant_leaves_the_map_code_as_it_was() -> None:
 
 def test_cli_map_workload_ok_and_failing_seed_reproduces() -> None:
     cmd = [sys.executable, "-m", "nodeos.cluster.sim.cli", "--workload", "map", "--quiet"]
-    ok = subprocess.run([*cmd, "--seeds", "1..3"], capture_output=True, text=True, timeout=300)
+    ok = subprocess.run([*cmd, "--seeds", "1..3"], capture_output=True, text=True, timeout=1200)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "no invariant violated" in ok.stdout and "volumes_ready=" in ok.stdout
     bad = subprocess.run(
-        [*cmd, "--seeds", "1..5", "--broken", "map_create_ignores_room", "--trace-lines", "5"],
+        [*cmd, "--seeds", "1..6", "--broken", "map_create_ignores_room", "--trace-lines", "5"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1200,
     )
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "seed 1: INVARIANT VIOLATED" in bad.stdout and "overcommits pool" in bad.stdout
+    assert "seed 6: INVARIANT VIOLATED" in bad.stdout and "overcommits pool" in bad.stdout
     assert "--workload map --broken map_create_ignores_room" in bad.stdout

@@ -166,7 +166,8 @@ def _dd(n: Node, nqn: str, addr: str, port: str, *args: str) -> None:
 
 
 def _lvol(t: SpdkTarget) -> tuple[str, str]:
-    vols = [v for v in t.dp.list_volumes() if v.kind == "volume"]
+    # not "volume" only: a snapshotted lvol reports as a clone of its snapshot (parse.lvol_kind)
+    vols = [v for v in t.dp.list_volumes() if v.kind != "snapshot"]
     assert len(vols) == 1, vols
     return vols[0].pool_id, vols[0].vol_id
 

@@ -1,4 +1,4 @@
-"""The failover workload's simulated node agents and leader shell.
+"""The failover workload's simulated node agents.
 
 `SimFailoverAgent` is one storage node's agent as nodeos/agent/lease.py and the plan's
 retarget / promote / demote / rejoin steps describe it, over `SimDataPlane`:
@@ -15,10 +15,12 @@ retarget / promote / demote / rejoin steps describe it, over `SimDataPlane`:
   failed in the next report. The write is acknowledged only once every leg the map may count
   as in-sync has it: the map's in-sync set as this node sees it, and every leg an own report
   (sent, not yet overtaken) calls in-sync. Otherwise it is held until the map dropped the leg;
-  a fence, demotion or crash fails held writes.
-`SimLeaderShell` is nodeos/control/failover_loop.py: lease grants after a Raft read barrier
-(the real ReadIndex), and the real controller (nodeos/cluster/failover.py `decide`) on the
-leader's clock, its commands proposed one at a time.
+  a fence, demotion or crash fails held writes. Two writes to one block are never in flight on
+  one leg together: a leg write waits until the leg answered (or was dropped for) every earlier
+  write to that block, as md raid1 does with `serialize_policy` on, which the product sets on
+  every mirror (nodeos/dataplane/kernel/md_serial.py; seed 4646 on 5 nodes: a host's timed-out
+  write, still in flight on a leg, landed over the newer write the host's retry led to).
+The leader shell (nodeos/control/failover_loop.py on a simulated node): failover_leader.py.
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodeos.cluster import failover
-from nodeos.cluster.failover_map import health_of, in_sync_of
+from nodeos.cluster.failover_map import in_sync_of
 from nodeos.cluster.map import encode_command
-from nodeos.cluster.raft import ProposalDropped, StateRole
 
-from .node import PendingRead, SimNode
+from .node import SimNode
 
 if TYPE_CHECKING:
     from .failover_sim import FailoverSimulation
@@ -42,8 +43,6 @@ ATTACH_RETRY_S = 0.3
 RESYNC_TIMEOUT_S = 1.0
 REPORT_MIN_S = 0.1
 REPORT_EVERY_S = 1.0  # a report now and then even with nothing new (as the real agent)
-CONTROLLER_EVERY_S = 0.2  # failover_loop.TICK_S
-PROPOSE_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -63,6 +62,8 @@ class Pending:
     waiting: set[int]
     acked_by: set[int] = field(default_factory=set)
     gens: dict[int, int] = field(default_factory=dict)  # leg -> the connection the write went on
+    held: set[int] = field(default_factory=set)  # legs it waits on behind an earlier write to its lba
+    sent_at: dict[int, float] = field(default_factory=dict)  # leg -> when it went out on it
 
 
 @dataclass
@@ -195,11 +196,12 @@ class SimFailoverAgent:
                 leg.attach_sent = now
                 sim.next_ctx += 1
                 sim.fo_send("attach", self.nid, nid, {"vol": uuid, "epoch": m.epoch, "gen": sim.next_ctx})
-        for p in m.pending.values():
-            for nid in sorted(p.waiting):
-                if now - p.sent > LEG_TIMEOUT_S:
+        for p in list(m.pending.values()):
+            for nid in sorted(p.waiting - p.held):  # a held write is not on the leg yet: no timer
+                if now - p.sent_at.get(nid, p.sent) > LEG_TIMEOUT_S:
                     p.waiting.discard(nid)
                     self._leg_failed(sim, m, nid, now)
+                    self._release(sim, uuid, m, p.lba, nid, now)
         for wid in list(m.pending):
             self._try_complete(sim, st, uuid, m, wid)
         if self.fenced:
@@ -213,6 +215,38 @@ class SimFailoverAgent:
         if leg.state in ("in-sync", "syncing"):
             leg.state, leg.since = "failed", now
             sim.log(f"n{self.nid} agent: mirror at epoch {m.epoch} drops leg n{nid}")
+        for p in m.pending.values():  # the writes waiting to go out on it go nowhere: md failed the leg
+            if nid in p.held:
+                p.held.discard(nid)
+                p.waiting.discard(nid)
+
+    def _behind(self, m: Mirror, wid: int, p: Pending, nid: int) -> bool:
+        """md raid1's serialize_policy: an earlier write to the same block is still in flight on
+        (or waiting for) leg `nid` on this connection."""
+        if self.broken == "no_write_serialize":
+            return False
+        for w, q in m.pending.items():
+            if w >= wid:
+                return False
+            if q.lba == p.lba and nid in q.waiting and q.gens.get(nid) == p.gens.get(nid):
+                return True
+        return False
+
+    def _send_leg(
+        self, sim: FailoverSimulation, uuid: str, m: Mirror, wid: int, p: Pending, nid: int
+    ) -> None:
+        p.sent_at[nid] = sim.clock(self.nid)
+        body = {"vol": uuid, "epoch": m.epoch, "wid": wid, "gen": p.gens[nid], "lba": p.lba}
+        sim.fo_send("leg", self.nid, nid, {**body, "version": p.version})
+
+    def _release(self, sim: FailoverSimulation, uuid: str, m: Mirror, lba: int, nid: int, now: float) -> None:
+        """Leg `nid` is done with a write to `lba`: the next write held behind it goes out."""
+        for wid, p in m.pending.items():
+            if p.lba == lba and nid in p.held:
+                if not self._behind(m, wid, p, nid):
+                    p.held.discard(nid)
+                    self._send_leg(sim, uuid, m, wid, p, nid)
+                return
 
     def _fail_all(self, sim: FailoverSimulation, uuid: str, m: Mirror) -> None:
         for p in m.pending.values():
@@ -316,8 +350,12 @@ class SimFailoverAgent:
             p = Pending(body["lba"], body["version"], body["attempt"], now, set(legs), gens=gens)
             m.pending[self.wid] = p
             for x in sorted(legs):
-                leg_body = {"vol": uuid, "epoch": m.epoch, "wid": self.wid, "gen": m.legs[x].gen}
-                sim.fo_send("leg", self.nid, x, {**leg_body, "lba": body["lba"], "version": body["version"]})
+                if self._behind(m, self.wid, p, x):
+                    p.held.add(x)
+                    sim.stats["leg_writes_held"] += 1
+                    sim.log(f"n{self.nid} agent: {uuid[-2:]} lba {p.lba} v{p.version} waits for leg n{x}")
+                else:
+                    self._send_leg(sim, uuid, m, self.wid, p, x)
             self._try_complete(sim, st, uuid, m, self.wid)
         elif kind == "leg":
             ok = self._accepts(uuid, frm, body["epoch"], body["gen"])
@@ -337,6 +375,7 @@ class SimFailoverAgent:
                 p.acked_by.add(frm)
             else:
                 self._leg_failed(sim, m, frm, now)
+            self._release(sim, uuid, m, p.lba, frm, now)
             self._try_complete(sim, st, uuid, m, body["wid"])
         elif kind == "attach":
             if self._accepts(uuid, frm, body["epoch"]):
@@ -372,104 +411,3 @@ class SimFailoverAgent:
         if self.accept.get(uuid) != (frm, epoch):
             return self.broken == "no_epoch_check"
         return gen is None or self.conn.get(uuid) == gen
-
-
-class SimLeaderShell:
-    """nodeos/control/failover_loop.py on one simulated node."""
-
-    def __init__(self, timing: failover.LeaseTiming) -> None:
-        self.timing = timing
-        self.leases: failover.Leases | None = None
-        self.term: int | None = None
-        self.queue: list[bytes] = []
-        self.pending: tuple[bytes, float] | None = None
-        self.barriers: dict[bytes, tuple[int, int]] = {}
-        self.last_tick = -1e9
-
-    def leading(self, n: SimNode, now: float) -> failover.Leases | None:
-        r = n.rn.raft if n.rn is not None else None
-        if r is None or r.state is not StateRole.LEADER:
-            self.leases, self.term = None, None
-            return None
-        if self.leases is None or self.term != r.term:
-            self.leases, self.term = failover.Leases(leader_since=now), r.term
-        return self.leases
-
-    def lease_request(self, sim: FailoverSimulation, n: SimNode, frm: int, req: int) -> None:
-        assert n.rn is not None
-        if n.rn.raft.state is not StateRole.LEADER:
-            sim.fo_send("lease_no", n.id, frm, {"req": req})
-            return
-        sim.next_ctx += 1
-        ctx = b"L%d" % sim.next_ctx
-        self.barriers[ctx] = (frm, req)
-        n.reads[ctx] = PendingRead(ctx, len(sim.check.acked))
-        sim._catch_up(n)
-        try:
-            n.rn.read_index(ctx)  # the read barrier
-        except ProposalDropped:  # stepped down in the ticks just caught up (as the driver's
-            del self.barriers[ctx], n.reads[ctx]  # role, seen before its last tick)
-            sim.fo_send("lease_no", n.id, frm, {"req": req})
-        sim._after_input(n)
-
-    def barrier_done(self, sim: FailoverSimulation, n: SimNode, ctx: bytes) -> None:
-        frm, req = self.barriers.pop(ctx)
-        now = sim.clock(n.id)
-        leases = self.leading(n, now)
-        if leases is None:
-            sim.fo_send("lease_no", n.id, frm, {"req": req})
-            return
-        leases.renewed(frm, now, self.timing)
-        sim.stats["lease_grants"] += 1
-        assert n.cmap is not None
-        st = n.cmap.state
-        body = {"req": req, "health": health_of(st, frm), "index": st["applied_index"]}
-        sim.fo_send("lease_ok", n.id, frm, body)
-
-    def tick(self, sim: FailoverSimulation, n: SimNode, now: float) -> None:
-        if now - self.last_tick < CONTROLLER_EVERY_S:
-            return
-        self.last_tick = now
-        leases = self.leading(n, now)
-        if leases is None:
-            self.queue, self.pending = [], None
-            return
-        assert n.rn is not None
-        leases.heard(failover.active_peers(n.rn.raft.trk.progress, n.id), now)
-        if self.pending is not None:
-            if self.pending[0] in n.state_set:
-                self.pending = None
-            elif now > self.pending[1]:
-                self.queue, self.pending = [], None
-                return
-            else:
-                return
-        if not self.queue:
-            assert n.cmap is not None
-            cmds = failover.decide(n.cmap.state, leases, now, self.timing)
-            self.queue = [encode_command(c, {**a, "at": now} if c == "record_event" else a) for c, a in cmds]
-            sim.stats["suspects"] += sum(1 for c, _ in cmds if c == "record_event")
-        if self.queue:
-            cmd = self.queue.pop(0)
-            data = sim.fo_propose(n, cmd)
-            if data is None:
-                self.queue = []
-            else:
-                self.pending = (data, now + PROPOSE_TIMEOUT_S)
-
-
-def propose(sim: FailoverSimulation, n: SimNode, cmd: bytes) -> bytes | None:
-    """Propose a map command at `n` framed as the driver frames it; None when dropped."""
-    import msgpack
-
-    assert n.rn is not None
-    sim.next_ctx += 1
-    data: bytes = msgpack.packb([b"f%d" % sim.next_ctx, cmd], use_bin_type=True)
-    sim._catch_up(n)
-    try:
-        n.rn.propose(data)
-    except ProposalDropped:
-        return None
-    sim.proposer[data] = (n.id, n.incarnation)
-    sim._after_input(n)
-    return data

@@ -25,6 +25,8 @@ FAILOVER_BROKEN_VARIANTS = {
     "ack_on_map_view": "a primary holds writes only for the legs its map counts in-sync, not those its "
     "own reports in flight may bring back",
     "ack_degraded": "a primary acknowledges a write its mirror dropped a leg for before the map knows",
+    "no_write_serialize": "the primary's md mirror leaves serialize_policy off: two writes to one block in "
+    "flight on a leg together land in either order (a host's timed-out write over its retry's successor)",
     "lost_contact_is_expiry": "the leader takes a node its Raft does not see active for one whose lease ran "
     "out (called down, and its volumes failed over, before it has fenced itself)",
 }

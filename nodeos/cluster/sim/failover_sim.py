@@ -4,7 +4,7 @@ controller and map, simulated agents, a simulated data plane and a host, under f
 The Raft nodes are the storage nodes. Every node starts from one map (a snapshot at index 1:
 members, pools, 2-4 ready volumes of 2-3 replicas) and applies the committed entries to its
 own `ClusterMap`. Each node runs a `SimFailoverAgent` and a `SimLeaderShell`
-(failover_agent.py) on its own clock (each node's clock runs at its own rate, within
+(failover_agent.py, failover_leader.py) on its own clock (each node's clock runs at its own rate, within
 `drift`); their messages travel the simulated network (partitions, loss, delay, and for data
 messages now and then a long stall, as a command stuck in a queue). The host (`SimHost`,
 failover_data.py) writes through whichever node it believes is the optimized primary.
@@ -43,9 +43,10 @@ from nodeos.control import decide
 from .cluster import Simulation
 from .config import SeedResult, SimConfig
 from .events import HEAL, RESTART
-from .failover_agent import SimFailoverAgent, SimLeaderShell, propose
+from .failover_agent import SimFailoverAgent
 from .failover_broken import failover_bug
 from .failover_data import HOST, HOST_GAP_MS, HOST_TIMEOUT_MS, SimDataPlane, SimHost, check_acked_on_in_sync
+from .failover_leader import SimLeaderShell, propose
 from .invariants import Violation
 from .node import SimNode
 
@@ -66,6 +67,7 @@ STATS = (
     "long_partitions",
     "long_crashes",
     "suspects",
+    "leg_writes_held",  # behind an earlier write to the same block on the leg (md serialize_policy)
 )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nodeos.cluster import map as map_mod
-from nodeos.cluster import snapshot_map
+from nodeos.cluster import request_log, snapshot_map
 from nodeos.cluster import storage_map as sm
 from nodeos.cluster.placement import CapacityIndex
 
@@ -27,6 +27,7 @@ MAP_BROKEN_VARIANTS = {
     "map_restore_drops_snapshots": "restoring a map snapshot loses the snapshots section",
     "map_freeze_never_cleared": "a snapshot dropped, deleted or made ready leaves its volume frozen",
     "map_create_ignores_room": "volume_create applies without re-checking its pools' room",
+    "map_request_applied_twice": "a console's repeated request is applied again (not answered from the map)",
 }
 
 
@@ -103,6 +104,8 @@ def map_bug(variant: str | None) -> Iterator[None]:
         patches.append((snapshot_map, "clear_freeze", lambda st, snap: None))
     elif variant == "map_create_ignores_room":
         patches.append((sm, "check_room", lambda st, name, size, slots: None))
+    elif variant == "map_request_applied_twice":
+        patches.append((request_log, "recorded", lambda st, rid: None))
     elif variant == "map_restore_drops_snapshots":
         patches.append((map_mod.ClusterMap, "restore", _restore_without_snapshots))
     saved = [(obj, key, _get(obj, key)) for obj, key, _ in patches]

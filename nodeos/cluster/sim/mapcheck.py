@@ -147,8 +147,9 @@ def check_state(st: dict[str, Any]) -> None:
 
 
 def check_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
-    """A published volume (issue 13): only replicas holding the source's bytes serve, every path
-    optimized; copies come only from such replicas, up, none feeding more than its share."""
+    """A published volume (issue 13): only replicas holding the source's bytes, on a node not
+    down, serve, every path optimized; copies come only from such replicas, up, none feeding
+    more than its share."""
     from nodeos.cluster.failover_map import health_of
     from nodeos.cluster.publish import DEFAULT_FANOUT, joined
 
@@ -158,7 +159,7 @@ def check_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
     if len(set(order)) != len(order) or order[0] != pub["source"] or not pub["placement"][0]["seed"]:
         _fail(f"published volume {name!r}: placement {pub['placement']}, source {pub['source']}")
     reps = {n: ((st["reports"].get(n) or {}).get("published") or {}).get(pub["uuid"]) for n in order}
-    serving = {n for n in order if joined(pub["checksum"], reps[n])}
+    serving = {n for n in order if joined(pub["checksum"], reps[n]) and health_of(st, n) != "down"}
     paths = st["paths"].get(pub["uuid"]) or {}
     if pub["state"] == "unpublishing":
         if paths:
@@ -211,12 +212,22 @@ def before(st: dict[str, Any]) -> dict[str, Any]:
         "volumes": _copy(st["volumes"]),
         "snapshots": {u: s["state"] for u, s in st["snapshots"].items()},
         "seqs": {n: r.get("seq", 0) for n, r in st["reports"].items()},
+        "requests": dict(st.get("requests", {})),  # request id -> its record (the same objects)
+        "rejected": len(st["rejected"]),
     }
 
 
-def check_transition(old: dict[str, Any], st: dict[str, Any], index: int, cmd: str | None) -> None:
+def check_transition(
+    old: dict[str, Any], st: dict[str, Any], index: int, cmd: str | None, rid: str | None = None
+) -> None:
     if st["applied_index"] != index or old["applied_index"] >= index:
         _fail(f"applied index went {old['applied_index']} -> {st['applied_index']} applying entry {index}")
+    if rid is not None and rid in old["requests"]:
+        # A console's repeat of a request applied before: answered from the record, nothing changes.
+        same = st["requests"].get(rid) is old["requests"][rid] and len(st["rejected"]) == old["rejected"]
+        if not same or st["volumes"] != old["volumes"]:
+            first = old["requests"][rid]["index"]
+            _fail(f"{cmd} request {rid} was applied again at entry {index} (first at {first})")
     for nid, seq in old["seqs"].items():
         if nid in st["reports"] and st["reports"][nid].get("seq", 0) < seq:
             _fail(f"node {nid}'s report seq went back from {seq}")
@@ -357,12 +368,13 @@ class MapChecker:
         old: dict[str, Any] | None,
         cmd: str | None,
         result: dict[str, Any],
+        rid: str | None = None,
     ) -> None:
         if old is not None:
             self.stats["map_applied"] += 1
             self.stats["map_rejected"] += "error" in result
             check_state(st)
-            check_transition(old, st, index, cmd)
+            check_transition(old, st, index, cmd, rid)
             self._count(old, st)
         self.same_state(nid, index, st, "applying")
 

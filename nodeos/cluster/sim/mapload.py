@@ -159,6 +159,14 @@ class SimAgent:
         return "node_report", args
 
 
+# Console requests carry a request id (nodeos/cluster/request_log.py); agents' reports and the
+# bootstrap do not. Now and then a request is proposed again, as the console's node does after
+# an unknown outcome.
+NOT_CONSOLE = ("node_report", "init_cluster", "add_node")
+REPEAT_P = 0.2
+ASKED_KEPT = 16
+
+
 class MapWorkload:
     """Chooses the next operator request or agent report and turns it into a map command."""
 
@@ -166,7 +174,10 @@ class MapWorkload:
         self.rng = rng
         self.agents = {nid: SimAgent(nid, random.Random(rng.getrandbits(64))) for nid in self._members()}
         self.next_id = 0
-        self.stats = {"map_proposed": 0, "map_refused": 0}
+        self.stats = {"map_proposed": 0, "map_refused": 0, "map_repeats": 0}
+        self.asked: list[bytes] = []  # the last console requests proposed (a console may ask again)
+        self.repeat_rng = random.Random(repr(rng.getstate()[1][:8]))  # no draw from `rng`
+        self.asked_n = 0
 
     @staticmethod
     def _members() -> range:
@@ -182,12 +193,24 @@ class MapWorkload:
         `agent_view` of the map) makes; None when the decision refused or there is nothing."""
         out = self._choose(st, agent_view)
         if out is None:
+            # The console's node asks again with the same request id after an unknown outcome
+            # (nodeos/control/service.py): the map must answer it from its record, not apply it.
+            # Drawn apart (and only where nothing else is proposed) so the stream of decisions
+            # stays the one the other checks were tuned on.
+            if self.asked and self.repeat_rng.random() < REPEAT_P:
+                self.stats["map_repeats"] += 1
+                return self.repeat_rng.choice(self.asked)
             return None
         cmd, args = out
         if cmd == "volume_create" and args.get("kind", "volume") == "volume":
             check_placement(st, args)
         self.stats["map_proposed"] += 1
-        return encode_command(cmd, args)
+        if cmd in NOT_CONSOLE:
+            return encode_command(cmd, args)
+        self.asked_n += 1
+        data = encode_command(cmd, args, rid=f"q{self.asked_n}")
+        self.asked = [*self.asked[-(ASKED_KEPT - 1) :], data]
+        return data
 
     def _choose(self, st: dict[str, Any], agent_view: dict[str, Any] | None) -> decide.Command | None:
         r = self.rng

@@ -121,21 +121,24 @@ class SimNode:
             return msgpack.packb(applied, use_bin_type=True)
         return msgpack.packb({"applied": applied, "map": self.cmap.snapshot()}, use_bin_type=True)
 
-    def apply_map(self, index: int, etype: EntryType, data: bytes) -> tuple[str | None, dict[str, Any]]:
-        """Apply one entry to the map as the driver does: (command name, result)."""
+    def apply_map(
+        self, index: int, etype: EntryType, data: bytes
+    ) -> tuple[str | None, str | None, dict[str, Any]]:
+        """Apply one entry to the map as the driver does: (command name, request id, result)."""
         assert self.cmap is not None
         if etype is EntryType.CONF_CHANGE or not data:
-            return None, self.cmap.apply(index, b"")
+            return None, None, self.cmap.apply(index, b"")
         try:
             _rid, cmd = msgpack.unpackb(data, raw=False)
         except Exception:
             cmd = data
         cmd = cmd if isinstance(cmd, bytes) else b"\xc1"
         try:
-            name = str(decode_command(cmd)["cmd"])
+            decoded = decode_command(cmd)
+            name, rid = str(decoded["cmd"]), decoded.get("rid")
         except Exception:
-            name = None
-        return name, self.cmap.apply(index, cmd)
+            name = rid = None
+        return name, rid, self.cmap.apply(index, cmd)
 
     def apply_entry_data(self, index: int, etype: EntryType, data: bytes) -> None:
         if etype is EntryType.CONF_CHANGE:

@@ -20,8 +20,9 @@ from pathlib import Path
 from nodeos.dataplane.base import Listener, RemoteInfo, RemoteSpec
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
 from nodeos.dataplane.mirror_names import REPLICA_NQN_PREFIX
-from nodeos.dataplane.spec_checks import check_listener
+from nodeos.dataplane.spec_checks import check_remote_ids
 from nodeos.errors import BadInput, EnvironmentProblem, NotFound, OperationFailed
+from nodeos.sysfs import read_attr
 
 FABRICS_DEV = Path("/dev/nvme-fabrics")
 SYS_CLASS_NVME = Path("/sys/class/nvme")
@@ -49,11 +50,7 @@ class Disk:
 
 # ---- pure -----------------------------------------------------------------------------
 def check_remote_spec(spec: RemoteSpec) -> None:
-    check_nqn(spec.nqn)
-    check_nqn(spec.host_nqn, "host_nqn")
-    normalize_uuid(spec.host_id, "host_id")
-    normalize_nguid(spec.nguid)
-    check_listener(spec.listener)
+    check_remote_ids(spec)
     for name in ("keep_alive_tmo", "ctrl_loss_tmo", "fast_io_fail_tmo", "reconnect_delay"):
         v = getattr(spec, name)
         if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v <= 3600:
@@ -143,13 +140,6 @@ def remote_infos(ctrls: list[Ctrl], disks: list[Disk], prefix: str = REPLICA_NQN
 
 
 # ---- edge -----------------------------------------------------------------------------
-def _read(p: Path, default: str = "") -> str:
-    try:
-        return p.read_text().strip()
-    except OSError:
-        return default
-
-
 class Initiator:
     def __init__(
         self,
@@ -166,17 +156,17 @@ class Initiator:
     def controllers(self) -> list[Ctrl]:
         out = []
         for p in sorted(self.sys_nvme.glob("nvme*")):
-            nqn = _read(p / "subsysnqn")
+            nqn = read_attr(p / "subsysnqn")
             if not nqn:
                 continue
             out.append(
                 Ctrl(
                     name=p.name,
                     nqn=nqn,
-                    transport=_read(p / "transport"),
-                    address=parse_address(_read(p / "address")),
-                    state=_read(p / "state"),
-                    host_nqn=_read(p / "hostnqn"),
+                    transport=read_attr(p / "transport"),
+                    address=parse_address(read_attr(p / "address")),
+                    state=read_attr(p / "state"),
+                    host_nqn=read_attr(p / "hostnqn"),
                 )
             )
         return out
@@ -186,7 +176,7 @@ class Initiator:
         for p in sorted(self.sys_block.glob("nvme*n*")):
             if not _DISK_RE.match(p.name):
                 continue
-            raw = _read(p / "nguid") or _read(p / "device" / "nguid")
+            raw = read_attr(p / "nguid") or read_attr(p / "device" / "nguid")
             try:
                 nguid = normalize_nguid(raw) if raw else None
             except BadInput:
@@ -197,7 +187,7 @@ class Initiator:
                 holders = ()
             # A multipath head's subsystem is its parent directory (nvme-subsysN); a plain
             # namespace's is its controller's.
-            nqn = _read(p / "device" / "subsysnqn") or None
+            nqn = read_attr(p / "device" / "subsysnqn") or None
             out.append(Disk(p.name, nguid if nguid != "0" * 32 else None, holders, nqn))
         return out
 
@@ -295,7 +285,9 @@ class Initiator:
                 (self.sys_nvme / c.name / "rescan_controller").write_text("1")
         while True:
             dev = next((r.device for r in self.remotes() if r.nqn == nqn and r.device), None)
-            size = int(_read(self.sys_block / os.path.basename(dev) / "size", "0") or 0) * 512 if dev else 0
+            size = (
+                int(read_attr(self.sys_block / os.path.basename(dev) / "size", "0") or 0) * 512 if dev else 0
+            )
             if dev is not None and size >= min_bytes:
                 return dev
             if time.monotonic() > deadline:

@@ -17,6 +17,8 @@ import struct
 import uuid as uuidlib
 from pathlib import Path
 
+from nodeos.sysfs import read_attr, uuid_digits
+
 SUPER_OFFSET = 4096
 SUPER_MAGIC = 0xA92B4EFC
 _BLOCK = 4096
@@ -30,7 +32,7 @@ def parse_name(raw: bytes, array_uuid: str) -> str | None:
     magic, major = struct.unpack_from("<II", raw, 0)
     if magic != SUPER_MAGIC or major != 1:
         return None
-    digits = array_uuid.replace(":", "").replace("-", "").lower()
+    digits = uuid_digits(array_uuid)
     if uuidlib.UUID(bytes=bytes(raw[16:32])).hex != digits:
         return None  # a stale superblock of another array on this member
     return bytes(raw[32:64]).split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -61,20 +63,13 @@ def _members(sys_block: Path, kname: str) -> list[str]:
     ]
 
 
-def _sys(p: Path) -> str:
-    try:
-        return p.read_text().strip()
-    except OSError:
-        return ""
-
-
 def local_members(sys_block: Path, kname: str) -> list[str]:
     """The device-mapper members (dm-N) of md array `kname` not suspended (a suspended device
     holds reads too), by sysfs."""
     return [
         m
         for m in _members(sys_block, kname)
-        if m.startswith("dm-") and _sys(sys_block / m / "dm" / "suspended") != "1"
+        if m.startswith("dm-") and read_attr(sys_block / m / "dm" / "suspended") != "1"
     ]
 
 
@@ -82,9 +77,9 @@ def members_answer(sys_block: Path, kname: str) -> bool:
     """No member of `kname` can hold a read: every NVMe member's controller is live and no
     device-mapper member is suspended (then `mdadm --detail` cannot hang on it)."""
     for m in _members(sys_block, kname):
-        if m.startswith("nvme") and _sys(sys_block / m / "device" / "state") != "live":
+        if m.startswith("nvme") and read_attr(sys_block / m / "device" / "state") != "live":
             return False
-        if m.startswith("dm-") and _sys(sys_block / m / "dm" / "suspended") == "1":
+        if m.startswith("dm-") and read_attr(sys_block / m / "dm" / "suspended") == "1":
             return False
     return True
 

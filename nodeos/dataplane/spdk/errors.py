@@ -129,3 +129,48 @@ def map_error(method: str, params: dict[str, Any], code: int, message: str) -> N
             f"SPDK rejected the parameters of {method} for {obj}; see the target's log{tail}"
         )
     return OperationFailed(f"SPDK {method} failed for {obj}{tail}")
+
+
+def raid_conflict(
+    name: str, members: list[str], raids: list[dict[str, Any]], err: NodeosError
+) -> NodeosError:
+    """What SPDK's -17 "File exists" to bdev_raid_create really meant, from bdev_raid_get_bdevs
+    (all) read just after (SPDK v26.05 module/bdev/raid/bdev_raid.c): a raid of that name SPDK
+    assembled by itself from the superblocks it found (a bdev only once every member is there,
+    so the name lookup before the create missed it), or -- no such raid -- a member holds the
+    superblock of a different raid ("Superblock of a different raid bdev found", target log)."""
+    at = err.message.find(" (SPDK ")
+    tail = err.message[at:] if at >= 0 else ""
+    same = next((r for r in raids if r.get("name") == name), None)
+    if same is not None:
+        listed = same.get("base_bdevs_list") or []
+        have = [str(b.get("name")) for b in listed if b.get("is_configured")]
+        gone = [str(b.get("uuid")) for b in listed if not b.get("is_configured")]
+        return OperationFailed(
+            f"raid {name} exists in SPDK in state {same.get('state', '?')}: assembled from the superblocks "
+            f"on its drives, it has {len(have)} of {same.get('num_base_bdevs', len(listed))} members "
+            f"({', '.join(have) or 'none'}; missing the drive(s) with UUID {', '.join(gone) or '?'}): "
+            f"the drives it was made of are not all attached (a drive missing, or re-created with another "
+            f"UUID){tail}",
+            field="drives",
+        )
+    held = {
+        str(b.get("name")): str(r.get("name"))
+        for r in raids
+        for b in r.get("base_bdevs_list") or []
+        if b.get("name") in members
+    }
+    if held:
+        m, r = sorted(held.items())[0]
+        return OperationFailed(
+            f"drive {m} is a member of another raid, {r}; remove it from that raid first{tail}",
+            field="drives",
+        )
+    return OperationFailed(
+        f"raid {name} was not created: one of its drives ({', '.join(members)}) holds the superblock of a "
+        "different raid (one made before over these drives, whose recorded member UUIDs no longer match "
+        "them: drives replaced, or AIO files re-created after a target restart; the target's log names "
+        "the drive: 'Superblock of a different raid bdev found on bdev ...'). SPDK does not overwrite it: "
+        f"attach the drives that raid was made of, or wipe the superblock to reuse the drive{tail}",
+        field="drives",
+    )

@@ -1,11 +1,13 @@
-"""Reading SPDK's answers (pure); defensive about missing keys."""
+"""Reading SPDK's answers (pure); defensive about missing keys. Also what SPDK will show after
+calls nodeos just made (an lvol's size, a subsystem made from scratch), so the create path
+need not read it back."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from nodeos.dataplane.base import Listener
-from nodeos.dataplane.spdk.requests import ANA_FROM_SPDK
+from nodeos.dataplane.spdk.requests import ANA_FROM_SPDK, MIB, listen_address, mib_ceil
 
 
 def listener_of(addr: dict[str, Any]) -> Listener:
@@ -69,3 +71,29 @@ def subsystem_ns1(sub: dict[str, Any]) -> dict[str, Any] | None:
         if int(ns.get("nsid", 0)) == 1:
             return ns
     return None
+
+
+def lvol_size(size_bytes: int, cluster_size: int) -> int:
+    """The size SPDK gives an lvol made of `size_bytes` (sent as whole MiB: requests.lvol_create)
+    in an lvstore of `cluster_size`: whole clusters, rounded up."""
+    want = mib_ceil(size_bytes) * MIB
+    return -(-want // cluster_size) * cluster_size if cluster_size > 0 else want
+
+
+def made_subsystem(
+    nqn: str,
+    bdev_name: str,
+    ana_group: int,
+    listeners: tuple[Listener, ...],
+    hosts: dict[str, str | None],
+) -> dict[str, Any]:
+    """A subsystem as nvmf_get_subsystems shows it once made from nothing with namespace 1 over
+    `bdev_name` (the bdev's own name, an lvol's UUID) in `ana_group`, these `listeners` and
+    `hosts` (host NQN -> DH-HMAC-CHAP key name); only the keys the readers above use."""
+    return {
+        "nqn": nqn,
+        "subtype": "NVMe",
+        "listen_addresses": [listen_address(li) for li in listeners],  # as SPDK echoes them
+        "hosts": [{"nqn": h, **({"dhchap_key": k} if k else {})} for h, k in hosts.items()],
+        "namespaces": [{"nsid": 1, "bdev_name": bdev_name, "name": bdev_name, "anagrpid": ana_group}],
+    }

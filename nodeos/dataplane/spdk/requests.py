@@ -46,13 +46,22 @@ def malloc_create_for_tests(name: str, num_blocks: int, block_size: int = 4096) 
     return "bdev_malloc_create", {"name": name, "num_blocks": num_blocks, "block_size": block_size}
 
 
-def aio_create_for_tests(filename: str, name: str, block_size: int | None = 4096) -> Request:
+def aio_create_for_tests(
+    filename: str, name: str, block_size: int | None = 4096, uuid: str | None = None
+) -> Request:
     """A file-backed bdev: tests only, never a production drive."""
-    return "bdev_aio_create", _clean({"filename": filename, "name": name, "block_size": block_size})
+    return "bdev_aio_create", _clean(
+        {"filename": filename, "name": name, "block_size": block_size, "uuid": uuid}
+    )
 
 
 def nvme_attach_pcie(name: str, bdf: str) -> Request:
     return "bdev_nvme_attach_controller", {"name": name, "trtype": "PCIe", "traddr": bdf}
+
+
+def nvme_health(name: str) -> Request:
+    """SMART / health log page of an attached NVMe controller (SPDK's bdev_nvme)."""
+    return "bdev_nvme_get_controller_health_info", {"name": name}
 
 
 def get_bdevs(name: str | None = None) -> Request:
@@ -198,8 +207,12 @@ def remove_ns(nqn: str, nsid: int = 1) -> Request:
     return "nvmf_subsystem_remove_ns", {"nqn": nqn, "nsid": nsid}
 
 
-def add_listener(nqn: str, li: Listener) -> Request:
-    return "nvmf_subsystem_add_listener", {"nqn": nqn, "listen_address": listen_address(li)}
+def add_listener(nqn: str, li: Listener, ana_state: str | None = None) -> Request:
+    """`ana_state`: the listener's state in every ANA group from the start (SPDK's default:
+    optimized), which spares a set_ana_state after it."""
+    return "nvmf_subsystem_add_listener", _clean(
+        {"nqn": nqn, "listen_address": listen_address(li), "ana_state": ANA_TO_SPDK.get(ana_state or "")}
+    )
 
 
 def remove_listener(nqn: str, li: Listener) -> Request:

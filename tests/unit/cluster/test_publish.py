@@ -13,6 +13,7 @@ from nodeos.cluster.publish import copy_plan, parse_replicas
 from nodeos.cluster.sim.invariants import Violation
 from nodeos.cluster.sim.mapcheck import check_state
 from nodeos.control import decide, views
+from nodeos.control.publish_api import published_view
 from nodeos.errors import BadInput, NotFound, NotSupported, OperationFailed
 from tests.unit.cluster.test_snapshot_map import in_sync
 from tests.unit.cluster.test_storage_map import GiB, M, cluster, create
@@ -142,6 +143,23 @@ def test_a_copy_whose_source_goes_down_is_fed_by_another_joined_replica() -> Non
     copy(m, 2, "ready", SHA)
     m.ok("node_health", node_id=1, health="down", reason="test")
     assert pub["copy_from"] == {4: 2}
+
+
+def test_a_replica_whose_node_is_down_stops_serving_and_serves_again_once_back_and_verified() -> None:
+    m = snapshot_on_three_of(3)
+    publish(m)
+    for nid in (1, 2, 3):
+        copy(m, nid, "ready", SHA)
+    m.ok("node_health", node_id=3, health="down", reason="test")
+    check_state(m.st)
+    assert m.st["paths"]["u-model"] == {1: "optimized", 2: "optimized"}  # its held report is stale
+    shown = published_view(m.st, m.st["published"]["u-model"])  # `nodeos volume show model`
+    assert shown["health"] == "2/3" and [r["joined"] for r in shown["replicas"]] == [True, True, False]
+    m.ok("node_health", node_id=3, health="up", reason="test")
+    copy(m, 3, "verifying", None, progress=0.2)  # the restarted daemon reads its copy again
+    assert 3 not in m.st["paths"]["u-model"]
+    copy(m, 3, "ready", SHA)
+    assert m.st["paths"]["u-model"] == {n: "optimized" for n in (1, 2, 3)}
 
 
 def test_copy_plan_is_a_tree_each_filled_replica_a_source_none_over_its_share() -> None:

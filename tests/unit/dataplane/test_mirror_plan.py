@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from nodeos.dataplane import mirror_names as mn
-from nodeos.dataplane.base import Listener, MirrorSpec, RemoteSpec
+from nodeos.dataplane.base import Listener, MirrorInfo, MirrorMember, MirrorSpec, RemoteSpec
 from nodeos.dataplane.kernel import initiator as ini
+from nodeos.dataplane.kernel import md_commands as mdc
 from nodeos.dataplane.kernel import mirror as md
 from nodeos.dataplane.kernel.nvmet import PortAddr, referral_name
-from nodeos.errors import BadInput, OperationFailed
+from nodeos.errors import BadInput, NotFound, OperationFailed
 
 VOL = "5b0e7c1d-2a3f-4e5d-8c7b-6a5f4e3d2c1b"
 MIB = 1024 * 1024
@@ -170,7 +171,7 @@ def test_remotes_list_only_replica_connections() -> None:
 # ---- md -------------------------------------------------------------------------------
 def test_create_command_fixes_offset_size_bitmap_and_uuid() -> None:
     spec = mirror()
-    cmd = md.cmd_create(spec, spec.members)
+    cmd = mdc.cmd_create(spec, spec.members)
     assert cmd[:3] == ["mdadm", "--create", "/dev/md/nodeos-5b0e7c1d2a3f4e5d8c7b6a5f"]
     for opt in (
         "--metadata=1.2",
@@ -185,11 +186,11 @@ def test_create_command_fixes_offset_size_bitmap_and_uuid() -> None:
     ):
         assert opt in cmd
     assert cmd[-3:] == list(spec.members)  # slot i = members[i], the control plane's order
-    assert "--force" not in cmd and "--force" in md.cmd_create(spec, spec.members[:1])
+    assert "--force" not in cmd and "--force" in mdc.cmd_create(spec, spec.members[:1])
 
 
 def test_assemble_insists_on_the_array_uuid() -> None:
-    cmd = md.cmd_assemble(mn.mirror_id_for(VOL), ["/dev/a", "/dev/b"])
+    cmd = mdc.cmd_assemble(mn.mirror_id_for(VOL), ["/dev/a", "/dev/b"])
     assert f"--uuid={mn.mirror_uuid(mn.mirror_id_for(VOL))}" in cmd and "--run" in cmd
     assert cmd[-2:] == ["/dev/a", "/dev/b"] and "--create" not in cmd
 
@@ -208,7 +209,7 @@ def test_assemble_insists_on_the_array_uuid() -> None:
 )
 def test_bad_mirror_spec_names_the_field(kw: dict[str, object], field: str) -> None:
     with pytest.raises(BadInput) as e:
-        md.check_mirror_spec(mirror(**kw))
+        mdc.check_mirror_spec(mirror(**kw))
     assert e.value.field == field
 
 
@@ -234,7 +235,7 @@ CLEAN = {
 
 
 def test_clean_mirror_status() -> None:
-    info = md.mirror_info(mn.mirror_id_for(VOL), CLEAN)
+    info = mdc.mirror_info(mn.mirror_id_for(VOL), CLEAN)
     assert info.size_bytes == 64 * MIB and info.data_offset_bytes == mn.MIRROR_DATA_OFFSET
     assert not info.degraded and info.sync_action == "idle"
     assert [(m.slot, m.device, m.state) for m in info.members] == [
@@ -253,7 +254,7 @@ def test_failed_leg_is_faulty_and_its_slot_missing() -> None:
         "offset": "16384",
         "device": "/dev/nvme2n1",
     }
-    info = md.mirror_info(mn.mirror_id_for(VOL), snap)
+    info = mdc.mirror_info(mn.mirror_id_for(VOL), snap)
     assert info.degraded
     assert [(m.slot, m.device, m.state) for m in info.members] == [
         (0, "/dev/mapper/nodeos_p1-v_x", "in_sync"),
@@ -267,28 +268,28 @@ def test_returning_leg_is_rebuilding_with_progress() -> None:
     snap = {**CLEAN, "degraded": "1", "sync_action": "recover", "sync_completed": "32768 / 131072"}
     snap["devs"] = {**CLEAN["devs"]}  # type: ignore[dict-item]
     snap["devs"]["dev-nvme2n1"] = {"state": "", "slot": "2", "offset": "16384", "device": "/dev/nvme2n1"}
-    info = md.mirror_info(mn.mirror_id_for(VOL), snap)
+    info = mdc.mirror_info(mn.mirror_id_for(VOL), snap)
     leg = info.members[2]
     assert (leg.slot, leg.state, leg.progress) == (2, "rebuilding", 0.25)
 
 
 def test_mdadm_export_parsing_and_uuid_forms() -> None:
-    got = md.parse_export(
+    got = mdc.parse_export(
         "MD_LEVEL=raid1\nMD_NAME=nodeos-5b0e\nMD_UUID=d494afe3:2c8651c6:9d7fd422:d4b7185a\n"
     )
     assert got["MD_NAME"] == "nodeos-5b0e"
-    assert md.same_uuid(got["MD_UUID"], "d494afe3-2c86-51c6-9d7f-d422d4b7185a")
-    assert not md.same_uuid(got["MD_UUID"], "d494afe3-2c86-51c6-9d7f-d422d4b7185b")
+    assert mdc.same_uuid(got["MD_UUID"], "d494afe3-2c86-51c6-9d7f-d422d4b7185a")
+    assert not mdc.same_uuid(got["MD_UUID"], "d494afe3-2c86-51c6-9d7f-d422d4b7185b")
 
 
 def test_linear_view_table_and_checks() -> None:
-    assert md.linear_table("253:4", 8 * MIB, 64 * MIB) == "0 131072 linear 253:4 16384"
-    assert md.view_name("5b0e") == "nodeos-view-5b0e"
+    assert mdc.linear_table("253:4", 8 * MIB, 64 * MIB) == "0 131072 linear 253:4 16384"
+    assert mdc.view_name("5b0e") == "nodeos-view-5b0e"
     with pytest.raises(BadInput) as e:
-        md.view_name("a/b")
+        mdc.view_name("a/b")
     assert e.value.field == "view_id"
     with pytest.raises(BadInput) as e:
-        md.check_view(1000, 64 * MIB)
+        mdc.check_view(1000, 64 * MIB)
     assert e.value.field == "offset_bytes"
 
 
@@ -314,12 +315,12 @@ def test_a_backend_without_mirrors_refuses_clearly() -> None:
 
 # ---- write freezes for snapshots of replicated volumes --------------------------------
 def test_a_freeze_holds_writes_to_the_whole_array_and_a_thaw_lets_them_go() -> None:
-    assert md.freeze_writes_attrs(131072) == [("suspend_hi", "131072"), ("suspend_lo", "0")]
-    assert dict(md.THAW_WRITES_ATTRS)["suspend_hi"] == "0"
-    assert md.writes_frozen("0", "131072") and not md.writes_frozen("0", "0")
-    assert not md.writes_frozen("", "")  # an array without the attributes holds nothing
+    assert mdc.freeze_writes_attrs(131072) == [("suspend_hi", "131072"), ("suspend_lo", "0")]
+    assert dict(mdc.THAW_WRITES_ATTRS)["suspend_hi"] == "0"
+    assert mdc.writes_frozen("0", "131072") and not mdc.writes_frozen("0", "0")
+    assert not mdc.writes_frozen("", "")  # an array without the attributes holds nothing
     with pytest.raises(BadInput) as e:
-        md.freeze_writes_attrs(0)
+        mdc.freeze_writes_attrs(0)
     assert e.value.field == "size"
 
 
@@ -340,7 +341,7 @@ def test_freeze_and_thaw_write_md_sysfs_in_order(tmp_path: object) -> None:
     assert (mdd / "suspend_hi").read_text() == "131072" and mirrors.writes_frozen(mid)
     mirrors.thaw_writes(mid)
     assert not mirrors.writes_frozen(mid)
-    with pytest.raises(md.NotFound):
+    with pytest.raises(NotFound):
         mirrors.freeze_writes(mn.mirror_id_for("00000000-0000-4000-8000-000000000000"))
 
 
@@ -397,8 +398,8 @@ class _Runs:
 
 
 def test_a_blocked_view_maps_nothing_and_keeps_its_name() -> None:
-    assert md.error_table(64 * MIB) == "0 131072 error"
-    runs = _Runs(table=md.linear_table("253:4", 8 * MIB, 64 * MIB))
+    assert mdc.error_table(64 * MIB) == "0 131072 error"
+    runs = _Runs(table=mdc.linear_table("253:4", 8 * MIB, 64 * MIB))
     dev = md.MdMirrors(runner=runs).block_view("5b0e", 64 * MIB)  # type: ignore[arg-type]
     assert dev == "/dev/mapper/nodeos-view-5b0e"
     assert runs.cmds[1:] == [
@@ -411,9 +412,9 @@ def test_a_blocked_view_maps_nothing_and_keeps_its_name() -> None:
 
 
 def test_a_leg_is_wiped_only_when_it_carries_a_superblock() -> None:
-    assert md.cmd_zero_superblock("/dev/vg/lv") == ["mdadm", "--zero-superblock", "/dev/vg/lv"]
+    assert mdc.cmd_zero_superblock("/dev/vg/lv") == ["mdadm", "--zero-superblock", "/dev/vg/lv"]
     with pytest.raises(BadInput) as e:
-        md.cmd_zero_superblock("vg/lv")
+        mdc.cmd_zero_superblock("vg/lv")
     assert e.value.field == "device"
     runs = _Runs(superblock=mn.mirror_uuid(mn.mirror_id_for(VOL)))
     md.MdMirrors(runner=runs).wipe_member("/dev/vg/lv")  # type: ignore[arg-type]
@@ -436,12 +437,12 @@ def test_legs_that_failed_or_vanished_are_removed_by_keyword(tmp_path: object) -
     runs = _Runs()
     mirrors = md.MdMirrors(sys_block=sys_block, runner=runs)  # type: ignore[arg-type]
     spec = mirror(members=(str(sys_block / "lv"),), create=False)
-    gone = md.MirrorInfo(
+    gone = MirrorInfo(
         mirror_id=spec.mirror_id,
         device="/dev/md127",
         size_bytes=64 * MIB,
         degraded=True,
-        members=(md.MirrorMember(slot=None, device="/dev/nvme9n9", state="faulty"),),
+        members=(MirrorMember(slot=None, device="/dev/nvme9n9", state="faulty"),),
         array_state="clean",
         sync_action="idle",
     )
@@ -479,7 +480,7 @@ def test_a_revoked_host_whose_controller_outlives_fatal_is_cut_by_relinking(tmp_
 def test_a_read_only_view_fails_writes_in_the_target_and_is_never_reloaded() -> None:
     """A published volume's view (issue 13): dm-flakey permanently down with error_writes
     (reads pass through), made once; an existing one is kept as it is."""
-    assert md.read_only_table("253:4", 8 * MIB, 64 * MIB) == "0 131072 flakey 253:4 16384 0 1 1 error_writes"
+    assert mdc.read_only_table("253:4", 8 * MIB, 64 * MIB) == "0 131072 flakey 253:4 16384 0 1 1 error_writes"
     runs = _Runs()
     md.MdMirrors(runner=runs).ensure_view("5b0e", "/dev/null", 0, 64 * MIB, True)  # type: ignore[arg-type]
     assert runs.cmds[1:] == [

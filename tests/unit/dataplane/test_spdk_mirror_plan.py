@@ -10,7 +10,8 @@ import pytest
 
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import Listener, MirrorSpec, RemoteSpec
-from nodeos.dataplane.spdk import mirror as sm
+from nodeos.dataplane.spdk import mirror_plan as sm
+from nodeos.dataplane.spdk import requests as rq
 from nodeos.errors import BadInput
 from tests.unit.dataplane.spdk_schema import cli_params
 
@@ -33,16 +34,16 @@ SPEC = MirrorSpec(
     "req",
     [
         sm.nvme_attach(REMOTE),
-        sm.nvme_detach("c"),
-        sm.nvme_get_controllers("c"),
-        sm.raid1_create(MID, ["a", "b"]),
-        sm.raid_delete(MID),
-        sm.raid_get_bdevs("online"),
-        sm.raid_add_base(MID, "b"),
-        sm.raid_remove_base("b"),
-        sm.raid_set_options(50),
-        sm.null_create("h", 16384, 4096),
-        sm.null_delete("h"),
+        rq.nvme_detach("c"),
+        rq.nvme_get_controllers("c"),
+        rq.raid1_create(MID, ["a", "b"]),
+        rq.raid_delete(MID),
+        rq.raid_get_bdevs("online"),
+        rq.raid_add_base(MID, "b"),
+        rq.raid_remove_base("b"),
+        rq.raid_set_options(50),
+        rq.null_create("h", 16384, 4096),
+        rq.null_delete("h"),
     ],
     ids=lambda r: r[0],
 )
@@ -81,7 +82,7 @@ def test_bad_timeouts_are_refused_naming_the_field() -> None:
 
 
 def test_mirror_raid_has_no_superblock() -> None:
-    _, p = sm.raid1_create(MID, ["a", "b"])
+    _, p = rq.raid1_create(MID, ["a", "b"])
     assert p == {"name": MID, "raid_level": "raid1", "base_bdevs": ["a", "b"], "superblock": False}
 
 

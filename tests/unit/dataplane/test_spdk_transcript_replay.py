@@ -19,9 +19,10 @@ from nodeos.dataplane.base import Listener
 from nodeos.dataplane.ids import check_nqn
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk import requests as rq
-from nodeos.dataplane.spdk.backend import SpdkDataPlane, check_qos
+from nodeos.dataplane.spdk.backend import SpdkDataPlane
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
 from nodeos.dataplane.spdk.errors import map_error
+from nodeos.dataplane.spdk.exports import check_qos
 from nodeos.dataplane.spec_checks import check_ana_state
 from nodeos.errors import AlreadyExists, BadInput, EnvironmentProblem, NotFound, OperationFailed
 from tests.unit.dataplane.spdk_replay import ReplayedSpdkTarget, load_transcript
@@ -206,6 +207,11 @@ def test_backend_reports_rdma_failure_and_keeps_tcp(replay: ReplayedSpdkTarget) 
 
 UNRECORDED: list[rq.Request] = [
     rq.nvme_attach_pcie("nvme_0000010000", "0000:01:00.0"),
+    rq.nvme_health("nvme_0000010000"),
+    rq.aio_create_for_tests("/path/to/aio0.img", "AIO0", 4096, uuid="57025168-8e66-500c-9685-b0f112b7ad50"),
+    rq.nvme_detach("nvme_0000010000"),
+    rq.nvme_get_controllers(),
+    rq.raid_get_bdevs("all"),
     rq.raid0_create("nodeos_p_raid0", ["A", "B"]),
     rq.raid_delete("nodeos_p_raid0"),
     rq.set_qos_limit("nodeos_p/v", 10000, 100),

@@ -221,6 +221,32 @@ def test_status_shows_a_down_data_plane_with_since_and_reason() -> None:
     assert "DOWN" not in status_human({**base, "node": {"dataplane_health": up}})
 
 
+def test_status_human_shows_data_plane_errors_not_only_json() -> None:
+    from nodeos.cli.render import status_human
+
+    raid = "raid nodeos_p_raid0 was not created: a drive holds the superblock of a different raid"
+    d = {
+        "node_name": "s1",
+        "dataplane": {"name": "spdk", "reason": "auto", "transport_errors": {"rdma": "no RDMA device"}},
+        "services": ["node"],
+        "node": {
+            "reconcile": {"errors": [raid], "failed": True, "missing": ["v1"]},
+            "recovery": [{"op": "pool.create", "name": "p", "result": "pending", "error": raid}],
+        },
+    }
+    lines = status_human(d).splitlines()
+    assert f"ERROR     reconcile failed: {raid}" in lines
+    assert f"ERROR     pool.create p (pending): {raid}" in lines
+    assert (
+        "WARNING   transport rdma: no RDMA device" in lines
+        and "MISSING   volume v1 is not in the data plane" in lines
+    )
+    gone = status_human(
+        {**d, "dataplane": {"name": "spdk", "reason": "auto", "error": "SPDK does not answer"}}
+    )
+    assert "ERROR     data plane: SPDK does not answer" in gone.splitlines()
+
+
 def test_a_target_restarted_on_the_same_socket_is_told_apart(tmp_path: Path) -> None:
     """A socket re-created at once gets the freed inode number back (ext4 does; the real nvmf_tgt
     restart went unnoticed so): the probe still tells the new target from the old one."""

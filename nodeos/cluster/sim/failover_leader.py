@@ -1,0 +1,123 @@
+"""The failover workload's simulated leader shell: nodeos/control/failover_loop.py on one simulated
+node. Lease grants after a Raft read barrier (the real ReadIndex), and the real controller
+(nodeos/cluster/failover.py `decide`) on the leader's clock, its commands proposed one at a time
+(`propose`, framed as the driver frames it). The node agents: failover_agent.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nodeos.cluster import failover
+from nodeos.cluster.failover_map import health_of
+from nodeos.cluster.map import encode_command
+from nodeos.cluster.raft import ProposalDropped, StateRole
+
+from .node import PendingRead, SimNode
+
+if TYPE_CHECKING:
+    from .failover_sim import FailoverSimulation
+
+CONTROLLER_EVERY_S = 0.2  # failover_loop.TICK_S
+PROPOSE_TIMEOUT_S = 5.0
+
+
+class SimLeaderShell:
+    """nodeos/control/failover_loop.py on one simulated node."""
+
+    def __init__(self, timing: failover.LeaseTiming) -> None:
+        self.timing = timing
+        self.leases: failover.Leases | None = None
+        self.term: int | None = None
+        self.queue: list[bytes] = []
+        self.pending: tuple[bytes, float] | None = None
+        self.barriers: dict[bytes, tuple[int, int]] = {}
+        self.last_tick = -1e9
+
+    def leading(self, n: SimNode, now: float) -> failover.Leases | None:
+        r = n.rn.raft if n.rn is not None else None
+        if r is None or r.state is not StateRole.LEADER:
+            self.leases, self.term = None, None
+            return None
+        if self.leases is None or self.term != r.term:
+            self.leases, self.term = failover.Leases(leader_since=now), r.term
+        return self.leases
+
+    def lease_request(self, sim: FailoverSimulation, n: SimNode, frm: int, req: int) -> None:
+        assert n.rn is not None
+        if n.rn.raft.state is not StateRole.LEADER:
+            sim.fo_send("lease_no", n.id, frm, {"req": req})
+            return
+        sim.next_ctx += 1
+        ctx = b"L%d" % sim.next_ctx
+        self.barriers[ctx] = (frm, req)
+        n.reads[ctx] = PendingRead(ctx, len(sim.check.acked))
+        sim._catch_up(n)
+        try:
+            n.rn.read_index(ctx)  # the read barrier
+        except ProposalDropped:  # stepped down in the ticks just caught up (as the driver's
+            del self.barriers[ctx], n.reads[ctx]  # role, seen before its last tick)
+            sim.fo_send("lease_no", n.id, frm, {"req": req})
+        sim._after_input(n)
+
+    def barrier_done(self, sim: FailoverSimulation, n: SimNode, ctx: bytes) -> None:
+        frm, req = self.barriers.pop(ctx)
+        now = sim.clock(n.id)
+        leases = self.leading(n, now)
+        if leases is None:
+            sim.fo_send("lease_no", n.id, frm, {"req": req})
+            return
+        leases.renewed(frm, now, self.timing)
+        sim.stats["lease_grants"] += 1
+        assert n.cmap is not None
+        st = n.cmap.state
+        body = {"req": req, "health": health_of(st, frm), "index": st["applied_index"]}
+        sim.fo_send("lease_ok", n.id, frm, body)
+
+    def tick(self, sim: FailoverSimulation, n: SimNode, now: float) -> None:
+        if now - self.last_tick < CONTROLLER_EVERY_S:
+            return
+        self.last_tick = now
+        leases = self.leading(n, now)
+        if leases is None:
+            self.queue, self.pending = [], None
+            return
+        assert n.rn is not None
+        leases.heard(failover.active_peers(n.rn.raft.trk.progress, n.id), now)
+        if self.pending is not None:
+            if self.pending[0] in n.state_set:
+                self.pending = None
+            elif now > self.pending[1]:
+                self.queue, self.pending = [], None
+                return
+            else:
+                return
+        if not self.queue:
+            assert n.cmap is not None
+            cmds = failover.decide(n.cmap.state, leases, now, self.timing)
+            self.queue = [encode_command(c, {**a, "at": now} if c == "record_event" else a) for c, a in cmds]
+            sim.stats["suspects"] += sum(1 for c, _ in cmds if c == "record_event")
+        if self.queue:
+            cmd = self.queue.pop(0)
+            data = sim.fo_propose(n, cmd)
+            if data is None:
+                self.queue = []
+            else:
+                self.pending = (data, now + PROPOSE_TIMEOUT_S)
+
+
+def propose(sim: FailoverSimulation, n: SimNode, cmd: bytes) -> bytes | None:
+    """Propose a map command at `n` framed as the driver frames it; None when dropped."""
+    import msgpack
+
+    assert n.rn is not None
+    sim.next_ctx += 1
+    data: bytes = msgpack.packb([b"f%d" % sim.next_ctx, cmd], use_bin_type=True)
+    sim._catch_up(n)
+    try:
+        n.rn.propose(data)
+    except ProposalDropped:
+        return None
+    sim.proposer[data] = (n.id, n.incarnation)
+    sim._after_input(n)
+    return data

@@ -1,0 +1,42 @@
+"""The control API's common request parameters, checked on the node whose console asked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeos import validate
+from nodeos.cluster.host_map import MAX_HOSTS_AT_ONCE
+from nodeos.errors import BadInput
+
+DEFAULT_WAIT_S = 300.0
+
+
+def param(params: dict[str, Any], key: str, field: str | None = None) -> Any:
+    if params.get(key) is None:
+        raise BadInput(f"{field or key} is required", field=field or key)
+    return params[key]
+
+
+def host_list(value: Any, field: str) -> list[str]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_HOSTS_AT_ONCE:
+        raise BadInput(
+            f"{field} must list 1 to {MAX_HOSTS_AT_ONCE} host NQNs",
+            field=field,
+            allowed=f"1-{MAX_HOSTS_AT_ONCE}",
+        )
+    return list(dict.fromkeys(validate.host_nqn(h, field) for h in value))
+
+
+def wait_param(params: dict[str, Any]) -> float:
+    w = params.get("wait", DEFAULT_WAIT_S)
+    if not isinstance(w, (int, float)) or isinstance(w, bool) or not 0 <= w <= 3600:
+        raise BadInput("wait must be a number of seconds in [0, 3600]", field="wait")
+    return float(w)
+
+
+def replicas_param(v: Any) -> int:
+    if v is None:
+        return 1
+    if type(v) is not int:
+        raise BadInput(f"replicas must be 1, 2 or 3, not {v!r}", field="replicas", allowed=[1, 2, 3])
+    return validate.replicas(v)

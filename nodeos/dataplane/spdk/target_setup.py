@@ -1,0 +1,133 @@
+"""nodeos-spdk-setup: what the SPDK target's unit (systemd/nodeos-spdk.service) runs around
+`nvmf_tgt --wait-for-rpc`.
+
+    nodeos-spdk-setup hugepages --mib N    ExecStartPre: reserve N MiB of 2 MiB hugepages
+    nodeos-spdk-setup init --max-subsystems N [--socket P]
+                                           ExecStartPost: wait for the RPC socket, then
+                                           nvmf_set_max_subsystems N, framework_start_init,
+                                           framework_wait_init
+
+SPDK takes its subsystem limit (default 1,024: one subsystem per exported volume) only before
+its framework starts, hence `--wait-for-rpc` and this step; a target already started (the step
+run again) is left as it is. Units ordered after the target (nodeosd) start once this is done.
+Defaults come from the environment (the unit's EnvironmentFile, /etc/nodeos/spdk.env):
+SPDK_HUGEMEM_MIB, SPDK_MAX_SUBSYSTEMS, SPDK_RPC_SOCKET.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nodeos.errors import BadInput, NodeosError
+
+DEFAULT_SOCKET = "/var/tmp/spdk.sock"
+DEFAULT_MAX_SUBSYSTEMS = 16384  # issue 12: 10,000 volumes on one target, with room
+DEFAULT_HUGEMEM_MIB = 4096
+HUGEPAGES = Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
+Request = tuple[str, dict[str, Any]]
+
+
+def hugepages_count(mib: int, page_kib: int = 2048) -> int:
+    """How many hugepages hold `mib` MiB (rounded up)."""
+    if type(mib) is not int or mib < 0:
+        raise BadInput(f"hugepage memory must be a whole number of MiB, not {mib!r}", field="mib")
+    return -(-mib * 1024 // page_kib)
+
+
+def init_requests(max_subsystems: int) -> list[Request]:
+    """The calls that take a `--wait-for-rpc` target to running with the given subsystem limit."""
+    if type(max_subsystems) is not int or not 1 <= max_subsystems <= 65535:
+        raise BadInput(
+            f"max_subsystems must be 1..65535, not {max_subsystems!r}",
+            field="max_subsystems",
+            allowed="1..65535 (the discovery subsystem counts too)",
+        )
+    return [
+        ("nvmf_set_max_subsystems", {"max_subsystems": max_subsystems}),
+        ("framework_start_init", {}),
+        ("framework_wait_init", {}),
+    ]
+
+
+def started(methods_now: list[str]) -> bool:
+    """rpc_get_methods current=true: a target waiting for RPC still offers framework_start_init."""
+    return "framework_start_init" not in methods_now
+
+
+def init(socket_path: str, max_subsystems: int, wait_s: float = 60.0) -> str:
+    from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
+    from nodeos.dataplane.spdk.errors import map_error
+    from nodeos.errors import EnvironmentProblem
+
+    calls = init_requests(max_subsystems)
+    rpc = SpdkRpc(socket_path, timeout=wait_s)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            now = [str(m) for m in rpc.call("rpc_get_methods", {"current": True}) or []]
+            break
+        except EnvironmentProblem:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+    try:
+        if started(now):
+            return f"the target on {socket_path} is running already; its subsystem limit stays as it is"
+        for method, params in calls:
+            try:
+                rpc.call(method, params)
+            except SpdkRpcError as e:
+                raise map_error(e.method, e.params, e.code, e.message) from None
+        return f"the target on {socket_path} is running, at most {max_subsystems} subsystems"
+    finally:
+        rpc.close()
+
+
+def reserve_hugepages(mib: int, path: Path = HUGEPAGES) -> str:
+    want = hugepages_count(mib)
+    have = int(path.read_text().strip() or 0)
+    if have < want:
+        path.write_text(str(want))
+        have = int(path.read_text().strip() or 0)
+    if have < want:
+        raise NodeosError(f"only {have} of {want} 2 MiB hugepages could be reserved ({mib} MiB wanted)")
+    return f"{have} hugepages of 2 MiB reserved ({mib} MiB wanted)"
+
+
+def parser(env: dict[str, str] | os._Environ[str] = os.environ) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="nodeos-spdk-setup", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    hp = sub.add_parser("hugepages", help="reserve hugepages for the target (ExecStartPre)")
+    hp.add_argument("--mib", type=int, default=int(env.get("SPDK_HUGEMEM_MIB", DEFAULT_HUGEMEM_MIB)))
+    it = sub.add_parser("init", help="set the subsystem limit and start the framework (ExecStartPost)")
+    it.add_argument(
+        "--max-subsystems", type=int, default=int(env.get("SPDK_MAX_SUBSYSTEMS", DEFAULT_MAX_SUBSYSTEMS))
+    )
+    it.add_argument("--socket", default=env.get("SPDK_RPC_SOCKET", DEFAULT_SOCKET))
+    it.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the RPC socket")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        if a.cmd == "hugepages":
+            print(reserve_hugepages(a.mib))
+        else:
+            print(init(a.socket, a.max_subsystems, a.wait))
+    except NodeosError as e:
+        print(f"nodeos-spdk-setup: {e.message}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:
+        print(f"nodeos-spdk-setup: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
