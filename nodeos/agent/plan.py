@@ -52,6 +52,8 @@ def local_volume(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str, 
         "origin": vol.get("origin"),
         "state": "creating",
         "hosts": list(vol["hosts"]),
+        # Applied with the export at create: without it the next pass re-exports at once.
+        "secrets": secrets_digest(st, vol),
         "qos_iops": vol.get("qos_iops"),
         "qos_mbps": vol.get("qos_mbps"),
         "created": vol.get("created"),

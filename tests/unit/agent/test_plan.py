@@ -66,6 +66,19 @@ def test_a_volume_is_created_with_the_maps_ids_on_every_replica_node() -> None:
         assert step.record["nqn"] == "nqn.x:v" and step.record["state"] == "creating"
 
 
+def test_a_created_volume_plans_nothing_more() -> None:
+    """The create's record is what the next pass compares with: no re-export right after (CI of
+    2026-11-27: a daemon stopped in that window ran it at its next start)."""
+    host = "nqn.2014-08.com.example:h"
+    for granted in ((), (host,)):
+        cmds = [("host_add", {"nqn": host, "dhchap_secret": "DHHC-1:00:x:"}), vol_cmd()]
+        cmds += [("volume_hosts", {"name": "v", "host": h, "add": True}) for h in granted]
+        st = state(*cmds)
+        (step,) = plan(st, 1, POOL1, {}, {})
+        assert step.op == "volume.create"
+        assert plan(st, 1, POOL1, {"v": dict(step.record, state="ready")}, {}) == []
+
+
 def test_nothing_is_created_before_the_pool_is_there_or_when_it_failed_last_time() -> None:
     st = state(vol_cmd())
     assert plan(st, 1, {}, {}, {}) == []
