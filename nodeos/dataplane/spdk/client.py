@@ -1,8 +1,10 @@
 """JSON-RPC to SPDK over its unix socket.
 
-Uses the PyPI `spdk` package's JSONRPCClient (send/recv, so the error object's numeric
-code survives: its `call()` folds errors into a text blob). Where the package is absent
-(the appliance image ships without it), a minimal client of the same wire format is used.
+Our own connection, not the PyPI `spdk` package's JSONRPCClient: that client re-parses its whole
+buffer after every 4 KiB read and counts its timeout in CPU time, so a 15 MB reply
+(`bdev_get_bdevs` at 10,000 volumes) never finished (docs/benchmarks.md "SPDK scale"). SPDK ends
+every reply with a newline, and compact JSON holds no raw newline, so a reply is parsed once,
+when its newline arrives. The package still checks our parameter names in the tests.
 """
 
 from __future__ import annotations
@@ -27,15 +29,22 @@ class SpdkRpcError(Exception):
         self.message = message
 
 
-class _MinimalClient:
-    """Same wire behaviour as spdk.rpc.client.JSONRPCClient.send/recv, nothing more."""
+class _Connection:
+    """One JSON-RPC connection: a request out, its reply line back, parsed once."""
+
+    READ = 1 << 20  # a 10,000-bdev listing is ~15 MB: few reads
 
     def __init__(self, path: str, timeout: float) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
+        self.sock.settimeout(timeout)  # wall clock, per read
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
         self._id = 0
-        self._buf = ""
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already known to hold no newline
 
     def send(self, method: str, params: dict[str, Any] | None = None) -> int:
         self._id += 1
@@ -45,21 +54,21 @@ class _MinimalClient:
         self.sock.sendall(json.dumps(req).encode())
         return self._id
 
-    def recv(self) -> dict[str, Any]:
-        dec = json.JSONDecoder()
+    def recv(self) -> Any:
         while True:
-            buf = self._buf.lstrip()
-            if buf:
-                try:
-                    obj, idx = dec.raw_decode(buf)
-                    self._buf = buf[idx:]
-                    return obj
-                except ValueError:
-                    pass
-            chunk = self.sock.recv(65536)
+            end = self._buf.find(b"\n", self._scanned)
+            if end >= 0:
+                line = bytes(self._buf[: end + 1])
+                del self._buf[: end + 1]
+                self._scanned = 0
+                if line.strip():
+                    return json.loads(line)
+                continue
+            self._scanned = len(self._buf)
+            chunk = self.sock.recv(self.READ)
             if not chunk:
                 raise OSError("SPDK closed the RPC connection")
-            self._buf += chunk.decode()
+            self._buf += chunk
 
     def close(self) -> None:
         self.sock.close()
@@ -69,23 +78,16 @@ class SpdkRpc:
     def __init__(self, sock_path: str, timeout: float = 60.0) -> None:
         self.sock_path = sock_path
         self.timeout = timeout
-        self._client: Any = None
+        self._client: _Connection | None = None
         self.connections = 0  # made so far: a new one may reach a restarted (empty) target
         # One request/reply at a time on the socket: the daemon calls the data plane from its
         # worker and from other threads (the leg watch's list_remotes); interleaved, one thread
         # read the other's reply ("unexpected reply") or found the socket closed under it.
         self._lock = threading.RLock()
 
-    def _connect(self) -> Any:
+    def _connect(self) -> _Connection:
         try:
-            try:
-                from spdk.rpc.client import JSONRPCClient, JSONRPCException
-            except ImportError:
-                return _MinimalClient(self.sock_path, self.timeout)
-            try:
-                return JSONRPCClient(self.sock_path, timeout=self.timeout)
-            except JSONRPCException as e:
-                raise OSError(str(e.message).splitlines()[-1]) from None
+            return _Connection(self.sock_path, self.timeout)
         except OSError as e:
             raise EnvironmentProblem(
                 f"SPDK does not answer on {self.sock_path}: {e} (is nvmf_tgt running?)"
@@ -96,12 +98,13 @@ class SpdkRpc:
             return self._call(method, params)
 
     def _call(self, method: str, params: dict[str, Any] | None) -> Any:
-        fresh = self._client is None
-        if fresh:
-            self._client = self._connect()
+        client = self._client
+        fresh = client is None
+        if client is None:
+            client = self._client = self._connect()
             self.connections += 1
         try:
-            req_id = self._client.send(method, params or None)
+            req_id = client.send(method, params or None)
         except OSError as e:
             self.close()
             if fresh:
@@ -110,8 +113,8 @@ class SpdkRpc:
             # call) never carried this request: it goes once more, on a new connection.
             return self._call(method, params)
         try:
-            reply = self._client.recv()
-        except Exception as e:  # the package raises its own exception type; the socket raises OSError
+            reply = client.recv()
+        except (OSError, ValueError) as e:  # the socket's errors, or a reply that is no JSON
             self.close()
             raise OperationFailed(f"SPDK RPC {method} failed on {self.sock_path}: {e}") from None
         if not isinstance(reply, dict) or reply.get("id") != req_id:

@@ -80,7 +80,7 @@ class ReplayedSpdkTarget:
                         except ValueError:
                             break
                         buf = s[idx:]
-                        conn.sendall(json.dumps(self._answer(req)).encode())
+                        conn.sendall(json.dumps(self._answer(req)).encode() + b"\n")  # as SPDK ends a reply
 
     def close(self) -> None:
         self._stop = True

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nodeos.dataplane.spdk.client import SpdkRpc
-from nodeos.errors import EnvironmentProblem
+from nodeos.errors import EnvironmentProblem, OperationFailed
 
 
 class Target:
@@ -35,7 +35,8 @@ class Target:
             while chunk := _recv(conn):
                 req = json.loads(chunk)
                 self.seen.append(req["method"])
-                conn.sendall(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": self.name}).encode())
+                reply = {"jsonrpc": "2.0", "id": req["id"], "result": self.name}
+                conn.sendall(json.dumps(reply).encode() + b"\n")  # SPDK ends each reply so
 
     def kill(self, path: Path) -> None:
         for c in self.conns:  # as a dead process's: shut at once (close alone waits for the reader)
@@ -70,3 +71,57 @@ def test_a_call_after_the_target_restarted_reaches_the_new_one(tmp_path: Path) -
     with pytest.raises(EnvironmentProblem, match="SPDK does not answer"):
         rpc.call("bdev_get_bdevs")  # no target at all: said so, not tried for ever
     rpc.close()
+
+
+class Trickle:
+    """Answers one request with `body` (then a newline, as SPDK does) in `piece`-byte writes, then
+    stops: a large listing as the socket delivers it."""
+
+    def __init__(self, path: Path, body: bytes, piece: int) -> None:
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(str(path))
+        self.srv.listen(1)
+        self.body, self.piece = body, piece
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.srv.accept()
+        _recv(conn)
+        for i in range(0, len(self.body), self.piece):
+            conn.sendall(self.body[i : i + self.piece])
+        conn.close()
+
+
+def _listing(n: int) -> list[dict]:
+    # Strings holding what a naive reader could take for ends: braces, escaped newlines.
+    return [{"name": f"lvs/vol{i}", "aliases": ["}{\n]"], "num_blocks": i} for i in range(n)]
+
+
+def test_a_large_listing_in_small_pieces_is_read_whole_and_parsed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from nodeos.dataplane.spdk import client
+
+    bdevs = _listing(10_000)
+    reply = json.dumps({"jsonrpc": "2.0", "id": 1, "result": bdevs}, separators=(",", ":")).encode() + b"\n"
+    Trickle(tmp_path / "spdk.sock", reply, 4096)
+    parsed: list[int] = []
+
+    def loads(data: bytes) -> object:
+        parsed.append(len(data))
+        return json.loads(data)
+
+    monkeypatch.setattr(client, "json", SimpleNamespace(loads=loads, dumps=json.dumps))
+    assert SpdkRpc(str(tmp_path / "spdk.sock"), timeout=5).call("bdev_get_bdevs") == bdevs
+    # Once, at the reply's end: the PyPI client re-parsed its buffer after each 4 KiB read and
+    # never finished a 15 MB listing (docs/benchmarks.md "SPDK scale").
+    assert parsed == [len(reply)]
+
+
+def test_a_reply_cut_short_is_an_error_not_a_wait(tmp_path: Path) -> None:
+    reply = json.dumps({"jsonrpc": "2.0", "id": 1, "result": _listing(100)}).encode()
+    Trickle(tmp_path / "spdk.sock", reply[: len(reply) // 2], 4096)  # the target died mid-reply
+    with pytest.raises(OperationFailed, match="SPDK closed the RPC connection"):
+        SpdkRpc(str(tmp_path / "spdk.sock"), timeout=5).call("bdev_get_bdevs")

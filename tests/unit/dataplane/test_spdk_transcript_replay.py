@@ -1,7 +1,7 @@
 """SPDK contract tests: a REPLAY of the transcript recorded against a real SPDK v26.05.
 
 1. Our request builders produce exactly the requests the real target accepted.
-2. Sent through our client (the `spdk` package's JSONRPCClient) over a real unix socket
+2. Sent through our client (nodeos/dataplane/spdk/client.py) over a real unix socket
    to ReplayedSpdkTarget, they get the recorded answers, and our parsers read them.
 3. Every recorded error maps to a clear nodeos error (class, object named, field).
 4. Methods the recording lacks: our parameter names are ones the `spdk` package's CLI uses.
