@@ -143,7 +143,7 @@ def reconcile(dp: SpdkDataPlane, vols: list[dict[str, Any]]) -> dict[str, Any]:
     for v in vols:
         assert v["vol_id"] in have_vols
         wanted.add(v["nqn"])
-        dp.apply_export(model.export_spec(v, (LISTENER,), {}))
+    dp.reapply_exports([model.export_spec(v, (LISTENER,), {}) for v in vols])
     stale = [e.nqn for e in dp.list_exports() if e.nqn.startswith(model.NQN_PREFIX) and e.nqn not in wanted]
     return {"applied": len(vols), "stale": stale}
 

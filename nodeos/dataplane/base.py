@@ -13,6 +13,7 @@ plane and names stay valid for LVM, SPDK and configfs alike.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -196,6 +197,11 @@ class DataPlane(Protocol):
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         """Create or update the subsystem, namespace, listeners, allowed hosts and ANA
         state to match `spec`; hosts no longer listed lose access (and are disconnected)."""
+        ...
+
+    def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
+        """apply_export for each of `specs`, in order, stopping at the first error (a restart's
+        re-export: no ExportInfo wanted); a backend may read what it holds once for all."""
         ...
 
     def remove_export(self, nqn: str) -> None: ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 from nodeos.dataplane.base import AnaState, DataPlane, ExportInfo, ExportSpec, PoolInfo, VolumeInfo
@@ -115,6 +116,10 @@ class NoDataPlane(NoMirrors):
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         raise self._refuse()
+
+    def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
+        if specs:
+            raise self._refuse()
 
     def remove_export(self, nqn: str) -> None:
         raise self._refuse()

@@ -193,6 +193,7 @@ class NodeService(NodeBase):
                     rep["pools_attached"].append(p["name"])
             have_vols = {v.vol_id for v in await self.ops.call("list_volumes", None)}
             wanted: set[str] = set()
+            specs = []  # single-replica exports: re-applied together (SPDK lists once for all)
             for v in vols.values():
                 if v["state"] != "ready":
                     continue
@@ -208,8 +209,9 @@ class NodeService(NodeBase):
                         LOG.error("volume %s not restored: %s", v["name"], err.message)
                         rep["errors"].append(f"{v['name']}: {err.message}")
                     continue
-                await self.ops.call("apply_export", self.ops.spec_for(v))
-                rep["exports_applied"] += 1
+                specs.append(self.ops.spec_for(v))
+            await self.ops.call("reapply_exports", specs)
+            rep["exports_applied"] += len(specs)
             for e in await self.ops.call("list_exports"):
                 if e.nqn.startswith(model.NQN_PREFIX) and e.nqn not in wanted:
                     await self.ops.call("remove_export", e.nqn)

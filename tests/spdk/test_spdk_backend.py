@@ -3,6 +3,7 @@ tools over TCP on loopback. File-backed AIO drives; see docs/spdk.md for how to 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener
+from nodeos.dataplane.spdk.backend import SpdkDataPlane
 from nodeos.errors import BadInput, NotFound, OperationFailed
 from tests.spdk.conftest import SpdkTarget, free_port
 
@@ -133,6 +135,53 @@ def test_a_volume_create_costs_the_rpcs_a_hand_made_one_does(
     assert info == dp.export_info(nqn)
     dp.remove_export(nqn)
     dp.delete_volume(pool, "v2")
+
+
+def test_a_restarts_re_export_lists_once_and_sends_only_what_differs(
+    spdk_target: SpdkTarget, pool: str, port: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 12: nodeosd restarted over the exports its last run left (10,000 at scale). Three
+    here: one unchanged, one granted a second host while the daemon was down, one whose subsystem
+    is gone. Two listings for all, then per export only what differs and its ANA state."""
+    old = spdk_target.dp
+    specs = []
+    for i in (3, 4, 5):
+        old.create_volume(pool, f"v{i}", 16 * MIB)
+        specs.append(_spec(port, (HostAccess(H1),), vol=f"v{i}", nqn=NQN[:-4] + f"000{i}"))
+        old.apply_export(specs[-1])
+    restarted = SpdkDataPlane(
+        str(spdk_target.sock), keys_dir=old.keys_dir, discovery_svcid=old.discovery_svcid, transports=("tcp",)
+    )
+    restarted.reapply_exports(specs)  # checks the transports and discovery on its connection
+    specs[1] = dataclasses.replace(specs[1], hosts=(HostAccess(H1), HostAccess(H2)))
+    old.remove_export(specs[2].nqn)
+    sent: list[str] = []
+    call = restarted.rpc.call
+    monkeypatch.setattr(
+        restarted.rpc, "call", lambda method, params=None: sent.append(method) or call(method, params)
+    )
+    restarted.reapply_exports(specs)
+    monkeypatch.undo()
+    ana = "nvmf_subsystem_listener_set_ana_state"
+    assert sent == [
+        "bdev_get_bdevs",
+        "nvmf_get_subsystems",
+        ana,  # v3: as it was
+        "nvmf_subsystem_add_host",  # v4: granted H2 meanwhile
+        ana,
+        "nvmf_create_subsystem",  # v5: made again
+        "nvmf_subsystem_add_ns",
+        "nvmf_subsystem_add_host",
+        "nvmf_subsystem_add_listener",
+    ]
+    for spec in specs:
+        info = restarted.export_info(spec.nqn)
+        assert info is not None and (info.vol_id, info.ana_state) == (spec.vol_id, "optimized")
+        assert set(info.hosts) == {h.host_nqn for h in spec.hosts}
+    for spec in specs:
+        old.remove_export(spec.nqn)
+        old.delete_volume(pool, spec.vol_id)
+    restarted.close()
 
 
 def _dd_config(tmp: Path, port: str, host: str) -> Path:

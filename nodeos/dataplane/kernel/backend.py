@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 
 from nodeos.dataplane.base import (
     AnaState,
@@ -253,6 +254,10 @@ class KernelDataPlane:
         return out
 
     # ---- exports ---------------------------------------------------------------------
+    def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
+        for spec in specs:  # configfs reads cost no round trip: nothing to batch
+            self.apply_export(spec)
+
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         check_export_spec(spec)
         if spec.qos_iops or spec.qos_mbps:
