@@ -19,7 +19,8 @@ from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
 from nodeos.dataplane.mirror_names import check_mirror_id
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk import requests as rq
-from nodeos.dataplane.spdk.client import SpdkRpc
+from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
+from nodeos.dataplane.spdk.errors import map_error
 from nodeos.dataplane.spdk.freeze import home_group, is_freeze_group
 from nodeos.dataplane.spdk.mirror import SpdkMirrors
 from nodeos.dataplane.spdk.mirror_plan import is_stand_in, raid_of
@@ -52,6 +53,7 @@ class SpdkExports(SpdkMirrors):
     _transports_checked_on: int | None
     front_ends: dict[str, str]
     _discovery_on: tuple[int, set[Listener]]  # discovery listeners made, and on which connection
+    _ana_later: list[rq.Request] | None = None  # a re-export's ANA states, sent together
 
     def _require(self, pool_id: str, vol_id: str, field: str = "vol_id") -> dict[str, Any]:
         raise NotImplementedError
@@ -100,8 +102,30 @@ class SpdkExports(SpdkMirrors):
             for key in (b.get("name"), *(b.get("aliases") or [])):
                 bdevs[str(key)] = b
         subs = {str(x.get("nqn")): x for x in self.call(rq.get_subsystems()) or []}
-        for spec in specs:
-            self._apply_export(spec, (bdevs, subs))
+        self._ana_later = []
+        try:
+            for spec in specs:
+                self._apply_export(spec, (bdevs, subs))
+            later = self._ana_later
+        finally:
+            self._ana_later = None
+        # The ANA states pipelined (one at a time, each costs SPDK's 8 ms poll round), in waves:
+        # a subsystem's own changes (a frozen namespace's second group) keep their order.
+        by_sub: dict[str, list[rq.Request]] = {}
+        for req in later:
+            by_sub.setdefault(str((req[1] or {}).get("nqn")), []).append(req)
+        for wave in range(max((len(r) for r in by_sub.values()), default=0)):
+            batch = [r[wave] for r in by_sub.values() if len(r) > wave]
+            for res in self.rpc.call_many(batch):
+                if isinstance(res, SpdkRpcError):
+                    raise map_error(res.method, res.params, res.code, res.message)
+
+    def _set_ana(self, req: rq.Request) -> None:
+        """set_ana_state now, or with the others of a re-export (reapply_exports)."""
+        if self._ana_later is not None:
+            self._ana_later.append(req)
+        else:
+            self.call(req)
 
     def _apply_export(
         self, spec: ExportSpec, listed: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] | None
@@ -233,9 +257,9 @@ class SpdkExports(SpdkMirrors):
                 self.call(rq.add_listener(nqn, li, spec.ana_state))
                 changed = True
             else:
-                self.call(rq.set_ana_state(nqn, li, spec.ana_state, spec.ana_group))
+                self._set_ana(rq.set_ana_state(nqn, li, spec.ana_state, spec.ana_group))
             if is_freeze_group(group):  # a listener added while frozen holds the writes too
-                self.call(rq.set_ana_state(nqn, li, "inaccessible", group))
+                self._set_ana(rq.set_ana_state(nqn, li, "inaccessible", group))
         for li in have_l - {_norm(x) for x in spec.listeners}:
             self.call(rq.remove_listener(nqn, li))
             changed = True

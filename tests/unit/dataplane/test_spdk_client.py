@@ -125,3 +125,49 @@ def test_a_reply_cut_short_is_an_error_not_a_wait(tmp_path: Path) -> None:
     Trickle(tmp_path / "spdk.sock", reply[: len(reply) // 2], 4096)  # the target died mid-reply
     with pytest.raises(OperationFailed, match="SPDK closed the RPC connection"):
         SpdkRpc(str(tmp_path / "spdk.sock"), timeout=5).call("bdev_get_bdevs")
+
+
+class Shuffler:
+    """Reads what is there, then answers it last-first (an async RPC finishing before an earlier
+    one), refusing the method "bad"; records the most requests it ever held unanswered."""
+
+    def __init__(self, path: Path) -> None:
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(str(path))
+        self.srv.listen(1)
+        self.most_held = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.srv.accept()
+        dec, buf = json.JSONDecoder(), ""
+        while chunk := _recv(conn):
+            buf += chunk.decode()
+            held = []
+            while buf.strip():
+                try:
+                    req, end = dec.raw_decode(buf.lstrip())
+                except ValueError:
+                    break
+                buf = buf.lstrip()[end:]
+                held.append(req)
+            self.most_held = max(self.most_held, len(held))
+            for req in reversed(held):
+                if req["method"] == "bad":
+                    reply = {"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32602, "message": "no"}}
+                else:
+                    reply = {"jsonrpc": "2.0", "id": req["id"], "result": req["params"]["i"]}
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def test_pipelined_requests_get_their_own_answers_in_order(tmp_path: Path) -> None:
+    from nodeos.dataplane.spdk.client import SpdkRpcError
+
+    server = Shuffler(tmp_path / "spdk.sock")
+    rpc = SpdkRpc(str(tmp_path / "spdk.sock"), timeout=5)
+    reqs = [("bad" if i == 57 else "ok", {"i": i}) for i in range(300)]
+    out = rpc.call_many(reqs, window=16)
+    assert [o for i, o in enumerate(out) if i != 57] == [i for i in range(300) if i != 57]
+    assert isinstance(out[57], SpdkRpcError) and out[57].code == -32602 and out[57].params == {"i": 57}
+    assert 1 < server.most_held <= 16  # pipelined, never more than the window in flight
+    assert rpc.call("ok", {"i": 7}) == 7  # the connection still in step
