@@ -200,8 +200,9 @@ class DataPlane(Protocol):
         ...
 
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
-        """apply_export for each of `specs`, in order, stopping at the first error (a restart's
-        re-export: no ExportInfo wanted); a backend may read what it holds once for all."""
+        """apply_export for each of `specs` (a restart's re-export: no ExportInfo wanted); one
+        export's error does not stop the others, the first is raised once all were tried. A
+        backend may read what it holds once for all and send the changes together."""
         ...
 
     def remove_export(self, nqn: str) -> None: ...

@@ -143,7 +143,8 @@ def test_a_restarts_re_export_lists_once_and_sends_only_what_differs(
 ) -> None:
     """Issue 12: nodeosd restarted over the exports its last run left (10,000 at scale). Three
     here: one unchanged, one granted a second host while the daemon was down, one whose subsystem
-    is gone. Two listings for all, then per export only what differs, the ANA states last."""
+    is gone; and one whose lvol is gone: reported, the others re-exported all the same. Two listings
+    for all, then per export only what differs."""
     old = spdk_target.dp
     specs = []
     for i in (3, 4, 5):
@@ -163,20 +164,25 @@ def test_a_restarts_re_export_lists_once_and_sends_only_what_differs(
         "send",
         lambda self, method, params=None: sent.append(method) or send(self, method, params),
     )
-    restarted.reapply_exports(specs)
+    lost = _spec(port, (HostAccess(H1),), vol="v6", nqn=NQN[:-4] + "0006")  # its lvol is gone
+    with pytest.raises(NotFound, match="v6"):
+        restarted.reapply_exports([specs[0], lost, *specs[1:]])
     monkeypatch.undo()
     ana = "nvmf_subsystem_listener_set_ana_state"
     assert sent == [
         "bdev_get_bdevs",
         "nvmf_get_subsystems",
+        "bdev_get_bdevs",  # v6, not listed: asked once by name before it is reported
+        # in waves, the n-th change of every export together
+        ana,  # v3: as it was, its ANA state only
         "nvmf_subsystem_add_host",  # v4: granted H2 meanwhile
         "nvmf_create_subsystem",  # v5: made again
-        "nvmf_subsystem_add_ns",
+        ana,  # v4
+        "nvmf_subsystem_add_ns",  # v5
         "nvmf_subsystem_add_host",
         "nvmf_subsystem_add_listener",
-        ana,  # v3 and v4: their ANA states, pipelined at the end
-        ana,
     ]
+    assert restarted.export_info(lost.nqn) is None  # reported (above), nothing half-made
     for spec in specs:
         info = restarted.export_info(spec.nqn)
         assert info is not None and (info.vol_id, info.ana_state) == (spec.vol_id, "optimized")

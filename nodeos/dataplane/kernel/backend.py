@@ -33,7 +33,7 @@ from nodeos.dataplane.kernel.nvmet import (
 )
 from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE, MIRROR_DATA_OFFSET
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec, check_listener
-from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
+from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, NotSupported, OperationFailed
 
 QOS_UNSUPPORTED = "per-volume QoS is not supported by the kernel data plane"
 
@@ -255,8 +255,14 @@ class KernelDataPlane:
 
     # ---- exports ---------------------------------------------------------------------
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
+        first: NodeosError | None = None
         for spec in specs:  # configfs reads cost no round trip: nothing to batch
-            self.apply_export(spec)
+            try:
+                self.apply_export(spec)
+            except NodeosError as e:
+                first = first or e
+        if first is not None:
+            raise first
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         check_export_spec(spec)
