@@ -13,7 +13,8 @@ systemd/nodeos-spdk.service sets it, `--no-huge`, one core, nice 19), one lvstor
 the raw sample is deleted again (not timed), so both meet the same number of subsystems.
 Reported: the create rate of each and their ratio (issue 11/12 want >= 0.9), RPCs per create,
 the rate per block as the count grows; then the daemon restart's re-export
-(nodeos/node/service.py `reconcile`: the calls it makes, in its order) over all N volumes;
+(nodeos/node/service.py `reconcile`: the calls it makes, in its order) over all N volumes, then
+the target's own restart (drive attached again, lvstore loaded, every export made again);
 memory per volume of nvmf_tgt (VmRSS) and of a node's volume record in Python memory
 (tracemalloc of N records as nodeos/node/model.new_volume makes them; the cluster map's copy is
 not counted). Figures go to docs/benchmarks.md, section "SPDK scale".
@@ -213,6 +214,23 @@ def run(
         dp.rpc.close()  # the restarted daemon's first connection
         dt_rec, rec = timed(lambda: reconcile(dp, vols))
         rpcs_rec = count.n - before
+        # The target's own restart (nodeosd's data plane watch re-exports when it answers again):
+        # the drive attached again, its lvstore loaded with every lvol, then everything exported
+        # from nothing.
+        proc.terminate()
+        proc.wait(timeout=120)
+        dp.rpc.close()
+        t0 = time.monotonic()
+        proc = start(bin_dir, work, mem_mib, max_subsystems=max(1024, n + block + 16))
+        dp.create_aio_drive_for_tests("AIO0", str(img))
+        while POOL not in {p.pool_id for p in dp.list_pools()} or len(dp.list_volumes(POOL)) < n:
+            assert time.monotonic() - t0 < 1800, "the lvstore did not load its lvols"
+            time.sleep(1)
+        dt_load = time.monotonic() - t0
+        dp.ensure_transports()
+        before = count.n
+        dt_tgt, _ = timed(lambda: reconcile(dp, vols))
+        rpcs_tgt = count.n - before
         tracemalloc.start()
         m0 = tracemalloc.take_snapshot()
         records = {v["name"]: dict(v) for v in (model.new_volume(f"m{i}", pool, GIB) for i in range(n))}
@@ -233,6 +251,9 @@ def run(
             "reconcile_s": dt_rec,
             "reconcile_rpcs": rpcs_rec,
             "reconcile_stale": len(rec["stale"]),
+            "target_load_s": dt_load,
+            "target_reexport_s": dt_tgt,
+            "target_reexport_rpcs": rpcs_tgt,
             "tgt_rss_kib_per_volume": (rss1 - rss0) / n,
             "tgt_rss_mib": rss1 / 1024,
             "record_bytes_per_volume": rec_bytes / n,
@@ -267,6 +288,9 @@ nodeos creates; {r["raw"]:,} raw creates in all.
 | RPCs per nodeos create | {r["rpcs_per_create"]:.1f} (raw: 4) |
 | re-export after a daemon restart, {r["volumes"]:,} volumes | {r["reconcile_s"]:.1f} s, \
 {r["reconcile_rpcs"]:,} RPCs |
+| target restarted: drive attached and lvstore loaded | {r["target_load_s"]:.1f} s |
+| then everything exported again from nothing | {r["target_reexport_s"]:.1f} s, \
+{r["target_reexport_rpcs"]:,} RPCs |
 | nvmf_tgt memory per volume (VmRSS growth) | {r["tgt_rss_kib_per_volume"]:.1f} KiB \
 (total {r["tgt_rss_mib"]:.0f} MiB) |
 | nodeosd volume record (tracemalloc) | {r["record_bytes_per_volume"]:.0f} bytes per volume |
