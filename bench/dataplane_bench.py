@@ -24,6 +24,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from benchdoc import BENCHMARKS_MD, add_no_write, write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchspdk import target  # noqa: E402
 
 from nodeos.lab import Lab  # noqa: E402
 from tests.lab.dataplane_helpers import connect, device_of, dp, spec_code  # noqa: E402
@@ -132,13 +133,11 @@ def run_spdk(runtime: int, size_mib: int) -> dict[str, Any] | None:
     spdk_nvme_perf through the export vs fio on the AIO drive's backing file; None without SPDK."""
     import os
     import re
-    import signal
     import socket
     import subprocess
     import tempfile
 
     from nodeos.dataplane.base import ExportSpec, HostAccess, Listener
-    from nodeos.dataplane.select import spdk_answers
     from nodeos.dataplane.spdk.backend import SpdkDataPlane
 
     root = os.environ.get("NODEOS_SPDK_DIR")
@@ -157,17 +156,7 @@ def run_spdk(runtime: int, size_mib: int) -> dict[str, Any] | None:
         capture_output=True,
     )
     sock = work / "spdk.sock"
-    tgt = subprocess.Popen(
-        [str(bindir / "nvmf_tgt"), "-u", "--no-huge", "-s", "1024", "-m", "0x1", "-r", str(sock)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not spdk_answers(str(sock)):
-            if time.monotonic() > deadline or tgt.poll() is not None:
-                raise RuntimeError("nvmf_tgt did not start")
-            time.sleep(0.2)
+    with target(bindir, work, ["-u", "--no-huge", "-s", "1024", "-m", "0x1"]):
         with socket.socket() as s_:
             s_.bind(("127.0.0.1", 0))
             port = str(s_.getsockname()[1])
@@ -245,12 +234,6 @@ def run_spdk(runtime: int, size_mib: int) -> dict[str, Any] | None:
             }
         dpl.close()
         return out
-    finally:
-        tgt.send_signal(signal.SIGTERM)
-        try:
-            tgt.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            tgt.kill()
 
 
 def render(r: dict[str, Any]) -> str:

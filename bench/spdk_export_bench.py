@@ -19,12 +19,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import mean
@@ -34,9 +32,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchspdk import target  # noqa: E402
 
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener  # noqa: E402
-from nodeos.dataplane.select import spdk_answers  # noqa: E402
 from nodeos.dataplane.spdk import requests as rq  # noqa: E402
 from nodeos.dataplane.spdk.backend import SpdkDataPlane, lvs_name  # noqa: E402
 
@@ -105,20 +103,9 @@ def nodeos_made(dp: SpdkDataPlane, pool: str, port: str) -> str:
 
 def run(bindir: Path, runtime: int, rounds: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="nodeos-spdk-export-"))
-    sock = work / "spdk.sock"
-    log = open(work / "nvmf_tgt.log", "ab")  # noqa: SIM115  (the target's whole life)
-    tgt = subprocess.Popen(
-        [str(bindir / "nvmf_tgt"), "-u", "--no-huge", "-s", "2048", "-m", "0x1", "-r", str(sock)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not spdk_answers(str(sock)):
-            if time.monotonic() > deadline or tgt.poll() is not None:
-                raise RuntimeError(f"nvmf_tgt did not start: {(work / 'nvmf_tgt.log').read_text()[-2000:]}")
-            time.sleep(0.2)
-        dp = SpdkDataPlane(str(sock), keys_dir=work / "keys", discovery_svcid=None, transports=("tcp",))
+    with target(bindir, work, ["-u", "--no-huge", "-s", "2048", "-m", "0x1"]):
+        sock = str(work / "spdk.sock")
+        dp = SpdkDataPlane(sock, keys_dir=work / "keys", discovery_svcid=None, transports=("tcp",))
         pool = "p0000000000000000000000000000002"
         dp.create_pool(pool, [dp.create_malloc_drive_for_tests("Malloc0", 1024 * MIB)])
         port = _port()
@@ -126,7 +113,7 @@ def run(bindir: Path, runtime: int, rounds: int) -> dict[str, Any]:
         for name, make in (("nodeos", nodeos_made), ("hand", hand_made)):
             nqn = make(dp, pool, port)
             trids[name] = (
-                f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn} hostnqn:{HOST}"
+                f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn} " + f"hostnqn:{HOST}"
             )
             perf(bindir, trids[name], "write", MIB, 8, 3)  # every cluster allocated and written
         out: dict[str, Any] = {}
@@ -145,12 +132,6 @@ def run(bindir: Path, runtime: int, rounds: int) -> dict[str, Any]:
             }
         dp.close()
         return {"jobs": out, "load": os.getloadavg()[0]}
-    finally:
-        tgt.send_signal(signal.SIGTERM)
-        try:
-            tgt.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            tgt.kill()
 
 
 def report(r: dict[str, Any], cmd: str, runtime: int) -> str:

@@ -40,9 +40,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
+from benchspdk import start_target, stop_target  # noqa: E402
 
 from nodeos.dataplane.base import Listener  # noqa: E402
-from nodeos.dataplane.select import spdk_answers  # noqa: E402
 from nodeos.dataplane.spdk import requests as rq  # noqa: E402
 from nodeos.dataplane.spdk import target_setup  # noqa: E402
 from nodeos.dataplane.spdk.backend import SpdkDataPlane, lvs_name  # noqa: E402
@@ -64,21 +64,11 @@ LISTENER = Listener("tcp", "127.0.0.1", _free_port(), "ipv4")
 
 
 def start(bin_dir: Path, work: Path, mem_mib: int, max_subsystems: int) -> subprocess.Popen[bytes]:
-    sock = work / "spdk.sock"
-    cmd = [
-        str(bin_dir / "nvmf_tgt"),
-        *("-u", "--no-huge", "-s", str(mem_mib), "-m", "0x1", "-r", str(sock)),
-        *("--interrupt-mode", "--disable-cpumask-locks", "--wait-for-rpc"),
-    ]
-    log = open(work / "nvmf_tgt.log", "ab")  # noqa: SIM115  (the target's whole life)
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(19))
-    deadline = time.monotonic() + 60
-    while not spdk_answers(str(sock)):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit(f"nvmf_tgt did not answer:\n{(work / 'nvmf_tgt.log').read_text()[-2000:]}")
-        time.sleep(0.2)
-    target_setup.init(str(sock), max_subsystems, wait_s=60)
+    args = ["-u", "--no-huge", "-s", str(mem_mib), "-m", "0x1"]
+    proc = start_target(
+        bin_dir, work, [*args, "--interrupt-mode", "--disable-cpumask-locks", "--wait-for-rpc"], 19
+    )
+    target_setup.init(str(work / "spdk.sock"), max_subsystems, wait_s=60)
     return proc
 
 
@@ -218,8 +208,7 @@ def run(
         # The target's own restart (nodeosd's data plane watch re-exports when it answers again):
         # the drive attached again, its lvstore loaded with every lvol, then everything exported
         # from nothing.
-        proc.terminate()
-        proc.wait(timeout=120)
+        stop_target(proc)
         dp.rpc.close()
         t0 = time.monotonic()
         proc = start(bin_dir, work, mem_mib, max_subsystems=max(1024, n + block + 16))
@@ -266,11 +255,7 @@ def run(
             "load": os.getloadavg()[0],
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_target(proc)
 
 
 def report(r: dict[str, Any], cmd: str) -> str:

@@ -1,0 +1,51 @@
+"""The real nvmf_tgt an SPDK benchmark runs against: started, waited for until it answers on its
+RPC socket, and stopped (SIGTERM, then SIGKILL) whatever happens in the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from nodeos.dataplane.select import spdk_answers
+
+
+def start_target(bin_dir: Path, work: Path, args: list[str], nice: int = 0) -> subprocess.Popen[bytes]:
+    """nvmf_tgt with `args` on work/spdk.sock (its log in work/nvmf_tgt.log), once it answers."""
+    sock = work / "spdk.sock"
+    log = open(work / "nvmf_tgt.log", "ab")  # noqa: SIM115  (the target's whole life)
+    proc = subprocess.Popen(
+        [str(bin_dir / "nvmf_tgt"), *args, "-r", str(sock)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=(lambda: os.nice(nice)) if nice else None,
+    )
+    deadline = time.monotonic() + 60
+    while not spdk_answers(str(sock)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"nvmf_tgt did not answer:\n{(work / 'nvmf_tgt.log').read_text()[-2000:]}")
+        time.sleep(0.2)
+    return proc
+
+
+def stop_target(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def target(bin_dir: Path, work: Path, args: list[str], nice: int = 0) -> Iterator[subprocess.Popen[bytes]]:
+    proc = start_target(bin_dir, work, args, nice)
+    try:
+        yield proc
+    finally:
+        stop_target(proc)
