@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import mean
@@ -101,6 +102,18 @@ def nodeos_made(dp: SpdkDataPlane, pool: str, port: str) -> str:
     return nqn
 
 
+def rpc_round_trip(dp: SpdkDataPlane, n: int = 200) -> dict[str, float]:
+    """What an RPC costs on this (polling) target: one at a time, and pipelined 64 deep."""
+    req = ("spdk_get_version", None)
+    t = time.monotonic()
+    for _ in range(n):
+        dp.rpc.call(*req)
+    one = (time.monotonic() - t) / n
+    t = time.monotonic()
+    dp.rpc.call_many([req] * n)
+    return {"one_ms": 1000 * one, "pipelined_ms": 1000 * (time.monotonic() - t) / n}
+
+
 def run(bindir: Path, runtime: int, rounds: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="nodeos-spdk-export-"))
     with target(bindir, work, ["-u", "--no-huge", "-s", "2048", "-m", "0x1"]):
@@ -116,6 +129,7 @@ def run(bindir: Path, runtime: int, rounds: int) -> dict[str, Any]:
                 f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn} " + f"hostnqn:{HOST}"
             )
             perf(bindir, trids[name], "write", MIB, 8, 3)  # every cluster allocated and written
+        rpc = rpc_round_trip(dp)
         out: dict[str, Any] = {}
         for job, (rw, bs, qd) in JOBS.items():
             got: dict[str, list[dict[str, float]]] = {"nodeos": [], "hand": []}
@@ -131,7 +145,7 @@ def run(bindir: Path, runtime: int, rounds: int) -> dict[str, Any]:
                 "ratio": mean(g[key] for g in got["nodeos"]) / mean(g[key] for g in got["hand"]),
             }
         dp.close()
-        return {"jobs": out, "load": os.getloadavg()[0]}
+        return {"jobs": out, "rpc": rpc, "load": os.getloadavg()[0]}
 
 
 def report(r: dict[str, Any], cmd: str, runtime: int) -> str:
@@ -153,6 +167,10 @@ machine's, the ratio is the point.
 | job | nodeos-made (each round) | hand-made (each round) | nodeos / hand |
 |---|---|---|---|
 {chr(10).join(rows)}
+
+An RPC on this polling target (`spdk_get_version`, 200 of them): {r["rpc"]["one_ms"]:.2f} ms one at a
+time, {r["rpc"]["pipelined_ms"]:.3f} ms each pipelined 64 deep (SPDK's RPC server polls its socket
+every 4 ms, in polling mode too).
 """
 
 
