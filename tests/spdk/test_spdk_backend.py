@@ -120,7 +120,9 @@ def test_a_volume_create_costs_the_rpcs_a_hand_made_one_does(
     sent: list[str] = []
     call = dp.rpc.call
     monkeypatch.setattr(
-        dp.rpc, "call", lambda method, params=None: sent.append(method) or call(method, params)
+        dp.rpc,
+        "call",
+        lambda method, params=None, timeout=None: sent.append(method) or call(method, params, timeout),
     )
     nqn = NQN[:-4] + "0002"
     dp.create_volume(pool, "v2", 16 * MIB)

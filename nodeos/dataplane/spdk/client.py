@@ -94,11 +94,13 @@ class SpdkRpc:
                 f"SPDK does not answer on {self.sock_path}: {e} (is nvmf_tgt running?)"
             ) from None
 
-    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    def call(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        """`timeout`: for this call's answer instead of the client's (an attach waits while SPDK
+        loads the drive's lvstore: 132 s for 10,000 lvols here, docs/benchmarks.md "SPDK scale")."""
         with self._lock:
-            return self._call(method, params)
+            return self._call(method, params, timeout)
 
-    def _call(self, method: str, params: dict[str, Any] | None) -> Any:
+    def _call(self, method: str, params: dict[str, Any] | None, timeout: float | None = None) -> Any:
         client = self._client
         fresh = client is None
         if client is None:
@@ -112,12 +114,17 @@ class SpdkRpc:
                 raise OperationFailed(f"SPDK RPC {method} failed on {self.sock_path}: {e}") from None
             # A connection from before that broke (the target restarted: its re-export's first
             # call) never carried this request: it goes once more, on a new connection.
-            return self._call(method, params)
+            return self._call(method, params, timeout)
         try:
+            if timeout is not None:
+                client.sock.settimeout(timeout)
             reply = client.recv()
         except (OSError, ValueError) as e:  # the socket's errors, or a reply that is no JSON
             self.close()
             raise OperationFailed(f"SPDK RPC {method} failed on {self.sock_path}: {e}") from None
+        finally:
+            if timeout is not None and self._client is client:
+                client.sock.settimeout(self.timeout)
         if not isinstance(reply, dict) or reply.get("id") != req_id:
             self.close()
             raise OperationFailed(f"SPDK RPC {method}: unexpected reply {str(reply)[:200]}")

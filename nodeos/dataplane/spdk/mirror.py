@@ -74,7 +74,7 @@ class SpdkMirrors(SpdkFreeze, NoMirrors):
 
     mirror_caps = SPDK_MIRROR_CAPS
 
-    def call(self, req: Request) -> Any:
+    def call(self, req: Request, timeout: float | None = None) -> Any:
         raise NotImplementedError
 
     def _maybe(self, req: Request) -> Any:

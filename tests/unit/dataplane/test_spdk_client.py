@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,32 @@ def test_pipelined_requests_get_their_own_answers_in_order(tmp_path: Path) -> No
     assert isinstance(out[57], SpdkRpcError) and out[57].code == -32602 and out[57].params == {"i": 57}
     assert 1 < server.most_held <= 16  # pipelined, never more than the window in flight
     assert rpc.call("ok", {"i": 7}) == 7  # the connection still in step
+
+
+class Slow:
+    """Answers each request after `delay` seconds (an attach that waits for its lvstore's load)."""
+
+    def __init__(self, path: Path, delay: float) -> None:
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(str(path))
+        self.srv.listen(4)
+        self.delay = delay
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            conn, _ = self.srv.accept()
+            while chunk := _recv(conn):
+                req = json.loads(chunk)
+                time.sleep(self.delay)
+                reply = {"jsonrpc": "2.0", "id": req["id"], "result": req["method"]}
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def test_a_call_may_wait_longer_than_the_clients_timeout_and_the_next_one_does_not(tmp_path: Path) -> None:
+    Slow(tmp_path / "spdk.sock", delay=0.6)
+    rpc = SpdkRpc(str(tmp_path / "spdk.sock"), timeout=0.3)
+    assert rpc.call("bdev_aio_create", timeout=5) == "bdev_aio_create"
+    with pytest.raises(OperationFailed, match="timed out"):
+        rpc.call("bdev_get_bdevs")  # the client's own timeout again
