@@ -127,13 +127,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 _USERS = pytest.StashKey[dict[str, set[str]]]()
 _BOOT_FAILED = pytest.StashKey[dict[str, str]]()
+_USED = pytest.StashKey[set[str]]()  # the shared labs this session booted or used
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A shared lab whose last module did not run (interrupted session) goes down here."""
+    """A shared lab this session used whose last module did not run (interrupted session) goes
+    down here; never one this session did not touch (a `--collect-only` beside a running session
+    of the same checkout took that session's lab down, 2026-11-27)."""
     if os.geteuid() != 0:
         return
-    for shape in shared_labs.SHAPES:
+    for shape in session.config.stash.get(_USED, set()):
         the_lab = Lab(lab_name_for(f"shared.{shape}"))
         if the_lab.is_up():
             the_lab.down()
@@ -178,6 +181,7 @@ def _shared(request: pytest.FixtureRequest, module: Any, shape: str) -> Iterator
     failed = request.config.stash.setdefault(_BOOT_FAILED, {})
     if shape in failed:  # one failed boot per session, not one per module
         pytest.fail(f"the shared lab {shape!r} failed to boot earlier in this session: {failed[shape]}")
+    request.config.stash.setdefault(_USED, set()).add(shape)
     if not the_lab.is_up():
         try:
             _boot(the_lab, module.__name__, shared_labs.up_kwargs(shape))
