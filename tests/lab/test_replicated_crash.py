@@ -10,9 +10,8 @@ must end with nothing. Every daemon runs with the same crash point: create and d
 are passed by both replica nodes, `volume.replica:*` by the secondary only, `volume.mirror:*`
 by the primary only, and exactly those must have crashed.
 
-The whole matrix takes over an hour under TCG, more than CI's budget: CI runs CI_STEPS (both
-replica nodes killed in create and in delete, the primary alone in assembly);
-NODEOS_LAB_FULL=1 runs every step (tests/lab/shared_labs.py).
+The whole matrix takes over an hour under TCG, more than CI's budget: CI runs CI_STEPS (the
+primary alone killed in assembly); NODEOS_LAB_FULL=1 runs every step (tests/lab/shared_labs.py).
 """
 
 from __future__ import annotations
