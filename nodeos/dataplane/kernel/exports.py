@@ -1,0 +1,196 @@
+"""NVMe-oF exports on the kernel data plane: nvmet subsystems in configfs with their namespace,
+allowed hosts (DH-HMAC-CHAP keys), ports, ANA states and the discovery ports' referrals. The
+export half of KernelDataPlane (kernel/backend.py), which provides configfs, nvmet and the LVs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener
+from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
+from nodeos.dataplane.kernel import lvm
+from nodeos.dataplane.kernel.configfs import ConfigFs
+from nodeos.dataplane.kernel.nvmet import DEFAULT_ANA_GROUP, Nvmet, PortAddr, discovery_addrs, find_port
+from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE
+from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec, check_listener
+from nodeos.errors import BadInput, NodeosError, NotFound, NotSupported
+
+QOS_UNSUPPORTED = "per-volume QoS is not supported by the kernel data plane"
+
+
+class KernelExports:
+    """The export half of KernelDataPlane (which provides _active())."""
+
+    fs: ConfigFs
+    nvmet: Nvmet
+    lvm: lvm.LvmRunner
+    discovery_svcid: str | None
+
+    def _active(self, pool_id: str, lv: lvm.Lv) -> lvm.Lv:
+        raise NotImplementedError
+
+    def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
+        first: NodeosError | None = None
+        for spec in specs:  # configfs reads cost no round trip: nothing to batch
+            try:
+                self.apply_export(spec)
+            except NodeosError as e:
+                first = first or e
+        if first is not None:
+            raise first
+
+    def apply_export(self, spec: ExportSpec) -> ExportInfo:
+        check_export_spec(spec)
+        if spec.qos_iops or spec.qos_mbps:
+            raise NotSupported(QOS_UNSUPPORTED, field="qos_iops" if spec.qos_iops else "qos_mbps")
+        self.fs.require()
+        if spec.device is not None:
+            # A mirror or a linear view: the device must be there, it is not ours to make here.
+            if not os.path.exists(spec.device):
+                raise NotFound(f"device {spec.device} does not exist", field="device")
+            device = spec.device
+        else:
+            lv = self.lvm.require(spec.pool_id, spec.vol_id)
+            if lv.kind == "snapshot":
+                raise BadInput(f"{spec.vol_id!r} is a snapshot; export a clone of it", field="vol_id")
+            device = self._active(spec.pool_id, lv).path
+        n = self.nvmet
+        nqn = spec.nqn
+        fresh = not n.has_subsystem(nqn)
+        n.ensure_subsystem(nqn, spec.serial, spec.cntlid_min, spec.cntlid_max)
+        try:
+            n.ensure_namespace(
+                nqn, device, normalize_uuid(spec.uuid), normalize_nguid(spec.nguid), spec.ana_group
+            )
+            # Hosts before ports: a subsystem is never reachable with a stale host list.
+            wanted_hosts = {h.host_nqn: h for h in spec.hosts}
+            for h in spec.hosts:
+                n.ensure_host(h.host_nqn, h.dhchap_key)
+                n.allow_host(nqn, h.host_nqn)
+            for host in n.allowed_hosts(nqn):
+                if host not in wanted_hosts:
+                    n.disallow_host(nqn, host)
+                    n.disconnect_host(nqn, host)
+                    n.gc_host(host)
+            # A revoked host keeps a live connection until its controllers are dropped; also
+            # after a crash between the unlink above and the disconnect.
+            for host in sorted({h for _, h in n.controllers(nqn)} - set(wanted_hosts)):
+                n.disconnect_host(nqn, host)
+            addrs = [PortAddr.of(li) for li in spec.listeners]
+            addrs += discovery_addrs(spec.listeners, self.discovery_svcid)
+            keep: set[int] = set()
+            for a in addrs:
+                pid = n.ensure_port(a)
+                keep.add(pid)
+                n.set_port_ana_state(pid, spec.ana_group, spec.ana_state)
+                n.link_port(pid, nqn, a)
+            for pid in sorted(n.ports()):
+                if pid not in keep and nqn in n.port_subsystems(pid):
+                    n.unlink_port(pid, nqn)
+                    n.gc_port(pid)
+        except Exception:
+            if fresh:
+                # A first export that failed half-way is taken down again: nothing leaks.
+                n.remove_subsystem(nqn)
+            raise
+        return self._export_info(nqn)
+
+    def remove_export(self, nqn: str) -> None:
+        check_nqn(nqn)
+        if self.fs.usable():
+            self.nvmet.remove_subsystem(nqn)
+
+    def list_exports(self) -> list[ExportInfo]:
+        if not self.fs.usable():
+            return []
+        return [self._export_info(nqn) for nqn in self.nvmet.subsystems()]
+
+    def export_info(self, nqn: str) -> ExportInfo | None:
+        """One export by NQN (no scan of all subsystems); None when absent."""
+        check_nqn(nqn)
+        return self._export_info(nqn) if self.fs.usable() and self.nvmet.has_subsystem(nqn) else None
+
+    def set_ana_state(self, nqn: str, ana_group: int, state: AnaState) -> None:
+        check_nqn(nqn)
+        check_ana_state(state)
+        if not self.nvmet.has_subsystem(nqn):
+            raise NotFound(f"no export {nqn}", field="nqn")
+        for pid in sorted(self.nvmet.ports()):
+            if nqn in self.nvmet.port_subsystems(pid):
+                self.nvmet.set_port_ana_state(pid, ana_group, state)
+
+    def fence_export(self, nqn: str, drop_hosts: bool = False) -> bool:
+        """Move the namespace into the inaccessible ANA group (ANA groups are shared by every
+        subsystem on a port, so the group's state is never flipped in place): the group is
+        made inaccessible on the export's ports first, then the namespace joins it. The hosts'
+        controllers are dropped on the way in, and every time with `drop_hosts` (a demote)."""
+        check_nqn(nqn)
+        if not self.fs.usable() or not self.nvmet.has_subsystem(nqn):
+            return False
+        grp = ANA_GROUP_INACCESSIBLE
+        n = self.nvmet
+        already = int(n.namespace(nqn).get("ana_grpid") or DEFAULT_ANA_GROUP) == grp
+        ports = {pid: addr for pid, addr in sorted(n.ports().items()) if nqn in n.port_subsystems(pid)}
+        for pid in ports:
+            n.set_port_ana_state(pid, grp, "inaccessible")
+        n.set_namespace_ana_group(nqn, grp)
+        if drop_hosts or not already:
+            # A write a host sent before the fence may be held here (a replica leg blocks) and
+            # complete later on this node's leg alone, after the failover: the host must never
+            # see it succeed. Dropping the hosts' controllers (the unlink deletes them, their
+            # sockets shut at once) makes each host retry its outstanding I/O on another path;
+            # it reconnects here to an inaccessible path. Only on the way in: the re-asserted
+            # fence and the fence after the daemon stopped find the group already set. A demote
+            # drops them every time: an export made inaccessible by apply_export (a handoff, a
+            # fenced node's re-export) kept its hosts' controllers.
+            for pid, addr in ports.items():
+                n.unlink_port(pid, nqn)
+                n.link_port(pid, nqn, addr)
+        return True
+
+    def _export_info(self, nqn: str) -> ExportInfo:
+        n = self.nvmet
+        ns = n.namespace(nqn)
+        pool_id = vol_id = None
+        dev = ns.get("device_path", "")
+        if dev:
+            vg, _, lvname = dev.removeprefix("/dev/").partition("/")
+            pool_id, vol_id = lvm.pool_id_of(vg), lvm.vol_id_of(lvname)
+        grp = int(ns.get("ana_grpid") or DEFAULT_ANA_GROUP)
+        listeners: list[Listener] = []
+        ana: str | None = None
+        for pid, addr in sorted(n.ports().items()):
+            if nqn not in n.port_subsystems(pid):
+                continue
+            if self.discovery_svcid and addr.trsvcid == self.discovery_svcid:
+                continue
+            listeners.append(addr.listener())
+            ana = ana or n.port_ana_state(pid, grp)
+        return ExportInfo(
+            nqn=nqn,
+            pool_id=pool_id,
+            vol_id=vol_id,
+            listeners=tuple(listeners),
+            hosts=tuple(n.allowed_hosts(nqn)),
+            ana_state=ana,
+            connected_hosts=tuple(sorted({h for _, h in n.controllers(nqn)})),
+            device=dev or None,
+            ana_group=grp,
+        )
+
+    def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
+        check_listener(port)
+        for r in referrals:
+            check_listener(r)
+        self.fs.require()
+        pid = self.nvmet.ensure_port(PortAddr.of(port))
+        self.nvmet.set_referrals(
+            pid, [PortAddr.of(r) for r in referrals if PortAddr.of(r) != PortAddr.of(port)]
+        )
+        self.nvmet.gc_port(pid)  # no referrals and no subsystem: the port goes again
+
+    def list_referrals(self, port: Listener) -> list[Listener]:
+        check_listener(port)
+        pid = find_port(self.nvmet.ports(), PortAddr.of(port)) if self.fs.usable() else None
+        return [] if pid is None else [a.listener() for _, a in sorted(self.nvmet.referrals(pid).items())]
