@@ -4,6 +4,7 @@ export half of KernelDataPlane (kernel/backend.py), which provides configfs, nvm
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec, check_listener
 from nodeos.errors import BadInput, NodeosError, NotFound, NotSupported
 
+LOG = logging.getLogger("nodeosd.dataplane")
 QOS_UNSUPPORTED = "per-volume QoS is not supported by the kernel data plane"
 
 
@@ -31,16 +33,24 @@ class KernelExports:
         raise NotImplementedError
 
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
+        """One `lvs` for all of them (not one per export), and no export read back."""
+        have = {(lv.vg, lv.name): lv for lv in self.lvm.lvs()} if specs else {}
         first: NodeosError | None = None
-        for spec in specs:  # configfs reads cost no round trip: nothing to batch
+        for spec in specs:
             try:
-                self.apply_export(spec)
+                self._apply(spec, have)
             except NodeosError as e:
+                if first is not None:
+                    LOG.error("export %s not re-applied: %s", spec.nqn, e.message)
                 first = first or e
         if first is not None:
             raise first
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
+        return self._export_info(self._apply(spec))
+
+    def _apply(self, spec: ExportSpec, have: dict[tuple[str, str], lvm.Lv] | None = None) -> str:
+        """apply_export without the read back; `have`: every LV by (VG, name), listed just now."""
         check_export_spec(spec)
         if spec.qos_iops or spec.qos_mbps:
             raise NotSupported(QOS_UNSUPPORTED, field="qos_iops" if spec.qos_iops else "qos_mbps")
@@ -51,7 +61,13 @@ class KernelExports:
                 raise NotFound(f"device {spec.device} does not exist", field="device")
             device = spec.device
         else:
-            lv = self.lvm.require(spec.pool_id, spec.vol_id)
+            if have is None:
+                lv = self.lvm.require(spec.pool_id, spec.vol_id)
+            else:
+                found = have.get((lvm.vg_name(spec.pool_id), lvm.lv_name(spec.vol_id)))
+                if found is None:
+                    raise NotFound(f"no volume {spec.vol_id!r} in pool {spec.pool_id!r}", field="vol_id")
+                lv = found
             if lv.kind == "snapshot":
                 raise BadInput(f"{spec.vol_id!r} is a snapshot; export a clone of it", field="vol_id")
             device = self._active(spec.pool_id, lv).path
@@ -94,7 +110,7 @@ class KernelExports:
                 # A first export that failed half-way is taken down again: nothing leaks.
                 n.remove_subsystem(nqn)
             raise
-        return self._export_info(nqn)
+        return nqn
 
     def remove_export(self, nqn: str) -> None:
         check_nqn(nqn)
