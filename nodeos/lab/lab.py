@@ -258,14 +258,23 @@ class Lab(VmAccess):
             st = self._load()
         except NotFound:
             st = None
-        if st is not None:
-            for n, v in st["vms"].items():
-                qemu.kill(v.pid, self._tag(n))
+        # Every VM killed first, then waited for (side by side, not one after another); one that
+        # will not die does not stop the rest of the tear-down, and is reported at its end.
+        killed = [(v.pid, self._tag(n)) for n, v in (st or {"vms": {}})["vms"].items()]
+        killed = [(pid, tag) for pid, tag in killed if qemu.send_kill(pid, tag)]
+        stuck: list[EnvironmentProblem] = []
+        for pid, tag in killed:
+            try:
+                qemu.wait_gone(pid, tag)
+            except EnvironmentProblem as e:
+                stuck.append(e)
         # Also any QEMU of this lab the state does not know about (crash between start and save).
         for pid in _pids_with_tag(f"nodeos-lab-{self.name}-"):
             os.kill(pid, 9)
         netns.delete(self.ns)
         shutil.rmtree(self.dir, ignore_errors=True)
+        if stuck:
+            raise stuck[0]
 
     def collect(self, dest: Path) -> list[Path]:
         """Copy serial consoles and QEMU logs to dest (test artifacts)."""

@@ -312,13 +312,25 @@ def _exiting(pid: int) -> bool:
 
 def kill(pid: int | None, tag: str, timeout: float = 30.0) -> None:
     """Abrupt power-off: SIGKILL, then wait until every thread of it is gone (its tap is free)."""
+    if send_kill(pid, tag):
+        wait_gone(pid, tag, timeout)
+
+
+def send_kill(pid: int | None, tag: str) -> bool:
+    """SIGKILL to our QEMU `pid`; whether it was there to kill."""
     if not is_ours(pid, tag):
-        return
+        return False
     assert pid is not None
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
-        return
+        return False
+    return True
+
+
+def wait_gone(pid: int | None, tag: str, timeout: float = 30.0) -> None:
+    """Until every thread of a killed QEMU is gone; EnvironmentProblem after `timeout`."""
+    assert pid is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
