@@ -167,11 +167,12 @@ def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
                 st, "publish_checksum_mismatch", msg, severity="warning", volume=pub["uuid"], node=n
             )
     pub["mismatched"] = [n for n in pub["mismatched"] if n in bad]
-    up = {n for n in order if health_of(st, n) == "up"}
+    health = {n: health_of(st, n) for n in order}
+    up = {n for n in order if health[n] == "up"}
     seeds = {s["node"] for s in pub["placement"] if s["seed"]}
     pub["copy_from"] = copy_plan(order, seeds, pub["copy_from"], j, up)
     # A node that is down serves nobody: its last report (ready, the right sha256) is stale.
-    st["paths"][pub["uuid"]] = {n: "optimized" for n in order if n in j and health_of(st, n) != "down"}
+    st["paths"][pub["uuid"]] = {n: "optimized" for n in order if n in j and health[n] != "down"}
     if pub["state"] == "publishing" and j == set(order):
         pub["state"] = "ready"
         map_events.record(st, "volume_ready", f"published volume {pub['name']} is ready", volume=pub["uuid"])

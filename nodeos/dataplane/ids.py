@@ -11,6 +11,7 @@ import re
 import uuid as _uuid
 
 from nodeos.errors import BadInput
+from nodeos.sysfs import uuid_digits
 
 # LVM, SPDK lvol and configfs all accept this; 1 leading alnum keeps "-x" options and "." out.
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,47}$")
@@ -49,7 +50,7 @@ def check_nqn(value: str, field: str = "nqn") -> str:
 
 def normalize_nguid(value: str, field: str = "nguid") -> str:
     """32 lowercase hex digits (configfs and SPDK print NGUIDs differently; compare these)."""
-    digits = value.replace("-", "").replace(":", "").lower() if isinstance(value, str) else ""
+    digits = uuid_digits(value) if isinstance(value, str) else ""
     if len(digits) != 32 or any(c not in "0123456789abcdef" for c in digits):
         raise BadInput(f"{field} {value!r} is not 32 hex digits", field=field, allowed="32 hex digits")
     return digits

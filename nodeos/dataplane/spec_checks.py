@@ -47,6 +47,14 @@ def check_remote_ids(spec: RemoteSpec) -> None:
     check_listener(spec.listener)
 
 
+def check_seconds(spec: RemoteSpec, names: tuple[str, ...]) -> None:
+    """RemoteSpec timeouts in seconds, -1 (never) to an hour."""
+    for name in names:
+        v = getattr(spec, name)
+        if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v <= 3600:
+            raise BadInput(f"{name} {v!r} is not a number of seconds", field=name, allowed="-1..3600")
+
+
 def check_export_spec(spec: ExportSpec) -> None:
     check_nqn(spec.nqn)
     check_serial(spec.serial)

@@ -349,7 +349,8 @@ class Sysfs:
     def bind(self, address: str, driver: str) -> None:
         """Bind the function to `driver` by its address alone (driver_override: no other device
         with the same vendor/device id moves), then check that it took."""
-        dev = self.pci / check_address(address)
+        address = check_address(address)
+        dev = self.pci / address
         if self.modprobe:
             p = subprocess.run(["modprobe", driver], capture_output=True, text=True, check=False)
             if p.returncode != 0:

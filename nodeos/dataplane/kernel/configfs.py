@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from nodeos.errors import EnvironmentProblem, OperationFailed
+from nodeos.sysfs import read_attr
 
 NVMET_ROOT = Path("/sys/kernel/config/nvmet")
 
@@ -67,10 +68,7 @@ class ConfigFs:
             raise self._fail("read", p, e) from None
 
     def read_or(self, default: str, *parts: str) -> str:
-        try:
-            return self.path(*parts).read_text().strip()
-        except OSError:
-            return default
+        return read_attr(self.path(*parts), default)
 
     def write(self, value: str, *parts: str, secret: bool = False) -> None:
         p = self.path(*parts)

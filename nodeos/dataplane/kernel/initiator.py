@@ -20,7 +20,7 @@ from pathlib import Path
 from nodeos.dataplane.base import Listener, RemoteInfo, RemoteSpec
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
 from nodeos.dataplane.mirror_names import REPLICA_NQN_PREFIX
-from nodeos.dataplane.spec_checks import check_remote_ids
+from nodeos.dataplane.spec_checks import check_remote_ids, check_seconds
 from nodeos.errors import BadInput, EnvironmentProblem, NotFound, OperationFailed
 from nodeos.sysfs import read_attr
 
@@ -51,10 +51,7 @@ class Disk:
 # ---- pure -----------------------------------------------------------------------------
 def check_remote_spec(spec: RemoteSpec) -> None:
     check_remote_ids(spec)
-    for name in ("keep_alive_tmo", "ctrl_loss_tmo", "fast_io_fail_tmo", "reconnect_delay"):
-        v = getattr(spec, name)
-        if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v <= 3600:
-            raise BadInput(f"{name} {v!r} is not a number of seconds", field=name, allowed="-1..3600")
+    check_seconds(spec, ("keep_alive_tmo", "ctrl_loss_tmo", "fast_io_fail_tmo", "reconnect_delay"))
 
 
 def connect_string(spec: RemoteSpec) -> str:

@@ -14,7 +14,7 @@ from nodeos.dataplane.ids import check_nqn, normalize_nguid
 from nodeos.dataplane.mirror_names import REPLICA_NQN_PREFIX, VIEW_PREFIX, check_mirror_shape
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk.requests import Request, listen_address
-from nodeos.dataplane.spec_checks import check_remote_ids
+from nodeos.dataplane.spec_checks import check_remote_ids, check_seconds
 from nodeos.errors import BadInput
 
 DATA_OFFSET = 0  # no superblock: data starts at block 0 of every member
@@ -79,10 +79,8 @@ def ctrl_timeouts(spec: RemoteSpec) -> dict[str, int]:
     """RemoteSpec's kernel-style timeouts in bdev_nvme's terms: -1 (never) is bdev_nvme's
     ctrlr_loss -1 and fast_io_fail 0; the kernel's fast_io_fail_tmo 0 (fail I/O at once) is
     bdev_nvme's earliest, the reconnect delay."""
+    check_seconds(spec, ("ctrl_loss_tmo", "reconnect_delay", "fast_io_fail_tmo"))
     loss, delay, fast = spec.ctrl_loss_tmo, spec.reconnect_delay, spec.fast_io_fail_tmo
-    for name, v in (("ctrl_loss_tmo", loss), ("reconnect_delay", delay), ("fast_io_fail_tmo", fast)):
-        if not isinstance(v, int) or isinstance(v, bool) or not -1 <= v <= 3600:
-            raise BadInput(f"{name} {v!r} is not a number of seconds", field=name, allowed="-1..3600")
     if loss == 0:
         return {"ctrlr_loss_timeout_sec": 0, "reconnect_delay_sec": 0, "fast_io_fail_timeout_sec": 0}
     if delay <= 0 or (loss > 0 and delay > loss):
