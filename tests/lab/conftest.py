@@ -18,11 +18,12 @@ down after its last test, even when a test or the boot fails):
 Other keys of LAB: drive_size_mib (default 1024), cluster, labels (see Lab.up).
 
 A lab boots in minutes under TCG, so modules that fit share one: `LAB = "one"` (1 storage VM
-with 2 drives, h1 and h2) or `LAB = "cluster3"` (s1..s3 formed into one cluster, h1): one boot
-per shape per session (see tests/lab/shared_labs.py). Such a module must leave the lab as it
-found it (delete its pools, volumes and hosts, disconnect, restart what it stopped); that is
-checked after the module, and a lab left dirty is replaced and reported as an error. Modules of
-a shape run next to each other, and its lab goes down after the last of them.
+with 2 drives, h1 and h2) or `LAB = "cluster3"` (s1..s3 formed into one cluster, h1; h1 and h2
+with NODEOS_LAB_FULL=1): one boot per shape per session (see tests/lab/shared_labs.py). Such a
+module must leave the lab as it found it (delete its pools, volumes and hosts, disconnect,
+restart what it stopped); that is checked after the module, and a lab left dirty is replaced
+and reported as an error. Modules of a shape run next to each other, and its lab goes down after
+the last of them.
 
 VMs are s1..sN (storage: nodeosd, nvmet, nvmet-tcp, nvmet-rdma, rxe0 on eth0) and h1..hM
 (GPU nodes: nvme-cli, fio, nvme-tcp, nvme-rdma, rxe0, native multipath). `lab.addr(vm)`,

@@ -102,8 +102,8 @@ def leg_md5(lab: Lab, vm: str) -> str:
     return lab.sh(vm, script, timeout=300).stdout.strip()
 
 
-def host_paths(lab: Lab, nqn: str) -> list[dict[str, str]]:
-    """The host's paths (controllers) to `nqn`: name, address, state and ANA state."""
+def host_paths(lab: Lab, nqn: str, host: str = "h1") -> list[dict[str, str]]:
+    """The GPU node's paths (controllers) to `nqn`: name, address, state and ANA state."""
     script = f"""
 for s in /sys/class/nvme-subsystem/nvme-subsys*; do
   [ "$(cat $s/subsysnqn)" = "{nqn}" ] || continue
@@ -114,7 +114,7 @@ for s in /sys/class/nvme-subsystem/nvme-subsys*; do
   done
 done"""
     out = []
-    for line in lab.sh("h1", script).stdout.split():
+    for line in lab.sh(host, script).stdout.split():
         name, address, state, ana = line.split("|")
         out.append({"name": name, "address": address, "state": state, "ana": ana})
     return out
