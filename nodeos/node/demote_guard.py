@@ -33,6 +33,10 @@ failure of its leg lands on no leg it assembles. Dropped while live, its leg's f
 on those replicas and kick the new primary's own leg out of its mirror. A leg that stays live
 completes its I/O, so the steps finish.
 
+On a data plane whose mirrors keep no superblock on their members (SPDK raid1, `live_too`), a
+leg's failure is written nowhere, and every leg leaves at this demote anyway: the first round
+drops them all, live or not, so no later step can wait on one.
+
 The bound: a leg's controller leaves `live` at once when its replica drops this node's
 controllers, within keep-alive (5 s) when its node vanished, or at the I/O timeout for a replica
 that hangs; then at most GUARD_EVERY_S plus the drop (md's fail waits at most 3 s for md's lock).
@@ -61,15 +65,19 @@ def leg_nqns(vol: dict[str, Any]) -> set[str]:
     return {names.replica_nqn(vol["uuid"], str(n)) for n in nodes}
 
 
-def legs_to_drop(vol: dict[str, Any], remotes: Iterable[Any], hosts_cut: bool) -> list[str]:
+def legs_to_drop(
+    vol: dict[str, Any], remotes: Iterable[Any], hosts_cut: bool, live_too: bool = False
+) -> list[str]:
     """Pure: the legs of the demoting record `vol` to drop now (NQNs, sorted): those attached
     (`remotes`: list_remotes()) whose controller is not live, and only once no host can be
     acknowledged through this node's front end (`hosts_cut`: fenced with the hosts' controllers
-    dropped, or no front end). None before; never a live one."""
+    dropped, or no front end). None before; never a live one, unless `live_too`: a mirror without
+    an on-member superblock (SPDK raid1) writes nothing on the other legs when one leaves, so
+    every leg goes at once and none can block a later step."""
     if not hosts_cut:
         return []
     ours = leg_nqns(vol)
-    return sorted({r.nqn for r in remotes if r.nqn in ours and r.state != "live"})
+    return sorted({r.nqn for r in remotes if r.nqn in ours and (live_too or r.state != "live")})
 
 
 class LegGuard:
@@ -77,10 +85,18 @@ class LegGuard:
     drops `legs_to_drop` off the data plane queue (threads of their own), at once and then every
     `every_s` until the block ends. `dropped`: the NQNs it dropped, in order."""
 
-    def __init__(self, dp: Any, vol: dict[str, Any], hosts_cut: bool, every_s: float = GUARD_EVERY_S) -> None:
+    def __init__(
+        self,
+        dp: Any,
+        vol: dict[str, Any],
+        hosts_cut: bool,
+        every_s: float = GUARD_EVERY_S,
+        live_too: bool = False,
+    ) -> None:
         self.dp = dp
         self.vol = vol
         self.hosts_cut = hosts_cut
+        self.live_too = live_too
         self.every_s = every_s
         self.dropped: list[str] = []
         self._task: asyncio.Task[None] | None = None
@@ -90,7 +106,7 @@ class LegGuard:
         remotes = await asyncio.to_thread(self.dp.list_remotes)
         mid = names.mirror_id_for(self.vol["uuid"])
         out = []
-        for nqn in legs_to_drop(self.vol, remotes, self.hosts_cut):
+        for nqn in legs_to_drop(self.vol, remotes, self.hosts_cut, self.live_too):
             state = next((r.state for r in remotes if r.nqn == nqn), "?")
             await asyncio.to_thread(self.dp.drop_mirror_leg, mid, nqn)
             LOG.warning(

@@ -3,8 +3,7 @@
 volume.replica (a secondary): export the replica LV to the primary's initiator, make the
   linear view (or, without views, the data plane's stand-in), export the front end from it (ANA
   inaccessible) -> record ready.
-The steps follow the data plane's MirrorCaps (data offset, views, write freeze), never its name:
-without views (SPDK) promote and demote are refused (NotSupported, field "failover").
+The steps follow the data plane's MirrorCaps (data offset, views, write freeze), never its name.
 volume.mirror (the primary): attach every secondary's replica namespace, create (first time
   only, on brand-new members) or assemble md raid1 over the local LV and them, export the front
   end from the md device (ANA optimized) -> record ready.
@@ -22,6 +21,12 @@ volume.demote (the old primary): ANA inaccessible first with the hosts' controll
   view, view -> `error`, stop md; detach the replicas, wipe my leg's superblock (it may hold
   writes the others never got: it comes back by a full copy), export it as the new primary's
   replica, view -> LV.
+Without views (SPDK: nvmf claims a bdev for one subsystem) the front end's namespace itself
+  moves, between the stand-in and the mirror, keeping its NQN, UUID and NGUID (hosts keep the
+  path and get an ANA change; ../shared/replication/spdk-raid1.md, "host continuity"): promote
+  moves it onto the mirror, then deletes the stand-in; demote makes the stand-in, moves it
+  there, then stops the mirror, having dropped every leg first (no superblock: nothing to
+  protect on them, nothing left to block).
 volume.rejoin (the primary): attach replicas that came back and re-add their legs; a replica
   new to the placement (re-placed onto another node) is added in full (its LV carries no md
   superblock); the legs of replicas re-placed away (`gone`) leave md, then their remotes go.
@@ -37,7 +42,7 @@ from typing import Any
 
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import MirrorCaps
-from nodeos.errors import NodeosError, NotSupported, OperationFailed
+from nodeos.errors import NodeosError, OperationFailed
 
 from . import crash, replicas
 from .demote_guard import LegGuard
@@ -53,14 +58,6 @@ class MirrorOps:
     def caps(self) -> MirrorCaps:
         """What the data plane's mirrors can do: the steps below follow it, never the backend's name."""
         return self.ops.dp.mirror_caps  # type: ignore[no-any-return]
-
-    def _need_views(self, vol: dict[str, Any], what: str) -> None:
-        if not self.caps.views:
-            raise NotSupported(
-                f"{what} of volume {vol['name']} needs linear views, which the {self.ops.dp.name} data plane "
-                "does not have: failover of replicated volumes is not available on it",
-                field="failover",
-            )
 
     async def _secondary_front(self, vol: dict[str, Any]) -> str:
         """The device of a secondary's front end: a view of its LV at the data offset, or the data
@@ -208,23 +205,27 @@ class MirrorOps:
         vol = self._load(d["name"])
         if vol is None:
             return self.ops._drop(d)
-        self._need_views(vol, "promote")
         mid = names.mirror_id_for(vol["uuid"])
         size = int(vol["size_bytes"])
         self._log(vol, "promoting to primary")
         await self.ops.call("remove_export", names.replica_nqn(vol["uuid"], str(vol["me"])))
         crash.point("volume.promote:replica-unexported")
-        if await self.ops.call("mirror_status", mid) is None:
+        if self.caps.views and await self.ops.call("mirror_status", mid) is None:
             # md needs the LV exclusively; the view (and the front end on it) stays.
             await self.ops.call("block_view", replicas.view_id(vol), size)
         members = [str(vol["lv_device"]), *await self._attach(vol, list(d.get("attach") or []))]
         info = await self.ops.call("assemble_mirror", replicas.mirror_spec(vol, members, False, self.caps))
         self._log(vol, "mirror assembled over %d leg(s)", len(members))
         crash.point("volume.promote:mirror-assembled")
-        view = await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
-        vol = dict(vol, device=view, mirror_created=True)
+        if self.caps.views:
+            front = await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
+        else:
+            front = info.device  # the namespace moves from the stand-in onto the mirror
+        vol = dict(vol, device=front, mirror_created=True)
         self._save(d["name"], vol)
         await self.ops.call("apply_export", self.ops.spec_for(vol))
+        if not self.caps.views:
+            await self.ops.call("remove_view", replicas.view_id(vol))  # the stand-in, exported no more
         self._log(vol, "front end optimized")
         crash.point("volume.promote:front-exported")
         self._finish(d, vol)
@@ -233,7 +234,6 @@ class MirrorOps:
         vol = self._load(d["name"])
         if vol is None:
             return self.ops._drop(d)
-        self._need_views(vol, "demote")
         mid = names.mirror_id_for(vol["uuid"])
         size = int(vol["size_bytes"])
         view = replicas.view_path(vol)
@@ -248,14 +248,19 @@ class MirrorOps:
             # Replicas that moved on dropped (or drop, meanwhile) my controllers: md's I/O waits on
             # those legs for ever (no fast-fail), and every step below waits for md's I/O. The
             # guard drops such legs off the queue until md is stopped (node/demote_guard.py).
-            async with LegGuard(self.ops.dp, vol, hosts_cut=True):
+            async with LegGuard(self.ops.dp, vol, hosts_cut=True, live_too=not self.caps.superblock):
                 await self.ops.call("apply_export", self.ops.spec_for(vol))  # the record says secondary
+                if not self.caps.views:
+                    # The front end's namespace moves off the mirror, onto the stand-in.
+                    view = await self.ops.call("block_view", replicas.view_id(vol), size)
                 if vol.get("device") != view:
-                    await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
+                    if self.caps.views:
+                        await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
                     vol = dict(vol, device=view)
                     self._save(d["name"], vol)
                     await self.ops.call("apply_export", self.ops.spec_for(vol))
-                await self.ops.call("block_view", replicas.view_id(vol), size)
+                if self.caps.views:
+                    await self.ops.call("block_view", replicas.view_id(vol), size)
                 await self.ops.call("stop_mirror", mid)
             self._log(vol, "mirror stopped")
         else:

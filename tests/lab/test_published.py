@@ -36,8 +36,9 @@ from tests.lab.mirror_helpers import host_paths
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
-# Passed in the lab (2026-11-27 01:17-01:36 UTC, docs/benchmarks.md "Published volumes"); its ~12 min
-# (two copies, a storage VM's reboot) do not fit CI's budget beside the failover tests.
+# Passed in the lab (with two GPU nodes: 2026-11-27 15:19-15:37 UTC, docs/benchmarks.md "Published
+# volumes"); its ~15 min (two copies, a storage VM's reboot) do not fit CI's budget beside the
+# failover tests.
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)]
 # The shared lab only when it runs: a skipped module counted among cluster3's users would keep
 # that lab up until the session ends (tests/lab/conftest.py counts modules, not skips).

@@ -1,12 +1,17 @@
-"""A 2-replica volume end to end on SPDK nodes (marker `spdk`): two REAL nodeosd processes form a
-cluster, each runs its own REAL nvmf_tgt (polling: a primary attaches its replicas over TCP), and
-the volume is driven as the product is used, through the `nodeos` console with --json.
+"""A 2-replica volume end to end on SPDK nodes (marker `spdk`): three REAL nodeosd processes form
+a cluster, each runs its own REAL nvmf_tgt, and the volume is driven as the product is used,
+through the `nodeos` console with --json. n1 and n2 hold the pools (polling targets: a primary
+attaches its replicas over TCP); n3 is the third vote, its target in interrupt mode (SPDK's
+interrupt mode is what keeps three targets affordable on two cores).
 
 Checked: the volume becomes ready; its front end is exported on both nodes (ANA optimized on the
 primary, inaccessible on the other); writes through the primary's front end land on both legs
 (each leg's bytes read back and compared); delete cleans up both targets. A snapshot taken while
 a host writes is one point of the write stream on both replicas, and its clone (two replicas
-again) holds that point.
+again) holds that point. Failover: the primary's node lost (nodeosd and its target killed), then
+the next primary's target alone killed (its daemon stops renewing its lease), then a drain (a
+planned handoff): each time the other node's front end takes the namespace over with every
+write acknowledged before, and the node that lost it comes back as a replica, copied in full.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ class Node:
             "--storage-address", self.addr,
             "--metrics-listen", f"127.0.0.1:{free_port()}",
         ]  # fmt: skip
-        drives = [{"id": self.drive, "path": self.drive, "size_bytes": 512 * MIB}]
+        drives = [{"id": self.drive, "path": self.drive, "size_bytes": 512 * MIB}] if self.drive else []
         env = dict(os.environ, NODEOS_RAFT_TICK_MS="100", NODEOS_TEST_DRIVES=json.dumps(drives)) | (env or {})
         with open(self.root / "nodeosd.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -102,21 +107,22 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Node]]:
     made: list[Node] = []
     try:
         for i in (1, 2):
-            # Polling targets (a primary attaches over TCP, refused in interrupt mode), niced: 2 cores.
-            # Each on its own core: two pollers plus spdk_dd on one core starved the connects.
-            t = start_target(bin_dir, work / f"t{i}", ("-m", hex(i)), nice=19)
-            img = work / f"t{i}" / "drive.img"
-            with open(img, "wb") as fh:
-                fh.truncate(512 * MIB)
-            t.dp.create_aio_drive_for_tests(f"AIO{i}", str(img))
+            t = _storage_target(bin_dir, work, i)
             n = Node(i, work / f"n{i}", t, f"127.0.0.{i + 1}", drive=f"AIO{i}")
             n.root.mkdir(parents=True)
             made.append(n)
             n.start()
-        n1, n2 = made
+        # The third vote: no pool, a target in interrupt mode (it holds no mirror).
+        t3 = start_target(bin_dir, work / "t3", ("--interrupt-mode",), nice=19)
+        n3 = Node(3, work / "n3", t3, "127.0.0.4")
+        n3.root.mkdir(parents=True)
+        made.append(n3)
+        n3.start()
+        n1, n2 = made[:2]
         token = n1.ok("cluster", "init", "--node-id", "1")["token"]
         n2.ok("cluster", "join", n1.peer, "--token", token, "--node-id", "2")
-        for n in made:
+        n3.ok("cluster", "join", n1.peer, "--token", token, "--node-id", "3")
+        for n in made[:2]:
             n.ok("pool", "create", f"p{n.index}", "--drives", n.drive, "--node", f"n{n.index}")
         n1.ok("host", "add", H1)
         yield made
@@ -128,8 +134,25 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Node]]:
             stop_target(n.target, signal.SIGKILL)
 
 
-def _wait_ready(n: Node, name: str) -> dict[str, Any]:
-    deadline = time.monotonic() + WAIT_S
+def _storage_target(bin_dir: Path, work: Path, i: int) -> SpdkTarget:
+    """Node i's polling target (a primary attaches over TCP, refused in interrupt mode), niced (2
+    cores), on its own core (two pollers plus spdk_dd on one core starved the connects). Its AIO
+    drive is made by its JSON config at start, as a production target's config attaches its NVMe
+    drives: a restarted target has it again, with the pool on it."""
+    tdir = work / f"t{i}"
+    tdir.mkdir(parents=True, exist_ok=True)
+    img, cfg = tdir / "drive.img", tdir / "tgt.json"
+    if not img.exists():
+        with open(img, "wb") as fh:
+            fh.truncate(512 * MIB)
+    aio = {"name": f"AIO{i}", "filename": str(img), "block_size": 4096}
+    bdev = [{"method": "bdev_aio_create", "params": aio}, {"method": "bdev_wait_for_examine"}]
+    cfg.write_text(json.dumps({"subsystems": [{"subsystem": "bdev", "config": bdev}]}))
+    return start_target(bin_dir, tdir, ("-m", hex(i), "--json", str(cfg)), nice=19)
+
+
+def _wait_ready(n: Node, name: str, timeout: float = WAIT_S) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
     v: dict[str, Any] = {}
     while time.monotonic() < deadline:
         v = n.ok("volume", "show", name)
@@ -207,7 +230,7 @@ def _leg_bytes(n: Node, count_mib: int, snap: str | None = None) -> bytes:
 
 
 def test_a_two_replica_volume_is_served_mirrored_and_cleaned_up(nodes: list[Node]) -> None:
-    n1, n2 = nodes
+    n1, n2 = nodes[:2]
     n1.ok("volume", "create", "v1", "--size", "64MiB", "--replicas", "2", "--timeout", "90")
     v = _wait_ready(n2, "v1")
     assert sorted(r["node"] for r in v["replicas"]) == ["n1", "n2"]
@@ -218,7 +241,7 @@ def test_a_two_replica_volume_is_served_mirrored_and_cleaned_up(nodes: list[Node
 
     # Exported on both nodes: ANA optimized on the primary, inaccessible on the other.
     ana = {}
-    for n in nodes:
+    for n in nodes[:2]:
         info = n.target.dp.export_info(nqn)
         assert info is not None, f"no front end on n{n.index}"
         assert H1 in info.hosts
@@ -314,7 +337,7 @@ def _point(snap: bytes, runs: list[bytes]) -> tuple[int, int]:
 
 
 def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(nodes: list[Node]) -> None:
-    n1, n2 = nodes
+    n1, n2 = nodes[:2]
     size_mib = 64
     n1.ok("volume", "create", "v2", "--size", f"{size_mib}MiB", "--replicas", "2", "--timeout", "90")
     v = _wait_ready(n1, "v2")
@@ -338,7 +361,7 @@ def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(node
 
     # Every replica's snapshot holds the same bytes, one point of the write stream.
     legs = {}
-    for n in nodes:
+    for n in nodes[:2]:
         snaps = [x.vol_id for x in n.target.dp.list_volumes() if x.kind == "snapshot"]
         assert len(snaps) == 1, (n.index, snaps)
         legs[n.index] = _leg_bytes(n, size_mib, snaps[0])
@@ -371,7 +394,7 @@ def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(node
 
 
 def test_writes_a_crashed_primary_left_frozen_are_let_go_by_its_restart(nodes: list[Node]) -> None:
-    n1, n2 = nodes
+    n1, n2 = nodes[:2]
     n1.ok("volume", "create", "v3", "--size", "64MiB", "--replicas", "2", "--timeout", "90")
     v = _wait_ready(n1, "v3")
     primary, other = (n1, n2) if v["primary"] == "n1" else (n2, n1)
@@ -406,4 +429,117 @@ def test_writes_a_crashed_primary_left_frozen_are_let_go_by_its_restart(nodes: l
     n1.ok("volume", "delete", "v3")
     if n1.run("volume", "show", "s3")[0] == 0:  # taken after the restart (or dropped: gone)
         n1.ok("volume", "delete", "s3")
+    _nothing_left(nodes)
+
+
+def _read(n: Node, nqn: str, mib: int, name: str) -> bytes:
+    """The first `mib` MiB as a host reads them through `n`'s front end."""
+    out = n.root / name
+    _dd(n, nqn, n.addr, "4420", "--ib", "Fn1", "--of", str(out), "--count", str(mib))
+    return out.read_bytes()
+
+
+def _write(n: Node, data: bytes, nqn: str) -> None:
+    src = n.root / "w.bin"
+    src.write_bytes(data)
+    _dd(n, nqn, n.addr, "4420", "--if", str(src), "--ob", "Fn1")
+
+
+def _wait_show(n: Node, name: str, what: str, check: Any, timeout: float = WAIT_S) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    v: Any = None
+    while time.monotonic() < deadline:
+        rc, v = n.run("volume", "show", name)
+        if rc == 0 and check(v):
+            return v  # type: ignore[no-any-return]
+        time.sleep(0.5)
+    raise AssertionError(f"{name}: {what} not within {timeout:.0f} s: {v}\n{n.log_tail()}")
+
+
+def _failed_over(n: Node, nqn: str, epoch: int) -> Any:
+    """Until the map makes `n` the primary past `epoch` and its front end is optimized."""
+
+    def taken_over(x: dict[str, Any]) -> bool:
+        front = n.target.dp.export_info(nqn)
+        moved = x["primary"] == f"n{n.index}" and x["epoch"] > epoch
+        return moved and front is not None and front.ana_state == "optimized"
+
+    return _wait_show(n, "v4", f"n{n.index} primary, its front end optimized", taken_over, timeout=180)
+
+
+def _serves_on_the_raid(n: Node, v: dict[str, Any]) -> None:
+    front = n.target.dp.export_info(v["nqn"])
+    assert front is not None and front.device == names.mirror_id_for(v["uuid"]), front
+    assert not [b for b in n.target.dp.call(("bdev_get_bdevs", {})) if "nodeos-view-" in b["name"]]
+
+
+def _back_as_replica(n: Node, primary: Node, data: bytes) -> dict[str, Any]:
+    """`n`'s stale primary demoted (front end: the stand-in, inaccessible), its leg copied in full
+    from `primary` and in sync again, holding `data`."""
+    v = _wait_ready(primary, "v4", timeout=300)
+    assert v["primary"] == f"n{primary.index}", v
+    info = n.target.dp.export_info(v["nqn"])
+    assert info is not None and info.ana_state == "inaccessible", info
+    assert _leg_bytes(n, 4) == data, f"n{n.index}'s leg does not hold the primary's data"
+    return v
+
+
+@pytest.mark.timeout(1200)
+def test_failover_on_spdk_a_lost_node_a_dead_target_and_a_drain_lose_no_acknowledged_write(
+    nodes: list[Node],
+) -> None:
+    n1, n2 = nodes[:2]
+    n1.ok("volume", "create", "v4", "--size", "64MiB", "--replicas", "2", "--timeout", "90")
+    v = _wait_ready(n1, "v4")
+    old, new = (n1, n2) if v["primary"] == "n1" else (n2, n1)
+    nqn = v["nqn"]
+    n1.ok("volume", "grant", "v4", "--host", H1)
+    a = os.urandom(4 * MIB)
+    _write(old, a, nqn)
+
+    # 1. The primary's node lost: its daemon and its target killed at once.
+    assert old.proc is not None
+    old.proc.kill()
+    old.proc.wait(timeout=30)
+    stop_target(old.target, signal.SIGKILL)
+    lost = time.monotonic()
+    v = _failed_over(new, nqn, v["epoch"])
+    took = time.monotonic() - lost
+    _serves_on_the_raid(new, v)
+    assert _read(new, nqn, 4, "after-failover.bin") == a, "the new primary lost acknowledged data"
+    b = os.urandom(4 * MIB)
+    _write(new, b, nqn)
+    print(f"node lost: n{new.index} serves v4 {took:.1f} s later (epoch {v['epoch']})")
+    old.target = _storage_target(old.target.bin_dir, old.target.workdir.parent, old.index)
+    old.start()
+    v = _back_as_replica(old, new, b)
+
+    # 2. Only the primary's target dies: its daemon sees the data plane down and stops renewing its
+    # lease; the volume fails over meanwhile and the node comes back as a replica once its target
+    # answers again (restarted as systemd would; the daemon itself is never restarted).
+    stop_target(new.target, signal.SIGKILL)
+    lost = time.monotonic()
+    v = _failed_over(old, nqn, v["epoch"])
+    took = time.monotonic() - lost
+    _serves_on_the_raid(old, v)
+    assert _read(old, nqn, 4, "after-target.bin") == b
+    c = os.urandom(4 * MIB)
+    _write(old, c, nqn)
+    print(f"target dead: n{old.index} serves v4 {took:.1f} s later (epoch {v['epoch']})")
+    new.target = _storage_target(new.target.bin_dir, new.target.workdir.parent, new.index)
+    v = _back_as_replica(new, old, c)
+
+    # 3. Planned: a drain of the primary's node hands the volume over (its replica cannot move: no
+    # third pool), with what the host wrote; undrained, the old primary's leg follows again.
+    old.ok("node", "drain", f"n{old.index}", "--no-wait")
+    v = _wait_show(new, "v4", f"n{new.index} primary", lambda x: x["primary"] == f"n{new.index}", 180)
+    _serves_on_the_raid(new, v)
+    assert _read(new, nqn, 4, "after-drain.bin") == c
+    d = os.urandom(4 * MIB)
+    _write(new, d, nqn)
+    old.ok("node", "undrain", f"n{old.index}")
+    _back_as_replica(old, new, d)
+
+    n1.ok("volume", "revoke", "v4", "--host", H1)
+    n1.ok("volume", "delete", "v4")
     _nothing_left(nodes)

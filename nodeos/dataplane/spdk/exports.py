@@ -383,7 +383,10 @@ class SpdkExports(SpdkMirrors):
     def fence_export(self, nqn: str, drop_hosts: bool = False) -> bool:
         """SPDK keeps ANA states per subsystem and listener: the namespace's own group goes
         inaccessible on each of the subsystem's listeners (no other subsystem is touched).
-        `drop_hosts` changes nothing here: SPDK refuses the demote that asks for it."""
+        `drop_hosts` (a demote): then every host with a controller is removed and added back with
+        its key: SPDK has no RPC that only disconnects, and removing a host disconnects its
+        controllers (an I/O they had in flight is never answered to it: its host retries it on
+        another path); added back at once, it may reconnect, to an inaccessible path."""
         check_nqn(nqn)
         sub = self._subsystem(nqn)
         if sub is None:
@@ -393,6 +396,12 @@ class SpdkExports(SpdkMirrors):
             # the home group too while frozen (spdk/freeze.py): a thaw lands in a fenced group
             for g in sorted({grp, home_group(grp)}):
                 self.call(rq.set_ana_state(nqn, parse.listener_of(a), "inaccessible", g))
+        if drop_hosts:
+            connected = {str(c.get("hostnqn")) for c in self._maybe(rq.get_controllers(nqn)) or []}
+            for host, key in parse.subsystem_hosts(sub).items():
+                if host in connected:
+                    self.call(rq.remove_host(nqn, host))
+                    self.call(rq.add_host(nqn, host, key))
         return True
 
 

@@ -86,6 +86,12 @@ def test_only_the_records_legs_that_are_not_live_are_dropped_never_a_live_one() 
     assert legs_to_drop(_record([2, 3]), [remote(2, "live"), remote(3, "live")], hosts_cut=True) == []
 
 
+def test_without_a_superblock_every_leg_goes_live_or_not_but_still_only_after_the_hosts() -> None:
+    seen = [remote(2, "live"), remote(3, "connecting")]
+    assert legs_to_drop(_record([2, 3]), seen, hosts_cut=True, live_too=True) == [nqn(2), nqn(3)]
+    assert legs_to_drop(_record([2, 3]), seen, hosts_cut=False, live_too=True) == []
+
+
 # ---- the demote's order, with md's stop waiting on a blocked leg -----------------------------
 class RecordingDataPlane:
     """The kernel data plane's calls, recorded in order (from every thread); md's part played:

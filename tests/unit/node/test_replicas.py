@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import types
 from typing import Any
-
-import pytest
 
 from nodeos.cluster.map import ClusterMap, encode_command
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import Listener
 from nodeos.dataplane.kernel.backend import KernelDataPlane
-from nodeos.dataplane.select import NoDataPlane
 from nodeos.dataplane.spdk.backend import SpdkDataPlane
-from nodeos.errors import NotSupported
 from nodeos.node import model, replicas
-from nodeos.node.mirror_ops import MirrorOps
 
 GiB = 1 << 30
 UUID = "5b0e7c1d-2a3f-4e5d-8c7b-6a5f4e3d2c1b"
@@ -165,11 +159,3 @@ def test_the_primary_reports_each_leg_by_its_attached_device_with_rebuild_progre
     assert leg_states(info, prim) == ({2: "syncing", 3: "in-sync"}, {2: 0.25})
     # a leg whose controller has not been live for too long (its I/O blocks): failed, whatever md says
     assert leg_states(info, prim, remotes, down={3}) == ({2: "syncing", 3: "failed"}, {2: 0.25})
-
-
-def test_without_views_failover_role_changes_are_refused_naming_failover() -> None:
-    ops = types.SimpleNamespace(dp=NoDataPlane())  # a real backend without views (like SPDK's caps)
-    with pytest.raises(NotSupported) as e:
-        MirrorOps(ops)._need_views({"name": "v1"}, "promote")
-    assert e.value.field == "failover" and "promote of volume v1 needs linear views" in e.value.message
-    MirrorOps(types.SimpleNamespace(dp=KernelDataPlane))._need_views({"name": "v1"}, "promote")  # md: fine
