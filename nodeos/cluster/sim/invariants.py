@@ -3,7 +3,10 @@
 - election safety: at most one leader per term;
 - log matching: an (index, term) pair names one entry, with one predecessor term
   (by induction, two logs sharing an entry share the whole prefix);
-- leader completeness: a new leader's log holds every entry committed so far;
+- leader completeness: a new leader's log holds every entry committed in an earlier term (one
+  committed in its own term or a later one need not be there: a candidate of an old term can
+  still win with a vote that was delayed while a newer leader committed; it can commit nothing,
+  as every node that answers it is past its term);
 - commit rule (5.4.2, Figure 8): a leader only moves its commit index by counting
   replicas of an entry of its own term;
 - state-machine safety: every node applies the same entry at a given index;
@@ -30,6 +33,7 @@ class Checker:
             tuple[int, int], tuple[int, bytes, int]
         ] = {}  # (index, term) -> (type, data, prev term)
         self.committed: dict[int, int] = {}  # index -> term of the committed entry
+        self.commit_term: dict[int, int] = {}  # index -> the earliest term in which it was committed
         self.applied: dict[int, tuple[int, bytes]] = {}  # index -> (term, data) applied by anyone
         self.acked: list[bytes] = []  # commands acknowledged to clients, in order
         self.acked_index: dict[bytes, int] = {}
@@ -45,7 +49,7 @@ class Checker:
         floor = raft.log.first_index() - 1  # older entries are inside the leader's snapshot
         last = raft.log.last_index()
         for index, term in self.committed.items():
-            if index < floor:
+            if index < floor or self.commit_term[index] >= raft.term:
                 continue
             if index > last or raft.log.zero_term_on_err(index) != term:
                 raise Violation(
@@ -83,6 +87,9 @@ class Checker:
             if t == 0:
                 continue
             prev = self.committed.get(i)
+            # The node's term when it saw the commit: the committing leader's own term the first
+            # time (a leader commits before any follower hears of it), a later one afterwards.
+            self.commit_term[i] = min(self.commit_term.get(i, raft.term), raft.term)
             if prev is None:
                 self.committed[i] = t
             elif prev != t:
