@@ -16,6 +16,7 @@ primary alone killed in assembly); NODEOS_LAB_FULL=1 runs every step (tests/lab/
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -186,22 +187,31 @@ def test_kill_at_a_step_of_a_replicated_volume_leaves_exactly_the_right_objects(
     if deleting:
         ok(lab, "s3", "volume", "create", name, "--size", "64MiB", "--replicas", "2")
     try:
-        _each(lambda vm: start_crashing_daemon(lab, vm, step))
-        if deleting:
-            nodeos(lab, "s3", "volume", "delete", name)  # committed at once; the agents crash
-        else:
-            # --timeout 0: the create is committed; its replica nodes are about to crash.
-            nodeos(lab, "s3", "volume", "create", name, "--size", "64MiB", "--replicas", "2", "--timeout=0")
-        if op in ("volume.create", "volume.delete"):
-            want = set(REPLICA_NODES)
-        else:  # one replica node crashes, the other and s3 still form a majority: ask the map
-            v = _settled_placement(lab, name)
-            want = {v["primary"]} if op == "volume.mirror" else set(REPLICA_NODES) - {v["primary"]}
-        _wait_crashed(lab, step, want)
-    finally:
-        _restart_units(lab)
-    vol = _settled(lab, name, present=not deleting)
-    _assert_exactly(lab, vol)
+        try:
+            _each(lambda vm: start_crashing_daemon(lab, vm, step))
+            if deleting:
+                nodeos(lab, "s3", "volume", "delete", name)  # committed at once; the agents crash
+            else:
+                # --timeout 0: the create is committed; its replica nodes are about to crash.
+                args = ("--size", "64MiB", "--replicas", "2", "--timeout=0")
+                nodeos(lab, "s3", "volume", "create", name, *args)
+            if op in ("volume.create", "volume.delete"):
+                want = set(REPLICA_NODES)
+            else:  # one replica node crashes, the other and s3 still form a majority: ask the map
+                v = _settled_placement(lab, name)
+                want = {v["primary"]} if op == "volume.mirror" else set(REPLICA_NODES) - {v["primary"]}
+            _wait_crashed(lab, step, want)
+        finally:
+            _restart_units(lab)
+        vol = _settled(lab, name, present=not deleting)
+        _assert_exactly(lab, vol)
+    except BaseException:
+        # A failed step leaves no volume behind: every later step checks that the nodes hold
+        # exactly its own volume's objects, and would fail on this one's.
+        with contextlib.suppress(Exception):
+            nodeos(lab, "s3", "volume", "delete", name, "--force")
+            _settled(lab, name, present=False, timeout=300)
+        raise
     if not deleting:
         ok(lab, "s3", "volume", "delete", name)
         _settled(lab, name, present=False)
