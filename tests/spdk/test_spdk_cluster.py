@@ -188,19 +188,20 @@ def _dd(n: Node, nqn: str, addr: str, port: str, *args: str) -> None:
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
-def _lvol(t: SpdkTarget) -> tuple[str, str]:
+def _lvol(t: SpdkTarget, vol_id: str | None = None) -> tuple[str, str]:
     # not "volume" only: a snapshotted lvol reports as a clone of its snapshot (parse.lvol_kind)
-    vols = [v for v in t.dp.list_volumes() if v.kind != "snapshot"]
+    vols = [v for v in t.dp.list_volumes() if v.kind != "snapshot" and vol_id in (None, v.vol_id)]
     assert len(vols) == 1, vols
     return vols[0].pool_id, vols[0].vol_id
 
 
-def _leg_bytes(n: Node, count_mib: int, snap: str | None = None) -> bytes:
-    """What one node's leg holds: its lvol snapshotted (or the given snapshot) and cloned behind
-    the daemon's back, the clone exported to H1 and read with spdk_dd, then all of it removed."""
+def _leg_bytes(n: Node, count_mib: int, snap: str | None = None, vol_id: str | None = None) -> bytes:
+    """What one node's leg holds: its lvol (`vol_id`, or its only one) snapshotted (or the given
+    snapshot) and cloned behind the daemon's back, the clone exported to H1 and read with spdk_dd,
+    then all of it removed."""
     t = n.target
     if snap is None:
-        pool, vol = _lvol(t)
+        pool, vol = _lvol(t, vol_id)
         t.dp.snapshot_volume(pool, vol, "chk")
     else:
         pool = next(v.pool_id for v in t.dp.list_volumes() if v.vol_id == snap)
@@ -314,26 +315,31 @@ class Writer:
         assert self.error is None, f"a write through the front end failed: {self.error}"
 
 
-QD = 2  # spdk_dd's default queue depth: writes in flight at once
+QD = 2  # spdk_dd's default queue depth: 1 MiB writes in flight at once
+BLOCK = 4096  # the unit a write is atomic in: one logical block (a 1 MiB write goes out as several
+# NVMe commands, and a freeze may land between them: only its blocks are each old or new)
 
 
-def _point(snap: bytes, runs: list[bytes]) -> tuple[int, int]:
+def _point(snap: bytes, runs: list[bytes]) -> tuple[int, float]:
     """Where `snap` sits in the write stream: (k, m) when its first m MiB are run k's and the rest
-    run k-1's (never written: zeros), give or take the writes in flight. Fails when it is no
-    single point (a block of no run, blocks of runs further apart, or mixed beyond that window)."""
-    zero = bytes(MIB)
+    run k-1's (never written: zeros), give or take the writes in flight (QD MiB). Fails when it is
+    no single point (a block of no run, blocks of runs further apart, or mixed beyond that window)."""
+    zero = bytes(BLOCK)
     idx = []
-    for i in range(len(snap) // MIB):
-        block = snap[i * MIB : (i + 1) * MIB]
-        found = [k for k, r in enumerate(runs) if r[i * MIB : (i + 1) * MIB] == block]
-        assert found or block == zero, f"MiB {i} of the snapshot is no run's data (torn)"
+    for i in range(len(snap) // BLOCK):
+        block = snap[i * BLOCK : (i + 1) * BLOCK]
+        found = [k for k, r in enumerate(runs) if r[i * BLOCK : (i + 1) * BLOCK] == block]
+        assert found or block == zero, (
+            f"block {i} (MiB {i * BLOCK // MIB}) of the snapshot is no run's data (torn)"
+        )
         idx.append(found[-1] if found else -1)
     k = max(idx)
     assert set(idx) <= {k, k - 1}, f"the snapshot mixes runs {sorted(set(idx))}: not one point"
     newer = [i for i, x in enumerate(idx) if x == k]
     older = [i for i, x in enumerate(idx) if x == k - 1]
-    assert not older or max(newer) - min(older) < QD, f"runs {k} and {k - 1} interleave: not one point"
-    return k, len(newer)
+    window = QD * MIB // BLOCK
+    assert not older or max(newer) - min(older) < window, f"runs {k} and {k - 1} interleave: not one point"
+    return k, len(newer) * BLOCK / MIB
 
 
 def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(nodes: list[Node]) -> None:
@@ -370,7 +376,9 @@ def test_a_snapshot_taken_while_a_host_writes_is_one_point_on_every_replica(node
     log = (primary.root / "nodeosd.log").read_text(errors="replace")
     frozen = re.findall(r"writes of mirror \S+ thawed after ([0-9.]+) s", log)
     runs = [round(b - a, 1) for a, b in writer.times]
-    print(f"snapshot {t1 - t0:.1f} s, writes held {frozen} s, run {run} MiB {mib}/{size_mib}; runs {runs} s")
+    print(
+        f"snapshot {t1 - t0:.1f} s, writes held {frozen} s, run {run} MiB {mib:.2f}/{size_mib}; runs {runs} s"
+    )
 
     # A clone of it: two replicas again (as many as the snapshot has), holding that point.
     c = n1.ok("volume", "clone", "s1", "c1")
@@ -480,7 +488,7 @@ def _back_as_replica(n: Node, primary: Node, data: bytes) -> dict[str, Any]:
     assert v["primary"] == f"n{primary.index}", v
     info = n.target.dp.export_info(v["nqn"])
     assert info is not None and info.ana_state == "inaccessible", info
-    assert _leg_bytes(n, 4) == data, f"n{n.index}'s leg does not hold the primary's data"
+    assert _leg_bytes(n, 4, vol_id=v["vol_id"]) == data, f"n{n.index}'s leg does not hold the primary's data"
     return v
 
 
@@ -532,7 +540,7 @@ def test_failover_on_spdk_a_lost_node_a_dead_target_and_a_drain_lose_no_acknowle
     # 3. Planned: a drain of the primary's node hands the volume over (its replica cannot move: no
     # third pool), with what the host wrote; undrained, the old primary's leg follows again.
     old.ok("node", "drain", f"n{old.index}", "--no-wait")
-    v = _wait_show(new, "v4", f"n{new.index} primary", lambda x: x["primary"] == f"n{new.index}", 180)
+    v = _failed_over(new, nqn, v["epoch"])
     _serves_on_the_raid(new, v)
     assert _read(new, nqn, 4, "after-drain.bin") == c
     d = os.urandom(4 * MIB)
