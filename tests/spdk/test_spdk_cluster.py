@@ -43,6 +43,7 @@ NODEOS = str(Path(sys.executable).parent / "nodeos")
 H1 = "nqn.2014-08.com.example:gpu-1"
 MIB = 1 << 20
 WAIT_S = 90.0
+LOOP8009 = Listener("tcp", "127.0.0.1", "8009")  # a discovery port (SPDK's referrals ignore which)
 
 
 @dataclass
@@ -248,6 +249,16 @@ def test_a_two_replica_volume_is_served_mirrored_and_cleaned_up(nodes: list[Node
         assert H1 in info.hosts
         ana[n.index] = info.ana_state
     assert ana == {primary.index: "optimized", secondary.index: "inaccessible"}
+    # Each node's discovery controller refers hosts to the other's (`nvme connect-all` on either
+    # finds both paths); SPDK keeps referrals for the whole target.
+    deadline = time.monotonic() + WAIT_S
+    for n, other in ((primary, secondary), (secondary, primary)):
+        while (other.addr, "8009") not in {
+            (r.traddr, r.trsvcid) for r in n.target.dp.list_referrals(LOOP8009)
+        }:
+            assert time.monotonic() < deadline, f"n{n.index} never referred to n{other.index}: {n.log_tail()}"
+            time.sleep(0.5)
+        assert (n.addr, "8009") not in {(r.traddr, r.trsvcid) for r in n.target.dp.list_referrals(LOOP8009)}
 
     # Writes through the primary's front end land on both legs.
     data = os.urandom(4 * MIB)

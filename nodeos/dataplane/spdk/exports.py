@@ -294,6 +294,23 @@ class SpdkExports(SpdkMirrors):
             self.call(rq.add_listener(rq.DISCOVERY_NQN, d))
         self._discovery_on = (self.rpc.connections, (made if on == self.rpc.connections else set()) | want)
 
+    def list_referrals(self, port: Listener) -> list[Listener]:
+        """SPDK's referrals belong to its discovery subsystem, not to one port: the same on
+        every discovery listener (`port` only names one of them)."""
+        return sorted(
+            (parse.listener_of(r.get("address") or {}) for r in self._maybe(rq.get_referrals()) or []),
+            key=str,
+        )
+
+    def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
+        """The target's discovery log page refers to exactly `referrals` (see list_referrals)."""
+        want = {_norm(r) for r in referrals}
+        have = set(self.list_referrals(port))
+        for r in sorted(want - have, key=str):
+            self.call(rq.add_referral(r))
+        for r in sorted(have - want, key=str):
+            self.call(rq.remove_referral(r))
+
     def remove_export(self, nqn: str) -> None:
         check_nqn(nqn)
         if self._subsystem(nqn) is not None:

@@ -223,6 +223,18 @@ def get_listeners(nqn: str) -> Request:
     return "nvmf_subsystem_get_listeners", {"nqn": nqn}
 
 
+def add_referral(ref: Listener) -> Request:
+    return "nvmf_discovery_add_referral", {"address": listen_address(ref)}
+
+
+def remove_referral(ref: Listener) -> Request:
+    return "nvmf_discovery_remove_referral", {"address": listen_address(ref)}
+
+
+def get_referrals() -> Request:
+    return "nvmf_discovery_get_referrals", {}
+
+
 def set_ana_state(nqn: str, li: Listener, state: str, anagrpid: int | None = None) -> Request:
     return "nvmf_subsystem_listener_set_ana_state", _clean(
         {

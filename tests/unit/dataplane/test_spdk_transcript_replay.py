@@ -238,6 +238,9 @@ UNRECORDED: list[rq.Request] = [
     ),
     rq.create_subsystem(CNODE1, "S1", "nodeos volume", min_cntlid=1, max_cntlid=100),
     rq.set_ns_ana_group(CNODE1, 1, 17),
+    rq.add_referral(LOOP),
+    rq.remove_referral(LOOP),
+    rq.get_referrals(),
 ]
 
 
