@@ -236,7 +236,6 @@ class MirrorOps:
             return self.ops._drop(d)
         mid = names.mirror_id_for(vol["uuid"])
         size = int(vol["size_bytes"])
-        view = replicas.view_path(vol)
         self._log(vol, "demoting to secondary")
         info = await self.ops.call("mirror_status", mid)
         if info is not None:
@@ -250,17 +249,7 @@ class MirrorOps:
             # guard drops such legs off the queue until md is stopped (node/demote_guard.py).
             async with LegGuard(self.ops.dp, vol, hosts_cut=True, live_too=not self.caps.superblock):
                 await self.ops.call("apply_export", self.ops.spec_for(vol))  # the record says secondary
-                if not self.caps.views:
-                    # The front end's namespace moves off the mirror, onto the stand-in.
-                    view = await self.ops.call("block_view", replicas.view_id(vol), size)
-                if vol.get("device") != view:
-                    if self.caps.views:
-                        await self.ops.call("ensure_view", replicas.view_id(vol), info.device, 0, size)
-                    vol = dict(vol, device=view)
-                    self._save(d["name"], vol)
-                    await self.ops.call("apply_export", self.ops.spec_for(vol))
-                if self.caps.views:
-                    await self.ops.call("block_view", replicas.view_id(vol), size)
+                vol = await self._front_off_mirror(d["name"], vol, info.device, size)
                 await self.ops.call("stop_mirror", mid)
             self._log(vol, "mirror stopped")
         else:
@@ -280,6 +269,26 @@ class MirrorOps:
         await self.ops.call("apply_export", self.ops.spec_for(vol))
         self._log(vol, "secondary of %s", vol["primary_host_nqn"])
         self._finish(d, vol)
+
+    async def _front_off_mirror(
+        self, name: str, vol: dict[str, Any], mirror_device: str, size: int
+    ) -> dict[str, Any]:
+        """A demote's front end off the mirror, so the mirror can stop: onto the view (pointed at
+        the mirror first, then at `error`), or, without views, its namespace moved onto the
+        stand-in. Returns the record as exported."""
+        if self.caps.views:
+            view = replicas.view_path(vol)
+            if vol.get("device") != view:
+                await self.ops.call("ensure_view", replicas.view_id(vol), mirror_device, 0, size)
+        else:
+            view = await self.ops.call("block_view", replicas.view_id(vol), size)
+        if vol.get("device") != view:
+            vol = dict(vol, device=view)
+            self._save(name, vol)
+            await self.ops.call("apply_export", self.ops.spec_for(vol))
+        if self.caps.views:
+            await self.ops.call("block_view", replicas.view_id(vol), size)
+        return vol
 
     async def rejoin(self, d: dict[str, Any]) -> None:
         vol = self._load(d["name"])
