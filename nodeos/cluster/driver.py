@@ -195,7 +195,10 @@ class RaftDriver:
         self._pump()
         self._wake.set()
         t0 = time.perf_counter()
-        late = OutcomeUnknown(f"not committed within {timeout} s; it may or may not be applied")
+
+        def late() -> Exception:
+            return OutcomeUnknown(f"not committed within {timeout} s; it may or may not be applied")
+
         out = await settled(fut, timeout, self._waiters.proposals, rid, late)
         self.commit_latency.observe(time.perf_counter() - t0)
         if "error" in out:
@@ -218,7 +221,10 @@ class RaftDriver:
             raise NotLeader(f"membership change not accepted: {exc}") from None
         self._conf_inflight_until = time.monotonic() + timeout
         self._wake.set()
-        late = OutcomeUnknown(f"membership change not committed within {timeout} s")
+
+        def late() -> Exception:
+            return OutcomeUnknown(f"membership change not committed within {timeout} s")
+
         return await settled(fut, timeout, self._waiters.proposals, rid, late)
 
     async def read_barrier(self, timeout: float = 5.0) -> None:
@@ -233,7 +239,10 @@ class RaftDriver:
             self._waiters.reads.pop(ctx, None)
             raise NotLeader(f"read barrier not accepted: {exc}") from None
         self._wake.set()
-        late = NotLeader(f"leadership not confirmed within {timeout} s")
+
+        def late() -> Exception:
+            return NotLeader(f"leadership not confirmed within {timeout} s")
+
         await settled(fut, timeout, self._waiters.reads, ctx, late)
 
     def transfer_leadership(self, to: int) -> None:

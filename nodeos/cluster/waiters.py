@@ -6,6 +6,7 @@ lost leadership or a stop every one still waiting fails."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from nodeos.cluster.errors import NotLeader
@@ -61,12 +62,17 @@ class Waiters:
 
 
 async def settled(
-    fut: asyncio.Future[Any], timeout: float, pending: dict[bytes, Any], key: bytes, late: Exception
+    fut: asyncio.Future[Any],
+    timeout: float,
+    pending: dict[bytes, Any],
+    key: bytes,
+    late: Callable[[], Exception],
 ) -> Any:
-    """The future's result within `timeout`, else `late` raised; either way it is no longer pending."""
+    """The future's result within `timeout`, else `late()` raised (made only then: every proposal
+    passes here); either way it is no longer pending."""
     try:
         return await asyncio.wait_for(fut, timeout)
     except TimeoutError:
-        raise late from None
+        raise late() from None
     finally:
         pending.pop(key, None)
