@@ -61,7 +61,7 @@ def cluster(lab: Lab) -> Iterator[dict[str, Any]]:
         ok(lab, "s1", "host", "add", nqn)
     made: list[tuple[str, str]] = []
     try:
-        yield {"host": hosts["h1"], "hosts": hosts, "made": made}
+        yield {"hosts": hosts, "made": made}
     finally:
         for h in HOSTS:
             lab.exec(h, ["sh", "-c", "umount /mnt/model 2>/dev/null; nvme disconnect-all"], timeout=120)
@@ -139,7 +139,7 @@ def _make_image(lab: Lab, cluster: dict[str, Any]) -> tuple[dict[str, Any], str]
     snapshot is on one node, so the two others are both copied (fed by the source at once)."""
     vol = ok(lab, "s1", "volume", "create", "modelsrc", "--size", f"{SIZE_MIB}MiB")
     cluster["made"].append(("volume", "modelsrc"))
-    ok(lab, "s1", "volume", "grant", "modelsrc", "--host", cluster["host"])
+    ok(lab, "s1", "volume", "grant", "modelsrc", "--host", cluster["hosts"]["h1"])
     lab.sh("h1", f"nvme connect-all -t tcp -a {lab.addr(vol['primary'])} -s 8009 {CONNECT_OPTS}", timeout=300)
     _, head = _wait_paths(lab, vol["nqn"], 1)
     blob, sums = _ext4_image()
@@ -148,7 +148,7 @@ def _make_image(lab: Lab, cluster: dict[str, Any]) -> tuple[dict[str, Any], str]
         "h1", f"dd if=/root/model.img of=/dev/{head} bs=1M oflag=direct conv=fsync status=none", timeout=300
     )
     lab.sh("h1", f"nvme disconnect -n {vol['nqn']}", timeout=120)
-    ok(lab, "s1", "volume", "revoke", "modelsrc", "--host", cluster["host"])
+    ok(lab, "s1", "volume", "revoke", "modelsrc", "--host", cluster["hosts"]["h1"])
     return vol, sums
 
 
