@@ -71,7 +71,8 @@ async def settled(
     """The future's result within `timeout`, else `late()` raised (made only then: every proposal
     passes here); either way it is no longer pending."""
     try:
-        return await asyncio.wait_for(fut, timeout)
+        async with asyncio.timeout(timeout):
+            return await fut
     except TimeoutError:
         raise late() from None
     finally:

@@ -86,9 +86,13 @@ class RawNode:
 
     def propose(self, data: bytes) -> None:
         """Raises ProposalDropped when this node cannot accept it (no leader, transfer, ...)."""
-        self.raft.step(
-            Message(MessageType.PROP, frm=self.raft.id, entries=(Entry(0, 0, EntryType.NORMAL, data),))
-        )
+        self.propose_many([data])
+
+    def propose_many(self, datas: list[bytes]) -> None:
+        """Several proposals as one: consecutive entries, one append to each follower. All are
+        taken or (ProposalDropped) none."""
+        entries = tuple(Entry(0, 0, EntryType.NORMAL, d) for d in datas)
+        self.raft.step(Message(MessageType.PROP, frm=self.raft.id, entries=entries))
 
     def propose_conf_change(self, cc: ConfChange) -> None:
         data = encode_conf_change(cc)

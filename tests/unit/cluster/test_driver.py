@@ -17,7 +17,7 @@ import pytest
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader
 from nodeos.cluster.map import encode_command
-from nodeos.cluster.raft import MessageType, StateRole, bootstrap_storage, from_wire
+from nodeos.cluster.raft import Message, MessageType, StateRole, bootstrap_storage, from_wire
 from nodeos.cluster.raft_storage import LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
 
@@ -54,6 +54,7 @@ class Member:
         self.storage = ObservedStorage(raw)
         self.violations: list[str] = []
         self.votes_granted = 0
+        self.sent: list[Message] = []
         self.transport = PeerTransport(nid, "c", SECRET, self._on_raft, self._on_request)
         self.driver: RaftDriver | None = None
 
@@ -69,6 +70,7 @@ class Member:
 
         def send(to: int, wire: dict[str, Any]) -> bool:
             m = from_wire(wire)
+            self.sent.append(m)
             st = self.storage
             # Pre-vote messages carry a term that is deliberately not adopted (nor persisted).
             prevote = m.type in (MessageType.PRE_VOTE, MessageType.PRE_VOTE_RESP)
@@ -153,6 +155,43 @@ def test_commands_commit_everywhere_and_nothing_is_sent_before_it_is_durable(tmp
                 await follower.driver.propose(encode_command("kv_put", {"key": "x", "value": 1}))
             assert [v for m in members for v in m.violations] == []
             assert sum(m.votes_granted for m in members) >= 1  # the vote check did run
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
+
+
+def test_proposals_made_together_travel_as_one_append_and_each_gets_its_own_result(tmp_path: Path) -> None:
+    """Eight clients' requests read in one poll: one append per follower carries all eight
+    (group commit), yet each proposer gets its own entry's result; a batch Raft refuses fails
+    every proposal in it with NotLeader."""
+
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            leader = await leader_of(members)
+            d = leader.driver
+            assert d is not None
+            await d.read_barrier()
+            leader.sent.clear()
+            cmds = [
+                encode_command("kv_cas", {"key": "c", "expect": i or None, "value": i + 1}) for i in range(8)
+            ]
+            outs = await asyncio.gather(*(d.propose(c) for c in cmds))
+            # In order, each its own result: the i-th compare-and-set saw the (i-1)-th's value.
+            assert [o["value"] for o in outs] == list(range(1, 9))
+            carried = [len(m.entries) for m in leader.sent if m.type is MessageType.APP and m.entries]
+            assert carried and max(carried) == 8, carried
+            assert len(carried) == 2, carried  # one per follower
+            raft = d.node.raft
+            raft.become_follower(raft.term, 0)  # Raft steps down before the driver sees it
+            refused = await asyncio.gather(
+                *(d.propose(encode_command("kv_put", {"key": "x", "value": i})) for i in range(3)),
+                return_exceptions=True,
+            )
+            assert all(isinstance(r, NotLeader) for r in refused), refused
+            assert d._waiters.proposals == {}
+            assert [v for m in members for v in m.violations] == []
         finally:
             await shutdown(members)
 

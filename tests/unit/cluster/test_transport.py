@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from nodeos.cluster import peerauth
 from nodeos.cluster.transport import PeerTransport
 from nodeos.errors import BadInput, NodeosError, OperationFailed
 from nodeos.rpc.framing import PROTOCOL_VERSION, pack, read_frame
@@ -157,6 +159,16 @@ def test_tampered_frame_after_handshake_is_refused() -> None:
         await b.t.close()
 
     run(main)
+
+
+@pytest.mark.parametrize("key_len", [0, 20, 32, 64, 65, 131])
+def test_a_frames_mac_is_standard_hmac_sha256_of_its_parts(key_len: int) -> None:
+    """Frames are MACed with the padded key states hashed once per session; that must be
+    HMAC-SHA256 (RFC 2104) exactly, or peers of another build would refuse every frame."""
+    key = bytes(range(key_len))
+    parts = (b"\x00" * 8, b"Hi There" * 300)
+    framed = b"".join(struct.pack(">Q", len(p)) + p for p in parts)
+    assert peerauth._Hmac(key)(*parts) == hmac.digest(key, framed, "sha256") == peerauth.mac(key, *parts)
 
 
 def test_reconnects_after_the_peer_restarts() -> None:
