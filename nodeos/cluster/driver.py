@@ -214,6 +214,8 @@ class RaftDriver:
     def _propose_batch(self) -> None:
         batch, self._batch = self._batch, []
         try:
+            if not self.running:  # stopped (or failed) since these were queued
+                raise ProposalDropped("the cluster service is stopping on this node")
             self.node.propose_many([data for _, data in batch])
         except ProposalDropped as exc:
             for rid, _ in batch:

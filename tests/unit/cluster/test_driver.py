@@ -198,6 +198,26 @@ def test_proposals_made_together_travel_as_one_append_and_each_gets_its_own_resu
     asyncio.run(main())
 
 
+def test_a_proposal_to_a_stopped_driver_says_not_leader_and_reaches_no_log(tmp_path: Path) -> None:
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            leader = await leader_of(members)
+            d = leader.driver
+            assert d is not None
+            await d.read_barrier()
+            last = d.node.raft.log.last_index()
+            await d.stop()
+            assert d.role is StateRole.LEADER  # as the service sees it until it drops the driver
+            with pytest.raises(NotLeader, match="stopping"):
+                await d.propose(encode_command("kv_put", {"key": "late", "value": 1}))
+            assert d.node.raft.log.last_index() == last
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
+
+
 def test_a_read_barrier_on_a_leader_that_just_stepped_down_says_not_leader(tmp_path: Path) -> None:
     """Raft can step down in a tick before the driver has seen the Ready that says so (the
     failover simulator's seed 4684): the barrier must answer NotLeader, as a proposal does."""
