@@ -200,8 +200,7 @@ class SimFailoverAgent:
             for nid in sorted(p.waiting - p.held):  # a held write is not on the leg yet: no timer
                 if now - p.sent_at.get(nid, p.sent) > LEG_TIMEOUT_S:
                     p.waiting.discard(nid)
-                    self._leg_failed(sim, m, nid, now)
-                    self._release(sim, uuid, m, p.lba, nid, now)
+                    self._leg_failed(sim, m, nid, now)  # also drops what was held behind it
         for wid in list(m.pending):
             self._try_complete(sim, st, uuid, m, wid)
         if self.fenced:
