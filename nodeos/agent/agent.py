@@ -4,8 +4,10 @@ Runs inside nodeosd on every node. A pass: read the local copy of the map, plan
 (nodeos/agent/plan.py, pure), run each step as a durable operation (nodeos/node/ops.py:
 intent first, so `kill -9` at any step is finished or rolled back at the next start), then
 report the node's actual state to the map in one `node_report` command, only when it
-changed and at most every REPORT_MIN_INTERVAL_S. Passes run when the map changes, after a
-failure (with a pause) and every IDLE_PASS_S.
+changed: at most every REPORT_MIN_INTERVAL_S, or URGENT_MIN_INTERVAL_S when an operation waits
+for the change (nodeos/agent/urgency.py). Passes run as soon as the map changes beyond its
+key-value store (at most one per MIN_PASS_GAP_S), after a failure (with a pause) and every
+IDLE_PASS_S.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import time
 from typing import Any
 
-from nodeos.agent import freeze, handoff
+from nodeos.agent import freeze, handoff, urgency
 from nodeos.agent.gc import OrphanCollector
 from nodeos.agent.legs import Sent, in_sync_called
 from nodeos.agent.legwatch import LegWatch
@@ -32,6 +34,8 @@ POLL_S = 0.1
 IDLE_PASS_S = 10.0
 RETRY_PAUSE_S = 5.0
 REPORT_MIN_INTERVAL_S = 0.3
+URGENT_MIN_INTERVAL_S = 0.05  # a report someone waits for (nodeos/agent/urgency.py)
+MIN_PASS_GAP_S = 0.02  # between the end of a pass and the start of the next
 DRIVES_EVERY_S = 60.0
 DISCOVERY_SVCID = "8009"
 CAP_EVERY_S = 15.0
@@ -106,6 +110,7 @@ class Agent:
     async def _run(self) -> None:
         seen = -1
         next_pass = 0.0
+        last_end = -MIN_PASS_GAP_S
         while True:
             d = self._driver()
             now = time.monotonic()
@@ -115,9 +120,10 @@ class Agent:
                 and (d.map.applied_index != seen or now >= next_pass or self.wake.is_set())
             )
             if not due:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), POLL_S)
+                await self._idle(d)
                 continue
+            if now < last_end + MIN_PASS_GAP_S:
+                await asyncio.sleep(last_end + MIN_PASS_GAP_S - now)
             self.wake.clear()
             seen = d.map.applied_index
             try:
@@ -125,9 +131,21 @@ class Agent:
             except Exception:
                 LOG.exception("agent pass failed")
                 retry = True
-            next_pass = time.monotonic() + (RETRY_PAUSE_S if retry else IDLE_PASS_S)
+            last_end = time.monotonic()
+            next_pass = last_end + (RETRY_PAUSE_S if retry else IDLE_PASS_S)
             if self.freezer.held:
                 next_pass = min(next_pass, time.monotonic() + freeze.FREEZE_POLL_S)
+
+    async def _idle(self, d: Any) -> None:
+        """Until woken, the map changed (beyond its key-value store), or POLL_S passed."""
+        waits = [asyncio.ensure_future(self.wake.wait())]
+        if d is not None:
+            waits.append(asyncio.ensure_future(d.map_changed.wait()))
+        try:
+            await asyncio.wait(waits, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def run_pass(self) -> bool:
         """One reconcile pass and report; True when something should be retried soon."""
@@ -323,7 +341,8 @@ class Agent:
         target = (id(d), d.id, (d.map.state["reports"].get(d.id) or {}).get("seq"))
         if body == self._last_report and target == self._last_target:
             return True
-        wait = self._last_report_at + REPORT_MIN_INTERVAL_S - time.monotonic()
+        spacing = URGENT_MIN_INTERVAL_S if urgency.urgent(self._last_report, body) else REPORT_MIN_INTERVAL_S
+        wait = self._last_report_at + spacing - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
         if self._driver() is not d or d.id not in d.map.nodes:

@@ -116,6 +116,9 @@ class RaftDriver:
         self.role = StateRole.FOLLOWER
         self.term = 0
         self.leader_changed = asyncio.Event()
+        # Set (and replaced) once applied entries changed the map beyond its key-value store:
+        # what the node's agent and the API's waits react to, instead of polling.
+        self.map_changed = asyncio.Event()
         self._wake = asyncio.Event()
         self._waiters = Waiters()
         self._rid_prefix, self._rid_seq = os.urandom(6), 0
@@ -212,19 +215,26 @@ class RaftDriver:
         return self._rid_prefix + self._rid_seq.to_bytes(6, "big")
 
     def _propose_batch(self) -> None:
-        batch, self._batch = self._batch, []
+        if not self._batch:
+            return  # refused meanwhile (_refuse_batch)
         try:
             if not self.running:  # stopped (or failed) since these were queued
                 raise ProposalDropped("the cluster service is stopping on this node")
-            self.node.propose_many([data for _, data in batch])
+            self.node.propose_many([data for _, data in self._batch])
         except ProposalDropped as exc:
-            for rid, _ in batch:
-                fut = self._waiters.proposals.pop(rid, None)
-                if fut is not None and not fut.done():
-                    fut.set_exception(NotLeader(f"proposal not accepted: {exc}"))
+            self._refuse_batch(f"proposal not accepted: {exc}")
             return
+        self._batch = []
         self._pump()
         self._wake.set()
+
+    def _refuse_batch(self, why: str) -> None:
+        """The proposals not yet handed to Raft fail with NotLeader: they were never proposed."""
+        batch, self._batch = self._batch, []
+        for rid, _ in batch:
+            fut = self._waiters.proposals.pop(rid, None)
+            if fut is not None and not fut.done():
+                fut.set_exception(NotLeader(why))
 
     async def propose_conf_change(
         self, cc_type: ConfChangeType, node_id: int, timeout: float = 10.0
@@ -294,6 +304,7 @@ class RaftDriver:
                 self.failure = f"{err.code}: {err.message}" if err else f"{type(exc).__name__}: {exc}"
                 self.role, self.leader = StateRole.FOLLOWER, NONE  # never route as leader again
                 log.critical("raft loop failed; stopping this node's cluster participation", exc_info=True)
+                self._refuse_batch("the cluster service failed on this node")
                 self._waiters.fail_all(OutcomeUnknown("the cluster service failed on this node"))
                 self._tasks[0].cancel()  # no more ticks: this node stays silent rather than half-alive
                 raise
@@ -338,8 +349,12 @@ class RaftDriver:
             self.conf_state = rd.snapshot.meta.conf_state
             self.last_snapshot = rd.snapshot.index
             self._sync_peers()
+        changed = rd.snapshot is not None and not rd.snapshot.is_empty()
         for e in rd.committed_entries:
-            self._apply(e)
+            changed |= self._apply(e)
+        if changed:
+            self.map_changed.set()
+            self.map_changed = asyncio.Event()
         for rs in rd.read_states:
             self._waiters.read_confirmed(rs.request_ctx, rs.index)
         if rd.soft_state is not None:
@@ -360,9 +375,10 @@ class RaftDriver:
         assert self._crash_file is not None
         crash_point(self._crash_file, step)
 
-    def _apply(self, e: Entry) -> None:
+    def _apply(self, e: Entry) -> bool:
+        """Apply one committed entry; True if it changed more than the key-value store."""
         if e.index <= self.map.applied_index:
-            return
+            return False
         if e.type == EntryType.CONF_CHANGE:
             cc = decode_conf_change(e.data)
             self.conf_state = self.node.apply_conf_change(cc)
@@ -379,10 +395,10 @@ class RaftDriver:
                 self.removed = True
                 if self.on_removed is not None:
                     self.on_removed()
-            return
+            return True
         if not e.data:
             self.map.apply(e.index, b"")  # a new leader's no-op entry
-            return
+            return False
         rid, cmd, at = entry.unframe(e.data)
         first_event = map_events.next_seq(self.map.state)
         result = self.map.apply(e.index, cmd, at)
@@ -390,8 +406,10 @@ class RaftDriver:
             for rec in self.map.new_events(first_event):
                 log_event(rec)
         self._waiters.applied(rid, result)
-        if entry.command_name(cmd) in ("add_node", "remove_node"):
+        name = entry.command_name(cmd)
+        if name in ("add_node", "remove_node"):
             self._sync_peers()
+        return not (isinstance(name, str) and name.startswith("kv_"))
 
     def _on_soft_state(self, rd: Ready) -> None:
         ss = rd.soft_state
@@ -403,6 +421,7 @@ class RaftDriver:
         self.leader_changed.set()
         self.leader_changed = asyncio.Event()
         if was_leader and self.role is not StateRole.LEADER:
+            self._refuse_batch(f"node {self.id} is no longer the leader")
             self._waiters.fail_all(
                 OutcomeUnknown("leadership changed; the command may or may not be applied")
             )

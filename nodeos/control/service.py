@@ -15,6 +15,7 @@ pools (pool_api.py), published volumes (publish_api.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid as uuidlib
@@ -238,7 +239,17 @@ class ControlService:
                 raise OperationFailed(
                     f"{what}: still not done after {wait:.0f} s (it goes on; see `nodeos status`)"
                 )
-            await asyncio.sleep(0.1)
+            await self._map_changed(0.1)
+
+    async def _map_changed(self, timeout: float) -> None:
+        """Until this node's map changes beyond its key-value store, at most `timeout`."""
+        d = self._driver_or_none()
+        if d is None:
+            await asyncio.sleep(timeout)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await d.map_changed.wait()
 
     # --- volumes --------------------------------------------------------------------------
 

@@ -198,6 +198,34 @@ def test_proposals_made_together_travel_as_one_append_and_each_gets_its_own_resu
     asyncio.run(main())
 
 
+def test_map_changed_fires_on_every_node_for_a_map_change_but_not_for_the_key_value_store(
+    tmp_path: Path,
+) -> None:
+    """What the agent and the API's waits wake on: a host added is seen by every member's event;
+    a key-value put (the bench's and the tests' traffic) wakes no agent."""
+
+    async def main() -> None:
+        members = await make_cluster(tmp_path)
+        try:
+            leader = await leader_of(members)
+            d = leader.driver
+            assert d is not None
+            await d.read_barrier()
+            await asyncio.sleep(0.3)  # the no-op entry of the new term applied everywhere
+            events = [m.driver.map_changed for m in members if m.driver is not None]
+            await d.propose(encode_command("kv_put", {"key": "k", "value": 1}))
+            await asyncio.sleep(0.3)
+            assert not any(e.is_set() for e in events)
+            nqn = "nqn.2014-08.com.example:h1"
+            await d.propose(encode_command("host_add", {"nqn": nqn}))
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 10)
+            assert all(m.driver is not None and nqn in m.driver.map.state["hosts"] for m in members)
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
+
+
 def test_a_proposal_to_a_stopped_driver_says_not_leader_and_reaches_no_log(tmp_path: Path) -> None:
     async def main() -> None:
         members = await make_cluster(tmp_path)
