@@ -34,8 +34,8 @@ POLL_S = 0.1
 IDLE_PASS_S = 10.0
 RETRY_PAUSE_S = 5.0
 REPORT_MIN_INTERVAL_S = 0.3
-URGENT_MIN_INTERVAL_S = 0.05  # a report someone waits for (nodeos/agent/urgency.py)
-MIN_PASS_GAP_S = 0.02  # between the end of a pass and the start of the next
+URGENT_MIN_INTERVAL_S = 0.01  # a report someone waits for (nodeos/agent/urgency.py)
+MIN_PASS_GAP_S = 0.005  # between the end of a pass and the start of the next
 DRIVES_EVERY_S = 60.0
 DISCOVERY_SVCID = "8009"
 CAP_EVERY_S = 15.0
@@ -133,6 +133,8 @@ class Agent:
                 retry = True
             last_end = time.monotonic()
             next_pass = last_end + (RETRY_PAUSE_S if retry else IDLE_PASS_S)
+            if self._cap_dirty:  # a capacity read put off while steps ran (_cap_due)
+                next_pass = min(next_pass, self._cap_at + REPORT_MIN_INTERVAL_S)
             if self.freezer.held:
                 next_pass = min(next_pass, time.monotonic() + freeze.FREEZE_POLL_S)
 
@@ -368,6 +370,13 @@ class Agent:
         self._last_report_at = time.monotonic()
         return True
 
+    def _cap_due(self) -> bool:
+        """Pool capacity costs a data plane round trip (an SPDK RPC: ~7 ms): read after a step
+        changed it, but during a burst of steps at most every REPORT_MIN_INTERVAL_S, so a create's
+        ready report does not wait for it; and every CAP_EVERY_S regardless."""
+        since = time.monotonic() - self._cap_at
+        return since >= CAP_EVERY_S or (self._cap_dirty and since >= REPORT_MIN_INTERVAL_S)
+
     async def _replica_report(self, v: dict[str, Any]) -> dict[str, Any]:
         """One local replica as the map should see it. A secondary that exports its replica is
         "syncing" until the primary's mirror says its leg is in sync (members)."""
@@ -439,7 +448,7 @@ class Agent:
             # Pool capacity costs an LVM/SPDK round trip: read after a change, else every CAP_EVERY_S.
             if down:
                 self._cap_error = down
-            elif self._cap_dirty or time.monotonic() - self._cap_at >= CAP_EVERY_S:
+            elif self._cap_due():
                 try:
                     self._cap = {i.pool_id: i for i in await node.ops.call("list_pools")}
                     self._cap_error = None
