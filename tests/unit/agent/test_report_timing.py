@@ -1,8 +1,10 @@
-"""Which report changes go at once (an operation waits for them) and which wait for the spacing."""
+"""When a node reports: which changes go at once (an operation waits for them), which wait for the
+spacing, and when pool capacity is read."""
 
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
@@ -78,3 +80,21 @@ def test_the_first_report_and_a_removed_replica_are_urgent() -> None:
     assert urgent(None, BASE)
     assert urgent(BASE, changed(("replicas",), {}))
     assert not urgent(BASE, copy.deepcopy(BASE))
+
+
+def test_capacity_is_read_after_a_step_but_at_most_once_per_report_spacing() -> None:
+    """A create's ready report must not wait for a pool-capacity round trip (an SPDK RPC) each
+    time: during a burst the read waits for the report spacing; without a step, CAP_EVERY_S."""
+    from types import SimpleNamespace
+
+    from nodeos.agent.agent import CAP_EVERY_S, REPORT_MIN_INTERVAL_S, Agent
+
+    now = time.monotonic()
+
+    def due(read_ago: float, dirty: bool) -> bool:
+        return Agent._cap_due(SimpleNamespace(_cap_at=now - read_ago, _cap_dirty=dirty))  # type: ignore[arg-type]
+
+    assert not due(REPORT_MIN_INTERVAL_S / 3, dirty=True)  # a burst: put off
+    assert due(REPORT_MIN_INTERVAL_S + 0.05, dirty=True)
+    assert not due(REPORT_MIN_INTERVAL_S + 0.05, dirty=False)  # nothing changed it
+    assert due(CAP_EVERY_S + 0.05, dirty=False)
