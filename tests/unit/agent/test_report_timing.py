@@ -87,12 +87,12 @@ def test_capacity_is_read_after_a_step_but_at_most_once_per_report_spacing() -> 
     time: during a burst the read waits for the report spacing; without a step, CAP_EVERY_S."""
     from types import SimpleNamespace
 
-    from nodeos.agent.agent import CAP_EVERY_S, REPORT_MIN_INTERVAL_S, Agent
+    from nodeos.agent.report import CAP_EVERY_S, REPORT_MIN_INTERVAL_S, Reporting
 
     now = time.monotonic()
 
     def due(read_ago: float, dirty: bool) -> bool:
-        return Agent._cap_due(SimpleNamespace(_cap_at=now - read_ago, _cap_dirty=dirty))  # type: ignore[arg-type]
+        return Reporting._cap_due(SimpleNamespace(_cap_at=now - read_ago, _cap_dirty=dirty))  # type: ignore[arg-type]
 
     assert not due(REPORT_MIN_INTERVAL_S / 3, dirty=True)  # a burst: put off
     assert due(REPORT_MIN_INTERVAL_S + 0.05, dirty=True)
