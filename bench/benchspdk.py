@@ -1,5 +1,6 @@
 """The real nvmf_tgt an SPDK benchmark runs against: started, waited for until it answers on its
-RPC socket, and stopped (SIGTERM, then SIGKILL) whatever happens in the run."""
+RPC socket, and stopped (SIGTERM, then SIGKILL) whatever happens in the run; and the raw
+volume create the benchmarks compare nodeos against."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from nodeos.dataplane.base import Listener
 from nodeos.dataplane.select import spdk_answers
+from nodeos.dataplane.spdk import requests as rq
+from nodeos.dataplane.spdk.client import SpdkRpc
+
+GIB = 1 << 30
 
 
 def start_target(bin_dir: Path, work: Path, args: list[str], nice: int = 0) -> subprocess.Popen[bytes]:
@@ -49,3 +55,22 @@ def target(bin_dir: Path, work: Path, args: list[str], nice: int = 0) -> Iterato
         yield proc
     finally:
         stop_target(proc)
+
+
+def raw_create(rpc: SpdkRpc, lvs: str, listener: Listener, i: int) -> str:
+    """The 4 RPCs a volume needs at least (thin lvol of 1 GiB, subsystem, namespace, TCP listener),
+    one after the other on one connection, as SPDK's rpc.py sends them. Returns the NQN."""
+    nqn = f"nqn.2014-08.io.nodeos:raw:{i}"
+    for method, params in (
+        rq.lvol_create(lvs, f"raw{i}", GIB),
+        rq.create_subsystem(nqn, f"RAW{i:016d}", "raw", allow_any_host=False, ana_reporting=True),
+        rq.add_ns(nqn, f"{lvs}/raw{i}", 1),
+        rq.add_listener(nqn, listener),
+    ):
+        rpc.call(method, params)
+    return nqn
+
+
+def raw_delete(rpc: SpdkRpc, lvs: str, i: int) -> None:
+    rpc.call(*rq.delete_subsystem(f"nqn.2014-08.io.nodeos:raw:{i}"))
+    rpc.call(*rq.lvol_delete(f"{lvs}/raw{i}"))

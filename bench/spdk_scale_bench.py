@@ -40,10 +40,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
-from benchspdk import start_target, stop_target  # noqa: E402
+from benchspdk import raw_create, raw_delete, start_target, stop_target  # noqa: E402
 
 from nodeos.dataplane.base import Listener  # noqa: E402
-from nodeos.dataplane.spdk import requests as rq  # noqa: E402
 from nodeos.dataplane.spdk import target_setup  # noqa: E402
 from nodeos.dataplane.spdk.backend import SpdkDataPlane, lvs_name  # noqa: E402
 from nodeos.dataplane.spdk.client import SpdkRpc  # noqa: E402
@@ -110,23 +109,6 @@ class Counter:
         dp.rpc.call_many = counted_many  # type: ignore[method-assign]
 
 
-def raw_create(rpc: SpdkRpc, i: int) -> str:
-    nqn = f"nqn.2014-08.io.nodeos:raw:{i}"
-    for method, params in (
-        rq.lvol_create(lvs_name(POOL), f"raw{i}", GIB),
-        rq.create_subsystem(nqn, f"RAW{i:016d}", "raw", allow_any_host=False, ana_reporting=True),
-        rq.add_ns(nqn, f"{lvs_name(POOL)}/raw{i}", 1),
-        rq.add_listener(nqn, LISTENER),
-    ):
-        rpc.call(method, params)
-    return nqn
-
-
-def raw_delete(rpc: SpdkRpc, i: int) -> None:
-    rpc.call(*rq.delete_subsystem(f"nqn.2014-08.io.nodeos:raw:{i}"))
-    rpc.call(*rq.lvol_delete(f"{lvs_name(POOL)}/raw{i}"))
-
-
 def nodeos_create(dp: SpdkDataPlane, vol: dict[str, Any]) -> dict[str, Any]:
     """nodeos/node/ops.py `_volume_create` for a single-replica volume, without the store."""
     info = dp.create_volume(vol["pool_id"], vol["vol_id"], int(vol["size_bytes"]))
@@ -184,14 +166,15 @@ def run(
             k = min(block, n - len(vols))
             kr = min(raw_n, k)
             base = len(vols)
-            dt_raw, _ = timed(lambda: [raw_create(raw, base + j) for j in range(kr)])  # noqa: B023
+            lvs = lvs_name(POOL)
+            dt_raw, _ = timed(lambda: [raw_create(raw, lvs, LISTENER, base + j) for j in range(kr)])  # noqa: B023
             before = count.n
             batch = [model.new_volume(f"v{base + j}", pool, GIB) for j in range(k)]
             dt_nodeos, made = timed(lambda: [nodeos_create(dp, v) for v in batch])  # noqa: B023
             rpcs_create += count.n - before
             vols += made
             for j in range(kr):
-                raw_delete(raw, base + j)
+                raw_delete(raw, lvs, base + j)
             t_raw += dt_raw
             made_raw += kr
             t_nodeos += dt_nodeos

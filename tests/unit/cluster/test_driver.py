@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,23 @@ async def shutdown(members: list[Member]) -> None:
         m.storage.inner.close()
 
 
+def with_leader(tmp: Path, body: Callable[[list[Member], Member, RaftDriver], Awaitable[None]]) -> None:
+    """Run `body(members, leader, its driver)` on a fresh 3-node cluster whose leader has
+    confirmed its leadership once; the cluster is shut down whatever happens."""
+
+    async def main() -> None:
+        members = await make_cluster(tmp)
+        try:
+            leader = await leader_of(members)
+            assert leader.driver is not None
+            await leader.driver.read_barrier()
+            await body(members, leader, leader.driver)
+        finally:
+            await shutdown(members)
+
+    asyncio.run(main())
+
+
 def test_commands_commit_everywhere_and_nothing_is_sent_before_it_is_durable(tmp_path: Path) -> None:
     async def main() -> None:
         members = await make_cluster(tmp_path)
@@ -166,36 +184,28 @@ def test_proposals_made_together_travel_as_one_append_and_each_gets_its_own_resu
     (group commit), yet each proposer gets its own entry's result; a batch Raft refuses fails
     every proposal in it with NotLeader."""
 
-    async def main() -> None:
-        members = await make_cluster(tmp_path)
-        try:
-            leader = await leader_of(members)
-            d = leader.driver
-            assert d is not None
-            await d.read_barrier()
-            leader.sent.clear()
-            cmds = [
-                encode_command("kv_cas", {"key": "c", "expect": i or None, "value": i + 1}) for i in range(8)
-            ]
-            outs = await asyncio.gather(*(d.propose(c) for c in cmds))
-            # In order, each its own result: the i-th compare-and-set saw the (i-1)-th's value.
-            assert [o["value"] for o in outs] == list(range(1, 9))
-            carried = [len(m.entries) for m in leader.sent if m.type is MessageType.APP and m.entries]
-            assert carried and max(carried) == 8, carried
-            assert len(carried) == 2, carried  # one per follower
-            raft = d.node.raft
-            raft.become_follower(raft.term, 0)  # Raft steps down before the driver sees it
-            refused = await asyncio.gather(
-                *(d.propose(encode_command("kv_put", {"key": "x", "value": i})) for i in range(3)),
-                return_exceptions=True,
-            )
-            assert all(isinstance(r, NotLeader) for r in refused), refused
-            assert d._waiters.proposals == {}
-            assert [v for m in members for v in m.violations] == []
-        finally:
-            await shutdown(members)
+    async def body(members: list[Member], leader: Member, d: RaftDriver) -> None:
+        leader.sent.clear()
+        cmds = [
+            encode_command("kv_cas", {"key": "c", "expect": i or None, "value": i + 1}) for i in range(8)
+        ]
+        outs = await asyncio.gather(*(d.propose(c) for c in cmds))
+        # In order, each its own result: the i-th compare-and-set saw the (i-1)-th's value.
+        assert [o["value"] for o in outs] == list(range(1, 9))
+        carried = [len(m.entries) for m in leader.sent if m.type is MessageType.APP and m.entries]
+        assert carried and max(carried) == 8, carried
+        assert len(carried) == 2, carried  # one per follower
+        raft = d.node.raft
+        raft.become_follower(raft.term, 0)  # Raft steps down before the driver sees it
+        refused = await asyncio.gather(
+            *(d.propose(encode_command("kv_put", {"key": "x", "value": i})) for i in range(3)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, NotLeader) for r in refused), refused
+        assert d._waiters.proposals == {}
+        assert [v for m in members for v in m.violations] == []
 
-    asyncio.run(main())
+    with_leader(tmp_path, body)
 
 
 def test_map_changed_fires_on_every_node_for_a_map_change_but_not_for_the_key_value_store(
@@ -204,67 +214,44 @@ def test_map_changed_fires_on_every_node_for_a_map_change_but_not_for_the_key_va
     """What the agent and the API's waits wake on: a host added is seen by every member's event;
     a key-value put (the bench's and the tests' traffic) wakes no agent."""
 
-    async def main() -> None:
-        members = await make_cluster(tmp_path)
-        try:
-            leader = await leader_of(members)
-            d = leader.driver
-            assert d is not None
-            await d.read_barrier()
-            await asyncio.sleep(0.3)  # the no-op entry of the new term applied everywhere
-            events = [m.driver.map_changed for m in members if m.driver is not None]
-            await d.propose(encode_command("kv_put", {"key": "k", "value": 1}))
-            await asyncio.sleep(0.3)
-            assert not any(e.is_set() for e in events)
-            nqn = "nqn.2014-08.com.example:h1"
-            await d.propose(encode_command("host_add", {"nqn": nqn}))
-            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 10)
-            assert all(m.driver is not None and nqn in m.driver.map.state["hosts"] for m in members)
-        finally:
-            await shutdown(members)
+    async def body(members: list[Member], leader: Member, d: RaftDriver) -> None:
+        await asyncio.sleep(0.3)  # the no-op entry of the new term applied everywhere
+        events = [m.driver.map_changed for m in members if m.driver is not None]
+        await d.propose(encode_command("kv_put", {"key": "k", "value": 1}))
+        await asyncio.sleep(0.3)
+        assert not any(e.is_set() for e in events)
+        nqn = "nqn.2014-08.com.example:h1"
+        await d.propose(encode_command("host_add", {"nqn": nqn}))
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 10)
+        assert all(m.driver is not None and nqn in m.driver.map.state["hosts"] for m in members)
 
-    asyncio.run(main())
+    with_leader(tmp_path, body)
 
 
 def test_a_proposal_to_a_stopped_driver_says_not_leader_and_reaches_no_log(tmp_path: Path) -> None:
-    async def main() -> None:
-        members = await make_cluster(tmp_path)
-        try:
-            leader = await leader_of(members)
-            d = leader.driver
-            assert d is not None
-            await d.read_barrier()
-            last = d.node.raft.log.last_index()
-            await d.stop()
-            assert d.role is StateRole.LEADER  # as the service sees it until it drops the driver
-            with pytest.raises(NotLeader, match="stopping"):
-                await d.propose(encode_command("kv_put", {"key": "late", "value": 1}))
-            assert d.node.raft.log.last_index() == last
-        finally:
-            await shutdown(members)
+    async def body(members: list[Member], leader: Member, d: RaftDriver) -> None:
+        last = d.node.raft.log.last_index()
+        await d.stop()
+        assert d.role is StateRole.LEADER  # as the service sees it until it drops the driver
+        with pytest.raises(NotLeader, match="stopping"):
+            await d.propose(encode_command("kv_put", {"key": "late", "value": 1}))
+        assert d.node.raft.log.last_index() == last
 
-    asyncio.run(main())
+    with_leader(tmp_path, body)
 
 
 def test_a_read_barrier_on_a_leader_that_just_stepped_down_says_not_leader(tmp_path: Path) -> None:
     """Raft can step down in a tick before the driver has seen the Ready that says so (the
     failover simulator's seed 4684): the barrier must answer NotLeader, as a proposal does."""
 
-    async def main() -> None:
-        members = await make_cluster(tmp_path)
-        try:
-            leader = await leader_of(members)
-            assert leader.driver is not None
-            await leader.driver.read_barrier()
-            raft = leader.driver.node.raft
-            raft.become_follower(raft.term, 0)  # what a check-quorum tick does, Ready not seen yet
-            assert leader.driver.role is StateRole.LEADER
-            with pytest.raises(NotLeader):
-                await leader.driver.read_barrier()
-        finally:
-            await shutdown(members)
+    async def body(members: list[Member], leader: Member, d: RaftDriver) -> None:
+        raft = d.node.raft
+        raft.become_follower(raft.term, 0)  # what a check-quorum tick does, Ready not seen yet
+        assert d.role is StateRole.LEADER
+        with pytest.raises(NotLeader):
+            await d.read_barrier()
 
-    asyncio.run(main())
+    with_leader(tmp_path, body)
 
 
 def test_a_new_leader_takes_over_and_keeps_committed_data(tmp_path: Path) -> None:
