@@ -202,5 +202,10 @@ class Store:
         with self.env.begin(write=True) as txn:
             yield Txn(self, txn)
 
+    def last_txn_id(self) -> int:
+        """The id of the last committed write transaction (by any process): it changes with every
+        commit, so a reader can tell whether what it read before is still current."""
+        return int(self.env.info()["last_txnid"])
+
     def close(self) -> None:
         self.env.close()
