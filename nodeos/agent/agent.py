@@ -6,13 +6,14 @@ intent first, so `kill -9` at any step is finished or rolled back at the next st
 report the node's actual state to the map in one `node_report` command, only when it
 changed: at most every REPORT_MIN_INTERVAL_S, or URGENT_MIN_INTERVAL_S when an operation waits
 for the change (nodeos/agent/urgency.py). Passes run as soon as the map changes beyond its
-key-value store (at most one per MIN_PASS_GAP_S), after a failure (with a pause) and every
-IDLE_PASS_S.
+key-value store (MIN_PASS_GAP_S apart while the node has work, POLL_S apart otherwise), after a
+failure (with a pause) and every IDLE_PASS_S.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -23,7 +24,14 @@ from nodeos.agent.legs import Sent
 from nodeos.agent.legwatch import LegWatch
 from nodeos.agent.plan import Step, plan
 from nodeos.agent.published import Published
-from nodeos.agent.report import CAP_EVERY_S, DRIVES_EVERY_S, REPORT_MIN_INTERVAL_S, RETRY_PAUSE_S, Reporting
+from nodeos.agent.report import (
+    BUSY_S,
+    CAP_EVERY_S,
+    DRIVES_EVERY_S,
+    REPORT_MIN_INTERVAL_S,
+    RETRY_PAUSE_S,
+    Reporting,
+)
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
@@ -32,7 +40,7 @@ from nodeos.node import crash
 LOG = logging.getLogger("nodeosd.agent")
 POLL_S = 0.1
 IDLE_PASS_S = 10.0
-MIN_PASS_GAP_S = 0.005  # between the end of a pass and the start of the next
+MIN_PASS_GAP_S = 0.005  # between the end of a pass and the start of the next, while busy
 DISCOVERY_SVCID = "8009"
 # Steps whose failure is retried at the next pass (the others wait for the map to change).
 RETRIED_STEPS = (
@@ -54,6 +62,7 @@ class Agent(Reporting):
         self._drives_at = -DRIVES_EVERY_S
         self._missing_logged: set[str] = set()  # pools whose missing drive was logged
         self.wake = asyncio.Event()
+        self._busy_until = 0.0  # see BUSY_S
         self._referrals_set: tuple[Any, Any] | None = None
         self._cap: dict[str, Any] = {}
         self._cap_error: str | None = None
@@ -116,8 +125,13 @@ class Agent(Reporting):
             if not due:
                 await self._idle(d)
                 continue
-            if now < last_end + MIN_PASS_GAP_S:
-                await asyncio.sleep(last_end + MIN_PASS_GAP_S - now)
+            # Quick passes while this node has work (steps, reports); else at most one per POLL_S,
+            # as a map busy with other nodes' reports would otherwise keep every agent passing.
+            gap = MIN_PASS_GAP_S if now < self._busy_until else POLL_S
+            if now < last_end + gap and not self.wake.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(last_end + gap - now):
+                        await self.wake.wait()
             self.wake.clear()
             seen = d.map.applied_index
             try:
@@ -304,6 +318,7 @@ class Agent(Reporting):
 
     async def _run_step(self, step: Step) -> None:
         self._cap_dirty = True
+        self._busy_until = time.monotonic() + BUSY_S
         rec, db = step.record, step.db
 
         def prepare(txn: Any) -> None:

@@ -25,6 +25,7 @@ URGENT_MIN_INTERVAL_S = 0.01  # a report someone waits for (nodeos/agent/urgency
 DRIVES_EVERY_S = 60.0
 CAP_EVERY_S = 15.0
 RETRY_PAUSE_S = 5.0  # a pass whose report was not delivered is retried after it
+BUSY_S = 1.0  # the agent passes quickly while a step ran or a report went out this long ago
 FAILOVER_STATES = ("retargeting", "promoting", "demoting")  # a replicated volume's role change
 
 
@@ -62,6 +63,7 @@ class Reporting:
         self._last_seq = seq
         self._last_target = (id(d), d.id, seq)
         self._last_report_at = time.monotonic()
+        self._busy_until = self._last_report_at + BUSY_S
         return True
 
     def _cap_due(self: Agent) -> bool:
