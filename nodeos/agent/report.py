@@ -25,7 +25,7 @@ URGENT_MIN_INTERVAL_S = 0.01  # a report someone waits for (nodeos/agent/urgency
 DRIVES_EVERY_S = 60.0
 CAP_EVERY_S = 15.0
 RETRY_PAUSE_S = 5.0  # a pass whose report was not delivered is retried after it
-BUSY_S = 1.0  # the agent passes quickly while a step ran or a report went out this long ago
+BUSY_S = 1.0  # the agent passes quickly while a step ran or an urgent report went out this long ago
 FAILOVER_STATES = ("retargeting", "promoting", "demoting")  # a replicated volume's role change
 
 
@@ -38,7 +38,8 @@ class Reporting:
         target = (id(d), d.id, (d.map.state["reports"].get(d.id) or {}).get("seq"))
         if body == self._last_report and target == self._last_target:
             return True
-        spacing = URGENT_MIN_INTERVAL_S if urgency.urgent(self._last_report, body) else REPORT_MIN_INTERVAL_S
+        urgent = urgency.urgent(self._last_report, body)
+        spacing = URGENT_MIN_INTERVAL_S if urgent else REPORT_MIN_INTERVAL_S
         wait = self._last_report_at + spacing - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
@@ -63,7 +64,8 @@ class Reporting:
         self._last_seq = seq
         self._last_target = (id(d), d.id, seq)
         self._last_report_at = time.monotonic()
-        self._busy_until = self._last_report_at + BUSY_S
+        if urgent:  # progress and capacity reports alone do not keep the agent's passes quick
+            self._busy_until = self._last_report_at + BUSY_S
         return True
 
     def _cap_due(self: Agent) -> bool:
