@@ -28,7 +28,6 @@ from nodeos.agent.report import (
     BUSY_S,
     CAP_EVERY_S,
     DRIVES_EVERY_S,
-    REPORT_MIN_INTERVAL_S,
     RETRY_PAUSE_S,
     Reporting,
 )
@@ -141,8 +140,6 @@ class Agent(Reporting):
                 retry = True
             last_end = time.monotonic()
             next_pass = last_end + (RETRY_PAUSE_S if retry else IDLE_PASS_S)
-            if self._cap_dirty:  # a capacity read put off while steps ran (_cap_due)
-                next_pass = min(next_pass, self._cap_at + REPORT_MIN_INTERVAL_S)
             if self.freezer.held:
                 next_pass = min(next_pass, time.monotonic() + freeze.FREEZE_POLL_S)
 

@@ -68,13 +68,6 @@ class Reporting:
             self._busy_until = self._last_report_at + BUSY_S
         return True
 
-    def _cap_due(self: Agent) -> bool:
-        """Pool capacity costs a data plane round trip (an SPDK RPC: ~7 ms): read after a step
-        changed it, but during a burst of steps at most every REPORT_MIN_INTERVAL_S, so a create's
-        ready report does not wait for it; and every CAP_EVERY_S regardless."""
-        since = time.monotonic() - self._cap_at
-        return since >= CAP_EVERY_S or (self._cap_dirty and since >= REPORT_MIN_INTERVAL_S)
-
     async def _replica_report(self: Agent, v: dict[str, Any]) -> dict[str, Any]:
         """One local replica as the map should see it. A secondary that exports its replica is
         "syncing" until the primary's mirror says its leg is in sync (members)."""
@@ -146,7 +139,7 @@ class Reporting:
             # Pool capacity costs an LVM/SPDK round trip: read after a change, else every CAP_EVERY_S.
             if down:
                 self._cap_error = down
-            elif self._cap_due():
+            elif self._cap_dirty or time.monotonic() - self._cap_at >= CAP_EVERY_S:
                 try:
                     self._cap = {i.pool_id: i for i in await node.ops.call("list_pools")}
                     self._cap_error = None

@@ -1,10 +1,9 @@
-"""When a node reports: which changes go at once (an operation waits for them), which wait for the
-spacing, and when pool capacity is read."""
+"""When a node reports: which changes go at once (an operation waits for them) and which wait
+for the spacing."""
 
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import pytest
@@ -80,21 +79,3 @@ def test_the_first_report_and_a_removed_replica_are_urgent() -> None:
     assert urgent(None, BASE)
     assert urgent(BASE, changed(("replicas",), {}))
     assert not urgent(BASE, copy.deepcopy(BASE))
-
-
-def test_capacity_is_read_after_a_step_but_at_most_once_per_report_spacing() -> None:
-    """A create's ready report must not wait for a pool-capacity round trip (an SPDK RPC) each
-    time: during a burst the read waits for the report spacing; without a step, CAP_EVERY_S."""
-    from types import SimpleNamespace
-
-    from nodeos.agent.report import CAP_EVERY_S, REPORT_MIN_INTERVAL_S, Reporting
-
-    now = time.monotonic()
-
-    def due(read_ago: float, dirty: bool) -> bool:
-        return Reporting._cap_due(SimpleNamespace(_cap_at=now - read_ago, _cap_dirty=dirty))  # type: ignore[arg-type]
-
-    assert not due(REPORT_MIN_INTERVAL_S / 3, dirty=True)  # a burst: put off
-    assert due(REPORT_MIN_INTERVAL_S + 0.05, dirty=True)
-    assert not due(REPORT_MIN_INTERVAL_S + 0.05, dirty=False)  # nothing changed it
-    assert due(CAP_EVERY_S + 0.05, dirty=False)

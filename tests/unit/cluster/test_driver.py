@@ -186,9 +186,7 @@ def test_proposals_made_together_travel_as_one_append_and_each_gets_its_own_resu
 
     async def body(members: list[Member], leader: Member, d: RaftDriver) -> None:
         leader.sent.clear()
-        cmds = [
-            encode_command("kv_cas", {"key": "c", "expect": i or None, "value": i + 1}) for i in range(8)
-        ]
+        cmds = [encode_command("kv_cas", {"key": "c", "expect": i or None, "value": i + 1}) for i in range(8)]
         outs = await asyncio.gather(*(d.propose(c) for c in cmds))
         # In order, each its own result: the i-th compare-and-set saw the (i-1)-th's value.
         assert [o["value"] for o in outs] == list(range(1, 9))
