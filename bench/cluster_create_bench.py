@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -175,6 +176,7 @@ def run(bin_dir: Path, n: int, block: int, clients: int) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 daemon.kill()
         stop_target(tgt)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _rows(out: Any, key: str) -> list[dict[str, Any]]:
