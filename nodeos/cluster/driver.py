@@ -3,7 +3,7 @@
 One asyncio task handles every Ready in the order Raft requires:
   1. send what promises nothing about this node's disk (a leader's appends and heartbeats,
      rawnode.split_messages): followers write the entries while the leader does;
-  2. persist snapshot + entries + hard state in ONE synced LMDB transaction, on the disk
+  2. persist snapshot + entries + hard state in ONE synced write (the log file), on the disk
      thread so the event loop keeps taking messages and proposals meanwhile (those form the
      next Ready: group commit). Skipped when the Ready changes only the commit index
      (Ready.must_sync); that hard state rides along with the next write;
@@ -16,9 +16,10 @@ Proposals are wrapped as `[request id, command, time]` (nodeos/cluster/entry.py)
 proposer can find the result of its own entry; the map sees the command and the proposer's
 time (its events carry it: the map reads no clock). Events a command records go to the
 journal on the node that applies it as leader, so each appears there once
-(nodeos/observe/journal.py). A proposal is acknowledged only once its entry is committed AND
+(nodeos/observe/journal.py). Proposals made in one turn of the event loop reach Raft as one
+(one append per follower). A proposal is acknowledged only once its entry is committed AND
 applied. When this node loses leadership, every pending proposal fails with OutcomeUnknown
-(its entry may still commit under the next leader).
+(its entry may still commit under the next leader); one not yet handed to Raft, NotLeader.
 
 Linearizable reads use ReadIndex: the leader confirms it is still leader with a quorum, then
 serves the read once the map has applied up to the read index.
