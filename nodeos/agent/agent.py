@@ -40,6 +40,7 @@ LOG = logging.getLogger("nodeosd.agent")
 POLL_S = 0.1
 IDLE_PASS_S = 10.0
 MIN_PASS_GAP_S = 0.005  # between the end of a pass and the start of the next, while busy
+SLOW_PASS_S = 2.0  # a pass this long is logged
 DISCOVERY_SVCID = "8009"
 # Steps whose failure is retried at the next pass (the others wait for the map to change).
 RETRIED_STEPS = (
@@ -133,12 +134,15 @@ class Agent(Reporting):
                         await self.wake.wait()
             self.wake.clear()
             seen = d.map.applied_index
+            started = time.monotonic()
             try:
                 retry = await self.run_pass()
             except Exception:
                 LOG.exception("agent pass failed")
                 retry = True
             last_end = time.monotonic()
+            if last_end - started > SLOW_PASS_S:  # e.g. a data plane call or a report that hung
+                LOG.info("agent pass took %.1f s (map at index %d)", last_end - started, seen)
             next_pass = last_end + (RETRY_PAUSE_S if retry else IDLE_PASS_S)
             if self.freezer.held:
                 next_pass = min(next_pass, time.monotonic() + freeze.FREEZE_POLL_S)
