@@ -125,8 +125,9 @@ class Agent(Reporting):
             if not due:
                 await self._idle(d)
                 continue
-            # Quick passes while this node has work (steps, reports); else at most one per POLL_S,
-            # as a map busy with other nodes' reports would otherwise keep every agent passing.
+            # Quick passes while this node has work (steps, state-change reports: BUSY_S); else at
+            # most one per POLL_S, as a map busy with other nodes' reports would otherwise keep
+            # every agent passing.
             gap = MIN_PASS_GAP_S if now < self._busy_until else POLL_S
             if now < last_end + gap and not self.wake.is_set():
                 with contextlib.suppress(TimeoutError):

@@ -1,7 +1,7 @@
 """Which changes of a node's report someone is waiting for (pure).
 
 A report is a Raft command holding the node's whole actual state, so reports are spaced
-(agent.REPORT_MIN_INTERVAL_S) to bound what a busy node writes to the log. A change that an
+(report.REPORT_MIN_INTERVAL_S) to bound what a busy node writes to the log. A change that an
 operation waits on -- a volume, replica, pool, snapshot or published copy changing state, a
 replica's size, hosts, epoch, legs or freeze -- goes at once: `nodeos volume create` returns
 when the map holds the replica ready, and a lone node's create would otherwise wait out the

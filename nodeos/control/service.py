@@ -173,7 +173,7 @@ class ControlService:
         while self._map()["applied_index"] < index:
             if time.monotonic() >= deadline:
                 raise OutcomeUnknown(f"committed at index {index}, but this node has not applied it yet")
-            await asyncio.sleep(0.02)
+            await self._map_changed(0.02)
         return out["result"]
 
     async def _write_once(self, op: str, params: dict[str, Any]) -> Any:

@@ -213,10 +213,14 @@ def test_map_changed_fires_on_every_node_for_a_map_change_but_not_for_the_key_va
     a key-value put (the bench's and the tests' traffic) wakes no agent."""
 
     async def body(members: list[Member], leader: Member, d: RaftDriver) -> None:
-        await asyncio.sleep(0.3)  # the no-op entry of the new term applied everywhere
+        async def all_applied(index: int) -> None:
+            while any(m.driver is not None and m.driver.map.applied_index < index for m in members):
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(all_applied(d.map.applied_index), 10)  # the new term's no-op everywhere
         events = [m.driver.map_changed for m in members if m.driver is not None]
         await d.propose(encode_command("kv_put", {"key": "k", "value": 1}))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(all_applied(d.map.applied_index), 10)  # the put applied everywhere
         assert not any(e.is_set() for e in events)
         nqn = "nqn.2014-08.com.example:h1"
         await d.propose(encode_command("host_add", {"nqn": nqn}))
