@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from nodeos.agent import freeze, handoff
@@ -41,6 +42,9 @@ POLL_S = 0.1
 IDLE_PASS_S = 10.0
 MIN_PASS_GAP_S = 0.005  # between the end of a pass and the start of the next, while busy
 SLOW_PASS_S = 2.0  # a pass this long is logged
+MAX_CREATES_TOGETHER = 64  # volume creates of one pass sent together (SpdkRpc.call_many's window)
+# Thin creates take no space: the pools' capacity is not read again for them (an RPC per report).
+CAPACITY_KEPT = ("volume.create", "volume.clone")
 DISCOVERY_SVCID = "8009"
 # Steps whose failure is retried at the next pass (the others wait for the map to change).
 RETRIED_STEPS = (
@@ -184,15 +188,14 @@ class Agent(Reporting):
                         await self.gc.run(st, me, recs)
                     except Exception:
                         LOG.exception("orphan collection failed")
-                for step in steps:
-                    try:
-                        await self._run_step(step)
-                    except NodeosError as err:
+                for group in batches(steps):
+                    failed = await self._run_steps(group)
+                    for step, err in failed:
                         key = _key(step)
                         uuid = (step.record or {}).get("uuid") or (step.record or {}).get("pool_id")
                         self.errors[key] = {"step": step.op, "error": err.message, "uuid": uuid}
                         LOG.error("%s %s failed: %s", step.op, step.name, err.message)
-                        retry = True
+                    retry |= bool(failed)
                 retry |= await self.published.reconcile(st, me)
         for snap, reason in aborts:
             await self._abort_snapshot(snap, reason)
@@ -318,16 +321,23 @@ class Agent(Reporting):
         self._referrals_set = want
         return False
 
-    async def _run_step(self, step: Step) -> None:
-        self._cap_dirty = True
+    async def _run_steps(self, group: list[Step]) -> list[tuple[Step, NodeosError]]:
+        """One step, or volume creates made together (ops.run_creates); the failed ones. An
+        error that is no NodeosError (a bug) is raised once the others are done."""
+        self._cap_dirty |= any(s.op not in CAPACITY_KEPT for s in group)
         self._busy_until = time.monotonic() + BUSY_S
-        rec, db = step.record, step.db
-
-        def prepare(txn: Any) -> None:
-            if rec is not None:
-                txn.put(db, step.name, rec)
-
-        await self.node.ops.run(step.op, dict(step.data), prepare)
+        items = [(dict(step.data), _prepare(step)) for step in group]
+        if len(group) == 1:
+            try:
+                await self.node.ops.run(group[0].op, *items[0])
+                return []
+            except NodeosError as err:
+                return [(group[0], err)]
+        errors = await self.node.ops.run_creates(items)
+        bug = next((e for e in errors if e is not None and not isinstance(e, NodeosError)), None)
+        if bug is not None:
+            raise bug
+        return [(step, err) for step, err in zip(group, errors, strict=True) if isinstance(err, NodeosError)]
 
     def _forget_errors(self, st: dict[str, Any]) -> None:
         """An error is kept while the map still wants the same object in the same way."""
@@ -343,6 +353,29 @@ class Agent(Reporting):
                     alive = False  # exports, resizes and role changes are retried at the next pass
             if not alive:
                 del self.errors[key]
+
+
+def batches(steps: list[Step]) -> list[list[Step]]:
+    """The plan's steps in order, consecutive volume creates (not clones) together, at most
+    MAX_CREATES_TOGETHER: their data plane requests go together (nodeos/node/ops.py run_creates)."""
+    out: list[list[Step]] = []
+    for step in steps:
+        together = step.op == "volume.create"  # clones are "volume.clone"
+        if together and out and out[-1][0].op == "volume.create" and len(out[-1]) < MAX_CREATES_TOGETHER:
+            out[-1].append(step)
+        else:
+            out.append([step])
+    return out
+
+
+def _prepare(step: Step) -> Callable[[Any], None]:
+    """What a step writes with its intent: its transient local record."""
+
+    def prepare(txn: Any) -> None:
+        if step.record is not None:
+            txn.put(step.db, step.name, step.record)
+
+    return prepare
 
 
 def _key(step: Step) -> str:

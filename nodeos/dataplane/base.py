@@ -13,9 +13,14 @@ plane and names stay valid for LVM, SPDK and configfs alike.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
+
+from nodeos.errors import NodeosError
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 Transport = Literal["tcp", "rdma"]
 AnaState = Literal["optimized", "non-optimized", "inaccessible", "persistent-loss", "change"]
@@ -187,6 +192,11 @@ class DataPlane(Protocol):
 
     # volumes, snapshots, clones (thin)
     def create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo: ...
+    def create_volumes(self, wanted: Sequence[tuple[str, str, int]]) -> list[VolumeInfo | NodeosError]:
+        """create_volume for each (pool_id, vol_id, size_bytes), in order; each one's VolumeInfo
+        or its error (the others are made regardless). A backend may send them together."""
+        ...
+
     def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo: ...
     def delete_volume(self, pool_id: str, vol_id: str) -> None: ...
     def snapshot_volume(self, pool_id: str, vol_id: str, snap_id: str) -> VolumeInfo: ...
@@ -197,6 +207,11 @@ class DataPlane(Protocol):
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         """Create or update the subsystem, namespace, listeners, allowed hosts and ANA
         state to match `spec`; hosts no longer listed lose access (and are disconnected)."""
+        ...
+
+    def apply_exports(self, specs: Sequence[ExportSpec]) -> list[ExportInfo | NodeosError]:
+        """apply_export for each, in order; each one's ExportInfo or its error (the others are
+        applied regardless). A backend may send the requests of new exports together."""
         ...
 
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
@@ -307,3 +322,15 @@ class DataPlane(Protocol):
         ...
 
     def list_referrals(self, port: Listener) -> list[Listener]: ...
+
+
+def one_by_one(fn: Callable[[_In], _Out], items: Sequence[_In]) -> list[_Out | NodeosError]:
+    """`fn` of each item, in order: its result or its NodeosError (a backend's create_volumes or
+    apply_exports where nothing can be sent together)."""
+    out: list[_Out | NodeosError] = []
+    for item in items:
+        try:
+            out.append(fn(item))
+        except NodeosError as e:
+            out.append(e)
+    return out

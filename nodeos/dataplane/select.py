@@ -14,7 +14,7 @@ from pathlib import Path
 from nodeos.dataplane.base import AnaState, DataPlane, ExportInfo, ExportSpec, PoolInfo, VolumeInfo
 from nodeos.dataplane.kernel.configfs import NVMET_ROOT, ConfigFs
 from nodeos.dataplane.no_mirrors import NoMirrors
-from nodeos.errors import BadInput, EnvironmentProblem, NotSupported
+from nodeos.errors import BadInput, EnvironmentProblem, NodeosError, NotSupported
 
 DEFAULT_SPDK_SOCKET = "/var/tmp/spdk.sock"
 BACKENDS = ("auto", "spdk", "kernel", "none")
@@ -99,6 +99,9 @@ class NoDataPlane(NoMirrors):
     def create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         raise self._refuse()
 
+    def create_volumes(self, wanted: Sequence[tuple[str, str, int]]) -> list[VolumeInfo | NodeosError]:
+        return [self._refuse() for _ in wanted]
+
     def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         raise self._refuse()
 
@@ -116,6 +119,9 @@ class NoDataPlane(NoMirrors):
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         raise self._refuse()
+
+    def apply_exports(self, specs: Sequence[ExportSpec]) -> list[ExportInfo | NodeosError]:
+        return [self._refuse() for _ in specs]
 
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
         if specs:

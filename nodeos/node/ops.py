@@ -137,20 +137,49 @@ class Ops:
         try:
             await self.forward[op](data)
         except Exception as err:
-            LOG.warning("%s %s failed (%s); compensating", op, data.get("name"), err, extra=fields(op=op))
-            try:
-                await self.compensate[op](data)
-            except Exception as err2:
-                LOG.error(
-                    "%s %s: compensation failed too (%s); intent %d kept for retry",
-                    op,
-                    data.get("name"),
-                    err2,
-                    data["_seq"],
-                    extra=fields(op=op),
-                )
+            await self._compensate(op, data, err)
             raise
         crash.point(f"{op}:done")
+
+    async def run_creates(
+        self, items: list[tuple[dict[str, Any], Callable[[Any], None]]]
+    ) -> list[Exception | None]:
+        """volume.create of several volumes (an agent pass's) as one: their intents in one
+        transaction, their data plane requests sent together (create_volumes, apply_exports),
+        their final states in one transaction. Each keeps its own intent, so recovery and
+        compensation are per volume; the result is each one's error, or None."""
+        op = "volume.create"
+        with self.store.write() as txn:
+            for data, prepare in items:
+                prepare(txn)
+                self.begin(txn, op, data)
+        crash.point(f"{op}:intent")
+        for data, _ in items:
+            LOG.info("%s %s: intent %d recorded", op, data.get("name"), data["_seq"], extra=fields(op=op))
+        datas = [data for data, _ in items]
+        try:
+            errors = await self._volume_create_many(datas)
+        except Exception as err:  # e.g. the store: none is known to be done
+            errors = [err] * len(datas)
+        for data, err in zip(datas, errors, strict=True):
+            if err is not None:
+                await self._compensate(op, data, err)
+        crash.point(f"{op}:done")
+        return errors
+
+    async def _compensate(self, op: str, data: dict[str, Any], err: Exception) -> None:
+        LOG.warning("%s %s failed (%s); compensating", op, data.get("name"), err, extra=fields(op=op))
+        try:
+            await self.compensate[op](data)
+        except Exception as err2:
+            LOG.error(
+                "%s %s: compensation failed too (%s); intent %d kept for retry",
+                op,
+                data.get("name"),
+                err2,
+                data["_seq"],
+                extra=fields(op=op),
+            )
 
     def pending(self) -> list[dict[str, Any]]:
         with self.store.read() as txn:
@@ -249,30 +278,69 @@ class Ops:
     # --- volumes ----------------------------------------------------------------------
 
     async def _volume_create(self, d: dict[str, Any]) -> None:
-        with self.store.read() as txn:
-            vol = txn.get("volumes", d["name"])
-        if vol is None:
-            return self._drop(d)
         if d.get("snap_id"):
+            with self.store.read() as txn:
+                vol = txn.get("volumes", d["name"])
+            if vol is None:
+                return self._drop(d)
             info = await self.call("clone_snapshot", vol["pool_id"], d["snap_id"], vol["vol_id"])
             crash.point("volume.clone:clone-created")
+            errors = await self._created([d], [vol], [info])
         else:
-            info = await self.call(
-                "create_volume", vol["pool_id"], vol["vol_id"], replicas.lv_size(vol, self.dp.mirror_caps)
-            )
+            errors = await self._volume_create_many([d])
+        if errors[0] is not None:
+            raise errors[0]
+
+    async def _volume_create_many(self, ds: list[dict[str, Any]]) -> list[Exception | None]:
+        """The forward steps of volume.create for each of `ds` (their intents recorded): the
+        volumes made together, then the exports of those not replicated; each one's error."""
+        with self.store.read() as txn:
+            vols = [txn.get("volumes", d["name"]) for d in ds]
+        made = [i for i, v in enumerate(vols) if v is not None]
+        wanted = [
+            (vols[i]["pool_id"], vols[i]["vol_id"], replicas.lv_size(vols[i], self.dp.mirror_caps))
+            for i in made
+        ]
+        infos: list[Any] = [None] * len(ds)  # a volume the record no longer holds: nothing to make
+        if made:
+            for i, info in zip(made, await self.call("create_volumes", wanted), strict=True):
+                infos[i] = info
             crash.point("volume.create:volume-created")
-        if replicas.replicated(vol):
-            # Exported by volume.replica / volume.mirror once the other replicas are there.
-            with self.store.write() as txn:
-                txn.put("volumes", d["name"], dict(vol, state="standby", lv_device=info.device))
-                self.end(txn, d)
-            return
-        vol = dict(vol, size_bytes=info.size_bytes)
-        await self.call("apply_export", self.spec_for(vol))
-        crash.point("volume.clone:export-applied" if d.get("snap_id") else "volume.create:export-applied")
+        return await self._created(ds, vols, infos)
+
+    async def _created(
+        self, ds: list[dict[str, Any]], vols: list[Any], infos: list[Any]
+    ) -> list[Exception | None]:
+        """After the volumes were made (`infos`: each one's VolumeInfo, error, or None when its
+        record is gone): the exports of those not replicated, then every final state and the
+        end of every intent in one transaction."""
+        errors: list[Exception | None] = [i if isinstance(i, Exception) else None for i in infos]
+        final: dict[int, dict[str, Any]] = {}
+        exported: list[tuple[int, dict[str, Any]]] = []
+        for i, (vol, info) in enumerate(zip(vols, infos, strict=True)):
+            if vol is None or errors[i] is not None:
+                continue
+            if replicas.replicated(vol):
+                # Exported by volume.replica / volume.mirror once the other replicas are there.
+                final[i] = dict(vol, state="standby", lv_device=info.device)
+            else:
+                exported.append((i, dict(vol, size_bytes=info.size_bytes)))
+        if exported:
+            specs = [self.spec_for(vol) for _, vol in exported]
+            for (i, vol), res in zip(exported, await self.call("apply_exports", specs), strict=True):
+                if isinstance(res, Exception):
+                    errors[i] = res
+                else:
+                    final[i] = dict(vol, state="ready")
+            clone = any(d.get("snap_id") for d in ds)
+            crash.point("volume.clone:export-applied" if clone else "volume.create:export-applied")
         with self.store.write() as txn:
-            txn.put("volumes", d["name"], dict(vol, state="ready"))
-            self.end(txn, d)
+            for i, d in enumerate(ds):
+                if i in final:
+                    txn.put("volumes", d["name"], final[i])
+                if vols[i] is None or i in final:
+                    self.end(txn, d)
+        return errors
 
     async def _undo_volume_create(self, d: dict[str, Any]) -> None:
         with self.store.read() as txn:

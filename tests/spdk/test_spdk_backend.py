@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.dataplane.base import ExportSpec, HostAccess, Listener
+from nodeos.dataplane.base import ExportInfo, ExportSpec, HostAccess, Listener, VolumeInfo
 from nodeos.dataplane.spdk import client
+from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.backend import SpdkDataPlane
-from nodeos.errors import BadInput, NotFound, OperationFailed
+from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
 from tests.spdk.conftest import SpdkTarget, free_port
 
 pytestmark = pytest.mark.spdk
@@ -193,6 +194,62 @@ def test_a_restarts_re_export_lists_once_and_sends_only_what_differs(
         old.remove_export(spec.nqn)
         old.delete_volume(pool, spec.vol_id)
     restarted.close()
+
+
+def test_the_creates_of_one_pass_go_together_and_each_fails_alone(
+    spdk_target: SpdkTarget, pool: str, port: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11: the volume creates of one agent pass: the lvols' requests pipelined in one round
+    trip, the exports' in waves (every export's n-th request together). One refused fails alone
+    and leaves nothing half-made: a name taken by a smaller volume (read, refused), a bad id, an
+    lvol gone before its export; an export whose subsystem an earlier run left is completed. The
+    others are made as one at a time would make them."""
+    dp = spdk_target.dp
+    dp.create_volume(pool, "v20", 16 * MIB)  # taken: asked again below at 64 MiB
+    leftover = NQN[:-4] + "0023"
+    dp.call(rq.create_subsystem(leftover, "NODEOS0023"))  # as a run killed after it left it
+    many: list[list[str]] = []
+    call_many = dp.rpc.call_many
+    monkeypatch.setattr(
+        dp.rpc,
+        "call_many",
+        lambda reqs, window=64: many.append([m for m, _ in reqs]) or call_many(reqs, window),
+    )
+    made = dp.create_volumes(
+        [(pool, "v21", 16 * MIB), (pool, "v20", 64 * MIB), (pool, "bad/id", MIB)]
+        + [(pool, f"v{i}", 16 * MIB) for i in (22, 23, 24)]
+    )
+    assert isinstance(made[1], AlreadyExists) and isinstance(made[2], BadInput)
+    assert [(m.vol_id, m.size_bytes) for m in made if isinstance(m, VolumeInfo)] == [
+        (v, 16 * MIB) for v in ("v21", "v22", "v23", "v24")
+    ]
+    assert many == [["bdev_lvol_create"] * 5]  # v20 too: refused, then read on its own
+    dp.rpc.call("bdev_lvol_delete", {"name": f"nodeos_{pool}/v24"})  # gone before its export
+    specs = [_spec(port, (HostAccess(H1),), vol=f"v{i}", nqn=NQN[:-4] + f"00{i}") for i in (21, 22, 23, 24)]
+    out = dp.apply_exports(specs)
+    monkeypatch.undo()
+    assert isinstance(out[3], NotFound) and "v24" in out[3].message
+    assert dp.export_info(specs[3].nqn) is None  # nothing half-made
+    for spec, info in zip(specs[:3], out[:3], strict=True):
+        assert isinstance(info, ExportInfo), info
+        assert info == dp.export_info(spec.nqn)
+        assert (info.vol_id, info.hosts, info.ana_state) == (spec.vol_id, (H1,), "optimized")
+    # Waves: subsystems (v23's refused: left by an earlier run), namespaces (v24's lvol is gone),
+    # hosts, listeners; v23 and v24 then on their own (apply_export: read, completed or refused).
+    assert many[1:] == [
+        ["nvmf_create_subsystem"] * 4,
+        ["nvmf_subsystem_add_ns"] * 3,
+        ["nvmf_subsystem_add_host"] * 2,
+        ["nvmf_subsystem_add_listener"] * 2,
+    ]
+    assert (
+        dp.list_volumes(pool)
+        and next(v for v in dp.list_volumes(pool) if v.vol_id == "v20").size_bytes == 16 * MIB
+    )
+    for spec in specs[:3]:
+        dp.remove_export(spec.nqn)
+    for v in ("v20", "v21", "v22", "v23"):
+        dp.delete_volume(pool, v)
 
 
 def _dd_config(tmp: Path, port: str, host: str) -> Path:

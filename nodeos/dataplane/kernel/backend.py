@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 
 from nodeos.dataplane.base import (
     MirrorCaps,
@@ -14,6 +15,7 @@ from nodeos.dataplane.base import (
     RemoteInfo,
     RemoteSpec,
     VolumeInfo,
+    one_by_one,
 )
 from nodeos.dataplane.kernel import lvm
 from nodeos.dataplane.kernel.configfs import ConfigFs
@@ -22,7 +24,7 @@ from nodeos.dataplane.kernel.initiator import Initiator
 from nodeos.dataplane.kernel.mirror import MdMirrors
 from nodeos.dataplane.kernel.nvmet import Nvmet
 from nodeos.dataplane.mirror_names import MIRROR_DATA_OFFSET
-from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
+from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, OperationFailed
 
 
 class KernelDataPlane(KernelExports):
@@ -144,6 +146,9 @@ class KernelDataPlane(KernelExports):
     def _need_pool(self, pool_id: str) -> None:
         if not any(lv.name == lvm.THIN_POOL for lv in self.lvm.lvs(pool_id)):
             raise NotFound(f"no pool {pool_id!r}", field="pool_id")
+
+    def create_volumes(self, wanted: Sequence[tuple[str, str, int]]) -> list[VolumeInfo | NodeosError]:
+        return one_by_one(lambda w: self.create_volume(*w), wanted)  # one lvcreate each
 
     def create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         _check_size(size_bytes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import uuid as uuidlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,12 @@ class SpdkDataPlane(SpdkExports):
         # have restarted, empty (its transports gone with it; a re-export's listeners need them).
         self._transports_checked_on: int | None = None
         self.front_ends: dict[str, str] = {}  # mirror id -> its front end's NQN (spdk/freeze.py)
-        # The lvol create_volume just made (alias, connection, bdev as far as known): the
-        # apply_export that follows it in volume.create needs neither to read it nor to look for
-        # a subsystem of it (issue 11/12: a create costs the 4 RPCs a hand-made one does).
-        self._fresh: tuple[str, int, dict[str, Any]] | None = None
+        # The lvols the last create_volume(s) made (alias -> bdev as far as known) and the
+        # connection they were made on: the apply_export(s) that follows in volume.create needs
+        # neither to read them nor to look for their subsystems (issue 11/12: a create costs the
+        # 4 RPCs a hand-made one does).
+        self._fresh: dict[str, dict[str, Any]] = {}
+        self._fresh_on = -1
         # Each pool's cluster size (an lvstore's never changes): a new lvol's size without a read.
         self._cluster_size: dict[str, int] = {}
         self._discovery_on: tuple[int, set[Listener]] = (-1, set())  # listeners made, per connection
@@ -264,6 +267,10 @@ class SpdkDataPlane(SpdkExports):
         """One RPC the first time: the lvol's UUID is bdev_lvol_create's answer, its size the
         request rounded up to whole clusters. A retried create (SPDK: -17, the name is taken)
         reads the volume and checks it is the one asked for."""
+        self._fresh = {}
+        return self._create_volume(pool_id, vol_id, size_bytes)
+
+    def _create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         _check_size(size_bytes)
         try:  # made at once: SPDK refuses a taken name (-17) and a missing lvstore (-19)
             made = self.call(rq.lvol_create(lvs_name(pool_id), check_id(vol_id, "vol_id"), size_bytes))
@@ -276,24 +283,64 @@ class SpdkDataPlane(SpdkExports):
                     f"{vol_id!r} already exists with size {parse.bdev_size(b)}", field="vol_id"
                 ) from None
             return self._vinfo(pool_id, b)
-        a = alias(pool_id, vol_id)
         if not isinstance(made, str) or not made:  # an answer without the UUID: read it
             b = self._require(pool_id, vol_id)
-            self._fresh = (a, self.rpc.connections, b)
+            self._made(alias(pool_id, vol_id), b)
             return self._vinfo(pool_id, b)
-        # What a read would say of the new thin lvol: named by its UUID, no QoS limit, no snapshot.
-        self._fresh = (a, self.rpc.connections, {"name": made, "aliases": [a]})
+        return self._made_lvol(pool_id, vol_id, size_bytes, made)
+
+    def create_volumes(self, wanted: Sequence[tuple[str, str, int]]) -> list[VolumeInfo | NodeosError]:
+        """create_volume for each (pool_id, vol_id, size_bytes), their bdev_lvol_create requests
+        pipelined: one round trip for all where create_volume costs one each (SPDK answers at its
+        RPC poll). One SPDK refuses (a replayed create: the name taken) goes through create_volume,
+        which reads it; errors are returned in its place, the others are made regardless."""
+        self._fresh = {}
+        out: list[VolumeInfo | NodeosError | None] = [None] * len(wanted)
+        going: list[int] = []
+        for i, (_, vol_id, size) in enumerate(wanted):
+            try:
+                _check_size(size)
+                check_id(vol_id, "vol_id")
+                going.append(i)
+            except NodeosError as e:
+                out[i] = e
+        reqs = [rq.lvol_create(lvs_name(wanted[i][0]), wanted[i][1], wanted[i][2]) for i in going]
+        try:
+            answers: list[Any] = self.rpc.call_many(reqs)
+        except OperationFailed:  # the connection broke: what it made is found by create_volume
+            answers = [None] * len(going)
+        for i, made in zip(going, answers, strict=True):
+            pool_id, vol_id, size = wanted[i]
+            try:
+                if isinstance(made, str) and made:
+                    out[i] = self._made_lvol(pool_id, vol_id, size, made)
+                else:
+                    out[i] = self._create_volume(pool_id, vol_id, size)
+            except NodeosError as e:
+                out[i] = e
+        return [x for x in out if x is not None]
+
+    def _made_lvol(self, pool_id: str, vol_id: str, size_bytes: int, lvol_uuid: str) -> VolumeInfo:
+        """What a read would say of a thin lvol bdev_lvol_create made just now: named by its UUID,
+        no QoS limit, no snapshot, its size the request in whole clusters."""
+        a = alias(pool_id, vol_id)
+        self._made(a, {"name": lvol_uuid, "aliases": [a]})
         size = parse.lvol_size(size_bytes, self._cluster_of(pool_id))
         return VolumeInfo(pool_id=pool_id, vol_id=vol_id, size_bytes=size, kind="volume", device=a)
 
+    def _made(self, a: str, bdev: dict[str, Any]) -> None:
+        if self._fresh_on != self.rpc.connections:
+            self._fresh = {}
+        self._fresh[a], self._fresh_on = bdev, self.rpc.connections
+
     def _take_fresh(self, bdev: str) -> dict[str, Any] | None:
-        """The lvol `bdev` if create_volume made it just now on this connection (taken once)."""
-        f, self._fresh = self._fresh, None
-        return f[2] if f is not None and f[0] == bdev and f[1] == self.rpc.connections else None
+        """The lvol `bdev` if the last create made it on this connection (taken once)."""
+        made = self._fresh.pop(bdev, None)
+        return made if self._fresh_on == self.rpc.connections else None
 
     def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         _check_size(size_bytes)
-        self._fresh = None
+        self._fresh = {}
         b = self._require(pool_id, vol_id)
         cur = parse.bdev_size(b)
         if (parse.bdev_lvol(b) or {}).get("snapshot"):
@@ -311,7 +358,7 @@ class SpdkDataPlane(SpdkExports):
         return self._vinfo(pool_id, b)
 
     def delete_volume(self, pool_id: str, vol_id: str) -> None:
-        self._fresh = None
+        self._fresh = {}
         b = self._bdev(pool_id, vol_id)
         if b is None:
             return
@@ -322,7 +369,7 @@ class SpdkDataPlane(SpdkExports):
         self.call(rq.lvol_delete(alias(pool_id, vol_id)))
 
     def snapshot_volume(self, pool_id: str, vol_id: str, snap_id: str) -> VolumeInfo:
-        self._fresh = None
+        self._fresh = {}
         s = self._bdev(pool_id, snap_id, "snap_id")
         if s is not None:
             if (parse.bdev_lvol(s) or {}).get("snapshot"):

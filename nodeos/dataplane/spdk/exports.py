@@ -54,6 +54,7 @@ class SpdkExports(SpdkMirrors):
     front_ends: dict[str, str]
     _discovery_on: tuple[int, set[Listener]]  # discovery listeners made, and on which connection
     _queue: list[rq.Request] | None = None  # a re-export's planned changes of one export
+    _fresh: dict[str, dict[str, Any]]  # lvols the last create made (spdk/backend.py)
 
     def _require(self, pool_id: str, vol_id: str, field: str = "vol_id") -> dict[str, Any]:
         raise NotImplementedError
@@ -87,16 +88,74 @@ class SpdkExports(SpdkMirrors):
         return name
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
-        info = self._apply_export(spec, None)
+        try:
+            info = self._apply_export(spec, None)
+        finally:
+            self._fresh = {}  # what the create before made is exported now, or never by this path
         assert info is not None
         return info
+
+    def apply_exports(self, specs: Sequence[ExportSpec]) -> list[ExportInfo | NodeosError]:
+        """apply_export for each (volume.create's of one agent pass): the exports of lvols the
+        create before made (create_volumes) are made from nothing, their requests sent in waves
+        (every export's first request pipelined together, then the second...), so N exports cost
+        about as many round trips as one. An export whose wave failed, or that is not new, goes
+        through apply_export, which reads what is there and makes it match (or says why not)."""
+        out: list[ExportInfo | NodeosError | None] = [None] * len(specs)
+        plans: list[tuple[int, list[rq.Request], ExportInfo]] = []
+        try:
+            for i, spec in enumerate(specs):
+                if spec.device is not None or alias(spec.pool_id, spec.vol_id) not in self._fresh:
+                    continue
+                self._queue = []
+                try:
+                    info = self._apply_export(spec, None)
+                except NodeosError as e:
+                    out[i] = e
+                    continue
+                assert info is not None
+                plans.append((i, self._queue, info))
+        finally:
+            self._queue = None
+            self._fresh = {}
+        try:
+            failed = self._send_waves([q for _, q, _ in plans])
+        except OperationFailed as e:  # the connection broke: apply_export finds how far each got
+            failed = {k: (0, e) for k in range(len(plans))}
+        made_sub: set[str] = set()  # subsystems a failed export's waves made
+        for k, (i, q, info) in enumerate(plans):
+            if k not in failed:
+                out[i] = info
+            elif any(m == "nvmf_create_subsystem" for m, _ in q[: failed[k][0]]):
+                made_sub.add(specs[i].nqn)
+        for i, spec in enumerate(specs):
+            if out[i] is None:
+                try:
+                    out[i] = self.apply_export(spec)
+                except NodeosError as e:
+                    out[i] = e
+                    if spec.nqn in made_sub:
+                        self._maybe(rq.delete_subsystem(spec.nqn))  # nothing half-made is left behind
+        return [x for x in out if x is not None]
+
+    def _send_waves(self, queues: Sequence[list[rq.Request]]) -> dict[int, tuple[int, NodeosError]]:
+        """Each queue's requests in order, the queues side by side: request k of every queue
+        pipelined together (SPDK answers what it read in one poll). A queue whose request failed
+        sends no more; returned: each failed queue's index -> (the failed request's, its error)."""
+        failed: dict[int, tuple[int, NodeosError]] = {}
+        for wave in range(max((len(q) for q in queues), default=0)):
+            going = [(k, q[wave]) for k, q in enumerate(queues) if len(q) > wave and k not in failed]
+            for (k, _), res in zip(going, self.rpc.call_many([req for _, req in going]), strict=True):
+                if isinstance(res, SpdkRpcError):
+                    failed[k] = (wave, map_error(res.method, res.params, res.code, res.message))
+        return failed
 
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
         """A restart's re-export (nodeosd's, or the target's): the bdevs and subsystems listed once
         for all of them; each export's changes are planned against the listing (an unchanged one
-        needs only its ANA state, a vanished one is made again), then sent in waves: the first
-        request of every export pipelined together, then the second... (SPDK answers an RPC at its
-        next 4 ms poll: one at a time, every request costs ~8 ms; 10,000 volumes were ~320 s)."""
+        needs only its ANA state, a vanished one is made again), then sent in waves (_send_waves;
+        SPDK answers an RPC at its next 4 ms poll: one at a time, every request costs ~8 ms;
+        10,000 volumes were ~320 s)."""
         if not specs:
             return
         bdevs: dict[str, dict[str, Any]] = {}
@@ -117,11 +176,8 @@ class SpdkExports(SpdkMirrors):
                 plans.append((spec, self._queue))
         finally:
             self._queue = None
-        for wave in range(max((len(q) for _, q in plans), default=0)):
-            going = [(spec, q[wave]) for spec, q in plans if len(q) > wave and spec.nqn not in failed]
-            for (spec, _), res in zip(going, self.rpc.call_many([req for _, req in going]), strict=True):
-                if isinstance(res, SpdkRpcError):
-                    failed[spec.nqn] = map_error(res.method, res.params, res.code, res.message)
+        for k, (_, err) in self._send_waves([q for _, q in plans]).items():
+            failed[plans[k][0].nqn] = err
         if failed:
             sent = {spec.nqn for spec, q in plans if q}
             for nqn in failed:
