@@ -40,7 +40,7 @@ from nodeos.node import crash
 LOG = logging.getLogger("nodeosd.agent")
 POLL_S = 0.1
 IDLE_PASS_S = 10.0
-MIN_PASS_GAP_S = 0.005  # between the end of a pass and the start of the next, while busy
+MIN_PASS_GAP_S = 0.001  # between the end of a pass and the start of the next, while busy
 SLOW_PASS_S = 2.0  # a pass this long is logged
 MAX_CREATES_TOGETHER = 64  # volume creates of one pass sent together (SpdkRpc.call_many's window)
 # Thin creates take no space: the pools' capacity is not read again for them (an RPC per report).

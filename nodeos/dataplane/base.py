@@ -15,12 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol
 
 from nodeos.errors import NodeosError
-
-_In = TypeVar("_In")
-_Out = TypeVar("_Out")
 
 Transport = Literal["tcp", "rdma"]
 AnaState = Literal["optimized", "non-optimized", "inaccessible", "persistent-loss", "change"]
@@ -94,6 +91,22 @@ class ExportInfo:
     connected_hosts: tuple[str, ...] = field(default=())
     device: str | None = None  # the exported block device (LV, md mirror or linear view)
     ana_group: int | None = None
+
+
+@dataclass(frozen=True)
+class NewVolume:
+    """A volume to create (create_volumes) and, unless `export` is None, to export."""
+
+    pool_id: str
+    vol_id: str
+    size_bytes: int
+    export: ExportSpec | None = None
+
+
+@dataclass(frozen=True)
+class MadeVolume:
+    volume: VolumeInfo
+    export: ExportInfo | None  # None: not exported (asked without an export)
 
 
 @dataclass(frozen=True)
@@ -192,9 +205,13 @@ class DataPlane(Protocol):
 
     # volumes, snapshots, clones (thin)
     def create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo: ...
-    def create_volumes(self, wanted: Sequence[tuple[str, str, int]]) -> list[VolumeInfo | NodeosError]:
-        """create_volume for each (pool_id, vol_id, size_bytes), in order; each one's VolumeInfo
-        or its error (the others are made regardless). A backend may send them together."""
+    def create_volumes(
+        self, wanted: Sequence[NewVolume], made: Callable[[], None] | None = None
+    ) -> list[MadeVolume | NodeosError]:
+        """Make each volume, call `made()` once they exist (a crash point), then export each that
+        has an export; each one's MadeVolume or its error, in order (the others are made
+        regardless; a volume whose export failed is left for the caller to undo). A backend may
+        send the requests of several volumes together (create_one_by_one: one at a time)."""
         ...
 
     def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo: ...
@@ -207,11 +224,6 @@ class DataPlane(Protocol):
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         """Create or update the subsystem, namespace, listeners, allowed hosts and ANA
         state to match `spec`; hosts no longer listed lose access (and are disconnected)."""
-        ...
-
-    def apply_exports(self, specs: Sequence[ExportSpec]) -> list[ExportInfo | NodeosError]:
-        """apply_export for each, in order; each one's ExportInfo or its error (the others are
-        applied regardless). A backend may send the requests of new exports together."""
         ...
 
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
@@ -324,13 +336,25 @@ class DataPlane(Protocol):
     def list_referrals(self, port: Listener) -> list[Listener]: ...
 
 
-def one_by_one(fn: Callable[[_In], _Out], items: Sequence[_In]) -> list[_Out | NodeosError]:
-    """`fn` of each item, in order: its result or its NodeosError (a backend's create_volumes or
-    apply_exports where nothing can be sent together)."""
-    out: list[_Out | NodeosError] = []
-    for item in items:
+def create_one_by_one(
+    dp: DataPlane, wanted: Sequence[NewVolume], made: Callable[[], None] | None
+) -> list[MadeVolume | NodeosError]:
+    """create_volumes where nothing can be sent together: create_volume for each, then
+    apply_export for each."""
+    vols: list[VolumeInfo | NodeosError] = []
+    for w in wanted:
         try:
-            out.append(fn(item))
+            vols.append(dp.create_volume(w.pool_id, w.vol_id, w.size_bytes))
+        except NodeosError as e:
+            vols.append(e)
+    if made is not None:
+        made()
+    out: list[MadeVolume | NodeosError] = []
+    for w, v in zip(wanted, vols, strict=True):
+        try:
+            if isinstance(v, NodeosError):
+                raise v
+            out.append(MadeVolume(v, dp.apply_export(w.export) if w.export is not None else None))
         except NodeosError as e:
             out.append(e)
     return out

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from nodeos.dataplane.base import AnaState, DataPlane, ExportInfo, ExportSpec, PoolInfo, VolumeInfo
+from nodeos.dataplane.base import (
+    AnaState,
+    DataPlane,
+    ExportInfo,
+    ExportSpec,
+    MadeVolume,
+    NewVolume,
+    PoolInfo,
+    VolumeInfo,
+)
 from nodeos.dataplane.kernel.configfs import NVMET_ROOT, ConfigFs
 from nodeos.dataplane.no_mirrors import NoMirrors
 from nodeos.errors import BadInput, EnvironmentProblem, NodeosError, NotSupported
@@ -99,7 +108,9 @@ class NoDataPlane(NoMirrors):
     def create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         raise self._refuse()
 
-    def create_volumes(self, wanted: Sequence[tuple[str, str, int]]) -> list[VolumeInfo | NodeosError]:
+    def create_volumes(
+        self, wanted: Sequence[NewVolume], made: Callable[[], None] | None = None
+    ) -> list[MadeVolume | NodeosError]:
         return [self._refuse() for _ in wanted]
 
     def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
@@ -119,9 +130,6 @@ class NoDataPlane(NoMirrors):
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         raise self._refuse()
-
-    def apply_exports(self, specs: Sequence[ExportSpec]) -> list[ExportInfo | NodeosError]:
-        return [self._refuse() for _ in specs]
 
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
         if specs:

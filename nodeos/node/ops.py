@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodeos.daemon.logsetup import fields
-from nodeos.dataplane.base import Listener
+from nodeos.dataplane.base import Listener, MadeVolume, NewVolume
 from nodeos.errors import NodeosError, OperationFailed
 
 from . import crash, model, orphan_ops, replicas
@@ -27,6 +27,12 @@ from .mirror_ops import MirrorOps
 
 LOG = logging.getLogger("nodeosd.node")
 Step = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _volumes_made() -> None:
+    """The crash point between making volumes and exporting them (called in the data plane's
+    worker thread, by create_volumes)."""
+    crash.point("volume.create:volume-created")
 
 
 class Ops:
@@ -278,68 +284,64 @@ class Ops:
     # --- volumes ----------------------------------------------------------------------
 
     async def _volume_create(self, d: dict[str, Any]) -> None:
-        if d.get("snap_id"):
-            with self.store.read() as txn:
-                vol = txn.get("volumes", d["name"])
-            if vol is None:
-                return self._drop(d)
-            info = await self.call("clone_snapshot", vol["pool_id"], d["snap_id"], vol["vol_id"])
-            crash.point("volume.clone:clone-created")
-            errors = await self._created([d], [vol], [info])
-        else:
-            errors = await self._volume_create_many([d])
-        if errors[0] is not None:
-            raise errors[0]
+        if not d.get("snap_id"):
+            err = (await self._volume_create_many([d]))[0]
+            if err is not None:
+                raise err
+            return
+        with self.store.read() as txn:
+            vol = txn.get("volumes", d["name"])
+        if vol is None:
+            return self._drop(d)
+        info = await self.call("clone_snapshot", vol["pool_id"], d["snap_id"], vol["vol_id"])
+        crash.point("volume.clone:clone-created")
+        export = None
+        if not replicas.replicated(vol):
+            export = await self.call("apply_export", self.spec_for(vol))
+            crash.point("volume.clone:export-applied")
+        self._created([d], [vol], [MadeVolume(info, export)])
 
     async def _volume_create_many(self, ds: list[dict[str, Any]]) -> list[Exception | None]:
         """The forward steps of volume.create for each of `ds` (their intents recorded): the
-        volumes made together, then the exports of those not replicated; each one's error."""
+        volumes made and exported together (the data plane's create_volumes; a replicated one is
+        exported later, by volume.replica / volume.mirror, once the other replicas are there)."""
         with self.store.read() as txn:
             vols = [txn.get("volumes", d["name"]) for d in ds]
         made = [i for i, v in enumerate(vols) if v is not None]
-        wanted = [
-            (vols[i]["pool_id"], vols[i]["vol_id"], replicas.lv_size(vols[i], self.dp.mirror_caps))
-            for i in made
-        ]
-        infos: list[Any] = [None] * len(ds)  # a volume the record no longer holds: nothing to make
+        results: list[Any] = [None] * len(ds)  # a volume the record no longer holds: nothing to make
         if made:
-            for i, info in zip(made, await self.call("create_volumes", wanted), strict=True):
-                infos[i] = info
-            crash.point("volume.create:volume-created")
-        return await self._created(ds, vols, infos)
+            wanted = [
+                NewVolume(
+                    vols[i]["pool_id"],
+                    vols[i]["vol_id"],
+                    replicas.lv_size(vols[i], self.dp.mirror_caps),
+                    None if replicas.replicated(vols[i]) else self.spec_for(vols[i]),
+                )
+                for i in made
+            ]
+            for i, res in zip(made, await self.call("create_volumes", wanted, _volumes_made), strict=True):
+                results[i] = res
+            if any(w.export is not None for w in wanted):
+                crash.point("volume.create:export-applied")
+        return self._created(ds, vols, results)
 
-    async def _created(
-        self, ds: list[dict[str, Any]], vols: list[Any], infos: list[Any]
+    def _created(
+        self, ds: list[dict[str, Any]], vols: list[Any], results: list[Any]
     ) -> list[Exception | None]:
-        """After the volumes were made (`infos`: each one's VolumeInfo, error, or None when its
-        record is gone): the exports of those not replicated, then every final state and the
-        end of every intent in one transaction."""
-        errors: list[Exception | None] = [i if isinstance(i, Exception) else None for i in infos]
-        final: dict[int, dict[str, Any]] = {}
-        exported: list[tuple[int, dict[str, Any]]] = []
-        for i, (vol, info) in enumerate(zip(vols, infos, strict=True)):
-            if vol is None or errors[i] is not None:
-                continue
-            if replicas.replicated(vol):
-                # Exported by volume.replica / volume.mirror once the other replicas are there.
-                final[i] = dict(vol, state="standby", lv_device=info.device)
-            else:
-                exported.append((i, dict(vol, size_bytes=info.size_bytes)))
-        if exported:
-            specs = [self.spec_for(vol) for _, vol in exported]
-            for (i, vol), res in zip(exported, await self.call("apply_exports", specs), strict=True):
-                if isinstance(res, Exception):
-                    errors[i] = res
-                else:
-                    final[i] = dict(vol, state="ready")
-            clone = any(d.get("snap_id") for d in ds)
-            crash.point("volume.clone:export-applied" if clone else "volume.create:export-applied")
+        """Every final state and the end of every intent in one transaction; each one's error.
+        `results`: each volume's MadeVolume, its error, or None when its record is gone."""
+        errors: list[Exception | None] = [r if isinstance(r, Exception) else None for r in results]
         with self.store.write() as txn:
-            for i, d in enumerate(ds):
-                if i in final:
-                    txn.put("volumes", d["name"], final[i])
-                if vols[i] is None or i in final:
-                    self.end(txn, d)
+            for d, vol, res, err in zip(ds, vols, results, errors, strict=True):
+                if err is not None:
+                    continue  # its intent stays for the compensation
+                if vol is not None:
+                    if replicas.replicated(vol):
+                        rec = dict(vol, state="standby", lv_device=res.volume.device)
+                    else:
+                        rec = dict(vol, state="ready", size_bytes=res.volume.size_bytes)
+                    txn.put("volumes", d["name"], rec)
+                self.end(txn, d)
         return errors
 
     async def _undo_volume_create(self, d: dict[str, Any]) -> None:

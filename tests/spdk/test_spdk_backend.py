@@ -9,10 +9,11 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nodeos.dataplane.base import ExportInfo, ExportSpec, HostAccess, Listener, VolumeInfo
+from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MadeVolume, NewVolume
 from nodeos.dataplane.spdk import client
 from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.backend import SpdkDataPlane
@@ -112,31 +113,48 @@ def test_volume_export_visible_only_to_granted_host(spdk_target: SpdkTarget, poo
     assert refused.returncode != 0 or NQN not in refused.stdout
 
 
+def _record_rounds(dp: SpdkDataPlane, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The methods of each pipelined round trip (SpdkRpc.call_many) the data plane sends."""
+    rounds: list[list[str]] = []
+    call_many = dp.rpc.call_many
+    monkeypatch.setattr(
+        dp.rpc,
+        "call_many",
+        lambda reqs, window=64: rounds.append([m for m, _ in reqs]) or call_many(reqs, window),
+    )
+    return rounds
+
+
 def test_a_volume_create_costs_the_rpcs_a_hand_made_one_does(
     spdk_target: SpdkTarget, pool: str, port: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 11: lvol, subsystem, namespace, host, listener, as by hand; nothing read (v1's
-    export checked the transports and made the discovery listener on this connection)."""
+    """Issue 11: lvol, subsystem, namespace, host, listener, as by hand, in three round trips
+    (the lvol with its subsystem, the namespace with its host, then the listener); nothing read
+    (v1's export checked the transports and made the discovery listener on this connection)."""
     dp = spdk_target.dp
     sent: list[str] = []
-    call = dp.rpc.call
+    send = client._Connection.send
     monkeypatch.setattr(
-        dp.rpc,
-        "call",
-        lambda method, params=None, timeout=None: sent.append(method) or call(method, params, timeout),
+        client._Connection,
+        "send",
+        lambda self, method, params=None: sent.append(method) or send(self, method, params),
     )
+    rounds = _record_rounds(dp, monkeypatch)
     nqn = NQN[:-4] + "0002"
-    dp.create_volume(pool, "v2", 16 * MIB)
-    info = dp.apply_export(_spec(port, (HostAccess(H2),), vol="v2", nqn=nqn))
-    assert sent == [
-        "bdev_lvol_create",
-        "nvmf_create_subsystem",
-        "nvmf_subsystem_add_ns",
-        "nvmf_subsystem_add_host",
-        "nvmf_subsystem_add_listener",
-    ]
+    (made,) = dp.create_volumes(
+        [NewVolume(pool, "v2", 16 * MIB, _spec(port, (HostAccess(H2),), vol="v2", nqn=nqn))]
+    )
     monkeypatch.undo()
-    assert info == dp.export_info(nqn)
+    assert rounds == [
+        ["bdev_lvol_create", "nvmf_create_subsystem"],
+        ["nvmf_subsystem_add_ns", "nvmf_subsystem_add_host"],
+        ["nvmf_subsystem_add_listener"],
+    ]
+    assert sent == [m for r in rounds for m in r]
+    assert isinstance(made, MadeVolume) and made.volume == next(
+        v for v in dp.list_volumes(pool) if v.vol_id == "v2"
+    )
+    assert made.export == dp.export_info(nqn)
     dp.remove_export(nqn)
     dp.delete_volume(pool, "v2")
 
@@ -199,56 +217,50 @@ def test_a_restarts_re_export_lists_once_and_sends_only_what_differs(
 def test_the_creates_of_one_pass_go_together_and_each_fails_alone(
     spdk_target: SpdkTarget, pool: str, port: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 11: the volume creates of one agent pass: the lvols' requests pipelined in one round
-    trip, the exports' in waves (every export's n-th request together). One refused fails alone
-    and leaves nothing half-made: a name taken by a smaller volume (read, refused), a bad id, an
-    lvol gone before its export; an export whose subsystem an earlier run left is completed. The
-    others are made as one at a time would make them."""
+    """Issue 11: the volume creates of one agent pass: round k of every volume pipelined together.
+    One refused fails alone and leaves no half-made export: a name taken by a smaller volume
+    (read, refused; the subsystem made beside it deleted again), a bad id (nothing sent), a
+    namespace SPDK refuses (ANA group past the subsystem's 32 namespaces). A subsystem an earlier
+    run left is completed. The others are made as one at a time would make them."""
     dp = spdk_target.dp
     dp.create_volume(pool, "v20", 16 * MIB)  # taken: asked again below at 64 MiB
     leftover = NQN[:-4] + "0023"
     dp.call(rq.create_subsystem(leftover, "NODEOS0023"))  # as a run killed after it left it
-    many: list[list[str]] = []
-    call_many = dp.rpc.call_many
-    monkeypatch.setattr(
-        dp.rpc,
-        "call_many",
-        lambda reqs, window=64: many.append([m for m, _ in reqs]) or call_many(reqs, window),
-    )
-    made = dp.create_volumes(
-        [(pool, "v21", 16 * MIB), (pool, "v20", 64 * MIB), (pool, "bad/id", MIB)]
-        + [(pool, f"v{i}", 16 * MIB) for i in (22, 23, 24)]
-    )
-    assert isinstance(made[1], AlreadyExists) and isinstance(made[2], BadInput)
-    assert [(m.vol_id, m.size_bytes) for m in made if isinstance(m, VolumeInfo)] == [
-        (v, 16 * MIB) for v in ("v21", "v22", "v23", "v24")
+
+    def new(v: int, size: int = 16 * MIB, **spec: Any) -> NewVolume:
+        export = dataclasses.replace(
+            _spec(port, (HostAccess(H1),), vol=f"v{v}", nqn=NQN[:-4] + f"00{v}"), **spec
+        )
+        return NewVolume(pool, f"v{v}", size, export)
+
+    rounds = _record_rounds(dp, monkeypatch)
+    wanted = [
+        new(21),
+        new(20, 64 * MIB),
+        NewVolume(pool, "bad/id", MIB),
+        new(22),
+        new(23),
+        new(24, ana_group=100),
     ]
-    assert many == [["bdev_lvol_create"] * 5]  # v20 too: refused, then read on its own
-    dp.rpc.call("bdev_lvol_delete", {"name": f"nodeos_{pool}/v24"})  # gone before its export
-    specs = [_spec(port, (HostAccess(H1),), vol=f"v{i}", nqn=NQN[:-4] + f"00{i}") for i in (21, 22, 23, 24)]
-    out = dp.apply_exports(specs)
+    out = dp.create_volumes(wanted)
     monkeypatch.undo()
-    assert isinstance(out[3], NotFound) and "v24" in out[3].message
-    assert dp.export_info(specs[3].nqn) is None  # nothing half-made
-    for spec, info in zip(specs[:3], out[:3], strict=True):
-        assert isinstance(info, ExportInfo), info
-        assert info == dp.export_info(spec.nqn)
-        assert (info.vol_id, info.hosts, info.ana_state) == (spec.vol_id, (H1,), "optimized")
-    # Waves: subsystems (v23's refused: left by an earlier run), namespaces (v24's lvol is gone),
-    # hosts, listeners; v23 and v24 then on their own (apply_export: read, completed or refused).
-    assert many[1:] == [
-        ["nvmf_create_subsystem"] * 4,
-        ["nvmf_subsystem_add_ns"] * 3,
-        ["nvmf_subsystem_add_host"] * 2,
+    assert isinstance(out[1], AlreadyExists) and isinstance(out[2], BadInput)
+    assert isinstance(out[5], OperationFailed)
+    assert rounds == [
+        ["bdev_lvol_create", "nvmf_create_subsystem"] * 5,  # v20's lvol and v23's subsystem refused
+        ["nvmf_subsystem_add_ns", "nvmf_subsystem_add_host"] * 3,  # v21, v22, v24 (refused)
         ["nvmf_subsystem_add_listener"] * 2,
     ]
-    assert (
-        dp.list_volumes(pool)
-        and next(v for v in dp.list_volumes(pool) if v.vol_id == "v20").size_bytes == 16 * MIB
-    )
-    for spec in specs[:3]:
-        dp.remove_export(spec.nqn)
-    for v in ("v20", "v21", "v22", "v23"):
+    for w in (wanted[1], wanted[5]):
+        assert w.export is not None and dp.export_info(w.export.nqn) is None  # nothing half-made
+    assert next(v for v in dp.list_volumes(pool) if v.vol_id == "v20").size_bytes == 16 * MIB
+    for w, made in zip([wanted[0], *wanted[3:5]], [out[0], *out[3:5]], strict=True):
+        assert isinstance(made, MadeVolume) and w.export is not None, made
+        assert made.export == dp.export_info(w.export.nqn)
+        assert (made.volume.vol_id, made.volume.size_bytes) == (w.vol_id, 16 * MIB)
+        assert made.export is not None and (made.export.hosts, made.export.ana_state) == ((H1,), "optimized")
+        dp.remove_export(w.export.nqn)
+    for v in ("v20", "v21", "v22", "v23", "v24"):
         dp.delete_volume(pool, v)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nodeos.daemon.main import NODE_DBS
-from nodeos.dataplane.base import Listener
+from nodeos.dataplane.base import Listener, NewVolume
 from nodeos.errors import NotFound
 from nodeos.node import model
 from nodeos.node.ops import Ops
@@ -80,7 +80,7 @@ def test_a_pass_killed_after_its_volumes_were_made_is_finished_volume_by_volume(
         for v in vols:
             _put(v)(txn)
             Ops.begin(txn, "volume.create", {"name": v["name"]})
-    spdk_target.dp.create_volumes([(POOL["pool_id"], v["vol_id"], 16 * MIB) for v in vols])
+    spdk_target.dp.create_volumes([NewVolume(POOL["pool_id"], v["vol_id"], 16 * MIB) for v in vols])
     report = asyncio.run(ops.recover())
     assert [(r["name"], r["action"], r["result"]) for r in report] == [
         (v["name"], "forward", "ok") for v in vols

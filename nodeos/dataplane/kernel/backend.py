@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nodeos.dataplane.base import (
+    MadeVolume,
     MirrorCaps,
     MirrorInfo,
     MirrorSpec,
+    NewVolume,
     PoolInfo,
     RemoteInfo,
     RemoteSpec,
     VolumeInfo,
-    one_by_one,
+    create_one_by_one,
 )
 from nodeos.dataplane.kernel import lvm
 from nodeos.dataplane.kernel.configfs import ConfigFs
@@ -147,8 +149,10 @@ class KernelDataPlane(KernelExports):
         if not any(lv.name == lvm.THIN_POOL for lv in self.lvm.lvs(pool_id)):
             raise NotFound(f"no pool {pool_id!r}", field="pool_id")
 
-    def create_volumes(self, wanted: Sequence[tuple[str, str, int]]) -> list[VolumeInfo | NodeosError]:
-        return one_by_one(lambda w: self.create_volume(*w), wanted)  # one lvcreate each
+    def create_volumes(
+        self, wanted: Sequence[NewVolume], made: Callable[[], None] | None = None
+    ) -> list[MadeVolume | NodeosError]:
+        return create_one_by_one(self, wanted, made)  # lvcreate and configfs: nothing to send together
 
     def create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         _check_size(size_bytes)

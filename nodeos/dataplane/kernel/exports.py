@@ -8,7 +8,7 @@ import logging
 import os
 from collections.abc import Sequence
 
-from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener, one_by_one
+from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
 from nodeos.dataplane.kernel import lvm
 from nodeos.dataplane.kernel.configfs import ConfigFs
@@ -48,9 +48,6 @@ class KernelExports:
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         return self._export_info(self._apply(spec))
-
-    def apply_exports(self, specs: Sequence[ExportSpec]) -> list[ExportInfo | NodeosError]:
-        return one_by_one(self.apply_export, specs)  # configfs writes: nothing to send together
 
     def _apply(self, spec: ExportSpec, have: dict[tuple[str, str], lvm.Lv] | None = None) -> str:
         """apply_export without the read back; `have`: every LV by (VG, name), listed just now."""

@@ -13,18 +13,18 @@ from __future__ import annotations
 import os
 import re
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nodeos.dataplane.base import Listener, PoolInfo, VolumeInfo
+from nodeos.dataplane.base import ExportInfo, Listener, MadeVolume, NewVolume, PoolInfo, VolumeInfo
 from nodeos.dataplane.ids import check_id
 from nodeos.dataplane.spdk import parse
 from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
 from nodeos.dataplane.spdk.drives import controller_name
 from nodeos.dataplane.spdk.errors import map_error, raid_conflict
-from nodeos.dataplane.spdk.exports import SpdkExports
+from nodeos.dataplane.spdk.exports import UNSENT, SpdkExports, new_volume_rounds
 from nodeos.dataplane.spdk.names import LVS_PREFIX, alias, lvs_name
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, OperationFailed
 
@@ -54,12 +54,6 @@ class SpdkDataPlane(SpdkExports):
         # have restarted, empty (its transports gone with it; a re-export's listeners need them).
         self._transports_checked_on: int | None = None
         self.front_ends: dict[str, str] = {}  # mirror id -> its front end's NQN (spdk/freeze.py)
-        # The lvols the last create_volume(s) made (alias -> bdev as far as known) and the
-        # connection they were made on: the apply_export(s) that follows in volume.create needs
-        # neither to read them nor to look for their subsystems (issue 11/12: a create costs the
-        # 4 RPCs a hand-made one does).
-        self._fresh: dict[str, dict[str, Any]] = {}
-        self._fresh_on = -1
         # Each pool's cluster size (an lvstore's never changes): a new lvol's size without a read.
         self._cluster_size: dict[str, int] = {}
         self._discovery_on: tuple[int, set[Listener]] = (-1, set())  # listeners made, per connection
@@ -267,10 +261,6 @@ class SpdkDataPlane(SpdkExports):
         """One RPC the first time: the lvol's UUID is bdev_lvol_create's answer, its size the
         request rounded up to whole clusters. A retried create (SPDK: -17, the name is taken)
         reads the volume and checks it is the one asked for."""
-        self._fresh = {}
-        return self._create_volume(pool_id, vol_id, size_bytes)
-
-    def _create_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         _check_size(size_bytes)
         try:  # made at once: SPDK refuses a taken name (-17) and a missing lvstore (-19)
             made = self.call(rq.lvol_create(lvs_name(pool_id), check_id(vol_id, "vol_id"), size_bytes))
@@ -284,63 +274,66 @@ class SpdkDataPlane(SpdkExports):
                 ) from None
             return self._vinfo(pool_id, b)
         if not isinstance(made, str) or not made:  # an answer without the UUID: read it
-            b = self._require(pool_id, vol_id)
-            self._made(alias(pool_id, vol_id), b)
-            return self._vinfo(pool_id, b)
-        return self._made_lvol(pool_id, vol_id, size_bytes, made)
+            return self._vinfo(pool_id, self._require(pool_id, vol_id))
+        return self._new_lvol(pool_id, vol_id, size_bytes)
 
-    def create_volumes(self, wanted: Sequence[tuple[str, str, int]]) -> list[VolumeInfo | NodeosError]:
-        """create_volume for each (pool_id, vol_id, size_bytes), their bdev_lvol_create requests
-        pipelined: one round trip for all where create_volume costs one each (SPDK answers at its
-        RPC poll). One SPDK refuses (a replayed create: the name taken) goes through create_volume,
-        which reads it; errors are returned in its place, the others are made regardless."""
-        self._fresh = {}
-        out: list[VolumeInfo | NodeosError | None] = [None] * len(wanted)
-        going: list[int] = []
-        for i, (_, vol_id, size) in enumerate(wanted):
-            try:
-                _check_size(size)
-                check_id(vol_id, "vol_id")
-                going.append(i)
-            except NodeosError as e:
-                out[i] = e
-        reqs = [rq.lvol_create(lvs_name(wanted[i][0]), wanted[i][1], wanted[i][2]) for i in going]
-        try:
-            answers: list[Any] = self.rpc.call_many(reqs)
-        except OperationFailed:  # the connection broke: what it made is found by create_volume
-            answers = [None] * len(going)
-        for i, made in zip(going, answers, strict=True):
-            pool_id, vol_id, size = wanted[i]
-            try:
-                if isinstance(made, str) and made:
-                    out[i] = self._made_lvol(pool_id, vol_id, size, made)
-                else:
-                    out[i] = self._create_volume(pool_id, vol_id, size)
-            except NodeosError as e:
-                out[i] = e
-        return [x for x in out if x is not None]
-
-    def _made_lvol(self, pool_id: str, vol_id: str, size_bytes: int, lvol_uuid: str) -> VolumeInfo:
-        """What a read would say of a thin lvol bdev_lvol_create made just now: named by its UUID,
-        no QoS limit, no snapshot, its size the request in whole clusters."""
-        a = alias(pool_id, vol_id)
-        self._made(a, {"name": lvol_uuid, "aliases": [a]})
+    def _new_lvol(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
+        """What a read would say of a thin lvol bdev_lvol_create made just now: its size is the
+        request in whole clusters."""
         size = parse.lvol_size(size_bytes, self._cluster_of(pool_id))
-        return VolumeInfo(pool_id=pool_id, vol_id=vol_id, size_bytes=size, kind="volume", device=a)
+        return VolumeInfo(
+            pool_id=pool_id, vol_id=vol_id, size_bytes=size, kind="volume", device=alias(pool_id, vol_id)
+        )
 
-    def _made(self, a: str, bdev: dict[str, Any]) -> None:
-        if self._fresh_on != self.rpc.connections:
-            self._fresh = {}
-        self._fresh[a], self._fresh_on = bdev, self.rpc.connections
-
-    def _take_fresh(self, bdev: str) -> dict[str, Any] | None:
-        """The lvol `bdev` if the last create made it on this connection (taken once)."""
-        made = self._fresh.pop(bdev, None)
-        return made if self._fresh_on == self.rpc.connections else None
+    def create_volumes(
+        self, wanted: Sequence[NewVolume], made: Callable[[], None] | None = None
+    ) -> list[MadeVolume | NodeosError]:
+        """Volume creates sent together (issue 11: SPDK answers requests at its RPC poll, 5-8 ms
+        one at a time, about the same for 64 pipelined). Each new volume's requests go in rounds
+        (new_volume_rounds: the lvol with its subsystem, then namespace and hosts, then each
+        listener) and round k of every volume is pipelined together, so N creates cost the round
+        trips of one. Nothing is read: what was made is what was asked. A volume whose request
+        failed sends no more and goes on alone (create_volume, apply_export: a replayed create or
+        a subsystem an earlier run left are read and completed; else its error, and a subsystem
+        made here is deleted again). `made()` runs once the first round was answered."""
+        out: list[MadeVolume | NodeosError | None] = [None] * len(wanted)
+        plans: list[tuple[int, list[list[rq.Request]], ExportInfo | None]] = []
+        for i, w in enumerate(wanted):
+            try:
+                _check_size(w.size_bytes)
+                new = rq.lvol_create(lvs_name(w.pool_id), check_id(w.vol_id, "vol_id"), w.size_bytes)
+                export, info = self._plan_new_export(w.export) if w.export is not None else ([], None)
+            except NodeosError as e:
+                out[i] = e
+                continue
+            plans.append((i, new_volume_rounds(new, export), info))
+        try:
+            answers = self._send_rounds([rounds for _, rounds, _ in plans], made)
+        except OperationFailed:  # the connection broke: each goes on alone, finding what was made
+            answers = [[UNSENT] * sum(map(len, rounds)) for _, rounds, _ in plans]
+        if not plans and made is not None:
+            made()
+        for (i, rounds, info), res in zip(plans, answers, strict=True):
+            w = wanted[i]
+            sent = [req for r in rounds for req in r]
+            try:
+                vol = self._new_lvol(w.pool_id, w.vol_id, w.size_bytes) if _made(res[0]) and res[0] else None
+                if vol is not None and all(map(_made, res)) and (info is not None or w.export is None):
+                    out[i] = MadeVolume(vol, info)
+                    continue
+                vol = vol or self.create_volume(w.pool_id, w.vol_id, w.size_bytes)
+                out[i] = MadeVolume(vol, self.apply_export(w.export) if w.export is not None else None)
+            except NodeosError as e:
+                out[i] = e
+                if any(
+                    m == "nvmf_create_subsystem" and _made(r) for (m, _), r in zip(sent, res, strict=True)
+                ):
+                    assert w.export is not None
+                    self._maybe(rq.delete_subsystem(w.export.nqn))  # nothing half-made is left behind
+        return [x for x in out if x is not None]
 
     def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
         _check_size(size_bytes)
-        self._fresh = {}
         b = self._require(pool_id, vol_id)
         cur = parse.bdev_size(b)
         if (parse.bdev_lvol(b) or {}).get("snapshot"):
@@ -358,7 +351,6 @@ class SpdkDataPlane(SpdkExports):
         return self._vinfo(pool_id, b)
 
     def delete_volume(self, pool_id: str, vol_id: str) -> None:
-        self._fresh = {}
         b = self._bdev(pool_id, vol_id)
         if b is None:
             return
@@ -369,7 +361,6 @@ class SpdkDataPlane(SpdkExports):
         self.call(rq.lvol_delete(alias(pool_id, vol_id)))
 
     def snapshot_volume(self, pool_id: str, vol_id: str, snap_id: str) -> VolumeInfo:
-        self._fresh = {}
         s = self._bdev(pool_id, snap_id, "snap_id")
         if s is not None:
             if (parse.bdev_lvol(s) or {}).get("snapshot"):
@@ -400,6 +391,11 @@ class SpdkDataPlane(SpdkExports):
                 continue
             out.append(self._vinfo(a.partition("/")[0][len(LVS_PREFIX) :], b))
         return out
+
+
+def _made(answer: Any) -> bool:
+    """A request of create_volumes was answered without an error."""
+    return answer is not UNSENT and not isinstance(answer, SpdkRpcError)
 
 
 def _check_size(size_bytes: int) -> None:

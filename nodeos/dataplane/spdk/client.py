@@ -101,20 +101,7 @@ class SpdkRpc:
             return self._call(method, params, timeout)
 
     def _call(self, method: str, params: dict[str, Any] | None, timeout: float | None = None) -> Any:
-        client = self._client
-        fresh = client is None
-        if client is None:
-            client = self._client = self._connect()
-            self.connections += 1
-        try:
-            req_id = client.send(method, params or None)
-        except OSError as e:
-            self.close()
-            if fresh:
-                raise OperationFailed(f"SPDK RPC {method} failed on {self.sock_path}: {e}") from None
-            # A connection from before that broke (the target restarted: its re-export's first
-            # call) never carried this request: it goes once more, on a new connection.
-            return self._call(method, params, timeout)
+        client, req_id = self._send_first(method, params)
         try:
             if timeout is not None:
                 client.sock.settimeout(timeout)
@@ -133,6 +120,23 @@ class SpdkRpc:
             raise SpdkRpcError(method, params, int(err.get("code", 0)), str(err.get("message", "")))
         return reply.get("result")
 
+    def _send_first(self, method: str, params: dict[str, Any] | None) -> tuple[_Connection, int]:
+        """Send a request on the connection (made when there is none); its id."""
+        client = self._client
+        fresh = client is None
+        if client is None:
+            client = self._client = self._connect()
+            self.connections += 1
+        try:
+            return client, client.send(method, params or None)
+        except OSError as e:
+            self.close()
+            if fresh:
+                raise OperationFailed(f"SPDK RPC {method} failed on {self.sock_path}: {e}") from None
+            # A connection from before that broke (the target restarted: its re-export's first
+            # call) never carried this request: it goes once more, on a new connection.
+            return self._send_first(method, params)
+
     def call_many(self, requests: Sequence[tuple[str, dict[str, Any] | None]], window: int = 64) -> list[Any]:
         """Independent requests pipelined on one connection, at most `window` in flight: SPDK's
         RPC server polls its socket every 4 ms and answers what it read in that poll, so one
@@ -142,14 +146,11 @@ class SpdkRpc:
         with self._lock:
             if not requests:
                 return []
-            try:  # a connection that broke is replaced here, as by call()
-                first: Any = self._call(*requests[0])
-            except SpdkRpcError as e:
-                first = e
-            out: list[Any] = [first] + [None] * (len(requests) - 1)
-            client = self._client
-            assert client is not None
-            waiting: dict[int, int] = {}  # request id -> index
+            # A connection that broke is replaced at the first send, as by call(); the first
+            # request is not waited for (two requests would cost two round trips).
+            client, first = self._send_first(*requests[0])
+            out: list[Any] = [None] * len(requests)
+            waiting: dict[int, int] = {first: 0}  # request id -> index
             sent = 1
             try:
                 while sent < len(requests) or waiting:

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,9 @@ from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, NotSupported, OperationFailed
 
 MODEL = "nodeos volume"
+UNSENT = object()  # a request _send_rounds did not send (its plan failed before it)
+# Requests that pause the subsystem: SPDK refuses (-EBUSY) a second pause while one is under way.
+PAUSING = ("nvmf_subsystem_add_ns", "nvmf_subsystem_add_listener")
 QOS_IOPS_STEP = 1000  # SPDK takes IOPS limits in multiples of 1000 only
 
 
@@ -54,12 +57,8 @@ class SpdkExports(SpdkMirrors):
     front_ends: dict[str, str]
     _discovery_on: tuple[int, set[Listener]]  # discovery listeners made, and on which connection
     _queue: list[rq.Request] | None = None  # a re-export's planned changes of one export
-    _fresh: dict[str, dict[str, Any]]  # lvols the last create made (spdk/backend.py)
 
     def _require(self, pool_id: str, vol_id: str, field: str = "vol_id") -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _take_fresh(self, bdev: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
     def ensure_transports(self) -> dict[str, str]:
@@ -88,72 +87,53 @@ class SpdkExports(SpdkMirrors):
         return name
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
-        try:
-            info = self._apply_export(spec, None)
-        finally:
-            self._fresh = {}  # what the create before made is exported now, or never by this path
+        info = self._apply_export(spec, None)
         assert info is not None
         return info
 
-    def apply_exports(self, specs: Sequence[ExportSpec]) -> list[ExportInfo | NodeosError]:
-        """apply_export for each (volume.create's of one agent pass): the exports of lvols the
-        create before made (create_volumes) are made from nothing, their requests sent in waves
-        (every export's first request pipelined together, then the second...), so N exports cost
-        about as many round trips as one. An export whose wave failed, or that is not new, goes
-        through apply_export, which reads what is there and makes it match (or says why not)."""
-        out: list[ExportInfo | NodeosError | None] = [None] * len(specs)
-        plans: list[tuple[int, list[rq.Request], ExportInfo]] = []
+    def _plan_new_export(self, spec: ExportSpec) -> tuple[list[rq.Request], ExportInfo | None]:
+        """The requests that export a volume create_volumes is about to make (no subsystem yet,
+        nothing to read), and the export they make; none for a mirror's export."""
+        if spec.device is not None:
+            return [], None
+        a = alias(spec.pool_id, spec.vol_id)
+        self._queue = []
         try:
-            for i, spec in enumerate(specs):
-                if spec.device is not None or alias(spec.pool_id, spec.vol_id) not in self._fresh:
-                    continue
-                self._queue = []
-                try:
-                    info = self._apply_export(spec, None)
-                except NodeosError as e:
-                    out[i] = e
-                    continue
-                assert info is not None
-                plans.append((i, self._queue, info))
+            # Named by its alias until SPDK answers its UUID: the ExportInfo only takes the pool
+            # and volume from it.
+            info = self._apply_export(spec, None, new_lvol={"name": a, "aliases": [a]})
+            return self._queue, info
         finally:
             self._queue = None
-            self._fresh = {}
-        try:
-            failed = self._send_waves([q for _, q, _ in plans])
-        except OperationFailed as e:  # the connection broke: apply_export finds how far each got
-            failed = {k: (0, e) for k in range(len(plans))}
-        made_sub: set[str] = set()  # subsystems a failed export's waves made
-        for k, (i, q, info) in enumerate(plans):
-            if k not in failed:
-                out[i] = info
-            elif any(m == "nvmf_create_subsystem" for m, _ in q[: failed[k][0]]):
-                made_sub.add(specs[i].nqn)
-        for i, spec in enumerate(specs):
-            if out[i] is None:
-                try:
-                    out[i] = self.apply_export(spec)
-                except NodeosError as e:
-                    out[i] = e
-                    if spec.nqn in made_sub:
-                        self._maybe(rq.delete_subsystem(spec.nqn))  # nothing half-made is left behind
-        return [x for x in out if x is not None]
 
-    def _send_waves(self, queues: Sequence[list[rq.Request]]) -> dict[int, tuple[int, NodeosError]]:
-        """Each queue's requests in order, the queues side by side: request k of every queue
-        pipelined together (SPDK answers what it read in one poll). A queue whose request failed
-        sends no more; returned: each failed queue's index -> (the failed request's, its error)."""
-        failed: dict[int, tuple[int, NodeosError]] = {}
-        for wave in range(max((len(q) for q in queues), default=0)):
-            going = [(k, q[wave]) for k, q in enumerate(queues) if len(q) > wave and k not in failed]
-            for (k, _), res in zip(going, self.rpc.call_many([req for _, req in going]), strict=True):
+    def _send_rounds(
+        self, plans: Sequence[list[list[rq.Request]]], after_first: Callable[[], None] | None = None
+    ) -> list[list[Any]]:
+        """Each plan's rounds in order, the plans side by side: round k of every plan pipelined
+        together (SPDK answers what it read in one poll; a round's requests must not need each
+        other's answers). A plan whose request failed sends no more. `after_first` runs once the
+        first round was answered. Returned: per plan, each request's answer (in the order of its
+        rounds), its SpdkRpcError, or UNSENT."""
+        out: list[list[Any]] = [[UNSENT] * sum(map(len, p)) for p in plans]
+        stopped: set[int] = set()
+        for k in range(max(map(len, plans), default=0)):
+            going: list[tuple[int, int, rq.Request]] = []  # plan, index of the request in it, request
+            for n, p in enumerate(plans):
+                if n not in stopped and len(p) > k:
+                    base = sum(map(len, p[:k]))
+                    going += [(n, base + j, req) for j, req in enumerate(p[k])]
+            for (n, j, _), res in zip(going, self.rpc.call_many([req for *_, req in going]), strict=True):
+                out[n][j] = res
                 if isinstance(res, SpdkRpcError):
-                    failed[k] = (wave, map_error(res.method, res.params, res.code, res.message))
-        return failed
+                    stopped.add(n)
+            if k == 0 and after_first is not None:
+                after_first()
+        return out
 
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
         """A restart's re-export (nodeosd's, or the target's): the bdevs and subsystems listed once
         for all of them; each export's changes are planned against the listing (an unchanged one
-        needs only its ANA state, a vanished one is made again), then sent in waves (_send_waves;
+        needs only its ANA state, a vanished one is made again), then sent in waves (_send_rounds;
         SPDK answers an RPC at its next 4 ms poll: one at a time, every request costs ~8 ms;
         10,000 volumes were ~320 s)."""
         if not specs:
@@ -176,8 +156,12 @@ class SpdkExports(SpdkMirrors):
                 plans.append((spec, self._queue))
         finally:
             self._queue = None
-        for k, (_, err) in self._send_waves([q for _, q in plans]).items():
-            failed[plans[k][0].nqn] = err
+        for (spec, _), res in zip(
+            plans, self._send_rounds([[[req] for req in q] for _, q in plans]), strict=True
+        ):
+            err = next((r for r in res if isinstance(r, SpdkRpcError)), None)
+            if err is not None:
+                failed[spec.nqn] = map_error(err.method, err.params, err.code, err.message)
         if failed:
             sent = {spec.nqn for spec, q in plans if q}
             for nqn in failed:
@@ -193,10 +177,14 @@ class SpdkExports(SpdkMirrors):
             self.call(req)
 
     def _apply_export(
-        self, spec: ExportSpec, listed: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] | None
+        self,
+        spec: ExportSpec,
+        listed: tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]] | None,
+        new_lvol: dict[str, Any] | None = None,
     ) -> ExportInfo | None:
         """apply_export; with `listed` (bdevs by name and alias, subsystems by NQN, as listed just
-        now) nothing is looked up again and nothing is read back (None)."""
+        now) nothing is looked up again and nothing is read back (None); `new_lvol`: the volume's
+        lvol as made just now (no QoS limit, no subsystem yet: nothing is read)."""
         mirror = spec.device is not None
         check_export_spec(dataclasses.replace(spec, device=None))  # here a device is a mirror's bdev
         stand_in = mirror and is_stand_in(str(spec.device))
@@ -219,7 +207,7 @@ class SpdkExports(SpdkMirrors):
             )
         iops, mbps = check_qos(spec.qos_iops, spec.qos_mbps)
         bdev = str(spec.device) if mirror else alias(spec.pool_id, spec.vol_id)
-        made = None if mirror else self._take_fresh(bdev)  # the lvol create_volume made just now
+        made = None if mirror else new_lvol
         b = made or (listed[0].get(bdev) if listed else None)
         b = b or (self._mirror_bdev(bdev) if mirror else self._require(spec.pool_id, spec.vol_id))
         if (parse.bdev_lvol(b) or {}).get("snapshot"):
@@ -480,3 +468,19 @@ class SpdkExports(SpdkMirrors):
 
 def _norm(li: Listener) -> Listener:
     return Listener(trtype=li.trtype, traddr=li.traddr, trsvcid=str(li.trsvcid), adrfam=li.adrfam)
+
+
+def new_volume_rounds(lvol_create: rq.Request, export: list[rq.Request]) -> list[list[rq.Request]]:
+    """A new volume's requests (its lvol's, then its new export's, in the order planned) in rounds
+    whose requests need none of each other's answers: the lvol and its subsystem; then the rest in
+    order, a round closed before a second request that pauses the subsystem (namespace,
+    listeners: hosts are added without a pause, QoS is the bdev's). Listeners come after the
+    hosts, as planned: the volume is never reachable with a stale host list."""
+    rounds = [[lvol_create, *(r for r in export if r[0] == "nvmf_create_subsystem")]]
+    cur: list[rq.Request] = []
+    for req in (r for r in export if r[0] != "nvmf_create_subsystem"):
+        if req[0] in PAUSING and any(r[0] in PAUSING for r in cur):
+            rounds.append(cur)
+            cur = []
+        cur.append(req)
+    return [*rounds, cur] if cur else rounds
