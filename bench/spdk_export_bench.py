@@ -5,7 +5,7 @@
 
 One REAL nvmf_tgt in polling mode (as in production: its reactor on core 0, `--no-huge`), one
 lvstore on a RAM drive (the export path is measured, not a disk), two thin volumes of 256 MiB in it:
-- nodeos: `create_volume` + `apply_export` (what nodeosd's volume.create and grant steps call);
+- nodeos: `create_volumes` with its export (what nodeosd's volume.create step calls);
 - hand: the RPCs an operator following SPDK's docs sends (bdev_lvol_create, nvmf_create_subsystem,
   nvmf_subsystem_add_ns, nvmf_subsystem_add_host, nvmf_subsystem_add_listener).
 Both are written in full first (a thin lvol reads unwritten clusters as zeros without touching
@@ -35,7 +35,7 @@ sys.path.insert(0, str(PROJECT))
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 from benchspdk import target  # noqa: E402
 
-from nodeos.dataplane.base import ExportSpec, HostAccess, Listener  # noqa: E402
+from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MadeVolume, NewVolume  # noqa: E402
 from nodeos.dataplane.spdk import requests as rq  # noqa: E402
 from nodeos.dataplane.spdk.backend import SpdkDataPlane, lvs_name  # noqa: E402
 
@@ -86,19 +86,18 @@ def hand_made(dp: SpdkDataPlane, pool: str, port: str) -> str:
 def nodeos_made(dp: SpdkDataPlane, pool: str, port: str) -> str:
     nqn = "nqn.2014-08.io.nodeos:vol:c0c0c0c0-c0c0-4c0c-8c0c-c0c0c0c0c0c0"
     uuid = nqn.rsplit(":", 1)[1]
-    dp.create_volume(pool, "nodeos", 256 * MIB)
-    dp.apply_export(
-        ExportSpec(
-            nqn=nqn,
-            serial="NODEOS0001",
-            pool_id=pool,
-            vol_id="nodeos",
-            uuid=uuid,
-            nguid=uuid.replace("-", ""),
-            listeners=(Listener("tcp", "127.0.0.1", port, "ipv4"),),
-            hosts=(HostAccess(HOST),),
-        )
+    spec = ExportSpec(
+        nqn=nqn,
+        serial="NODEOS0001",
+        pool_id=pool,
+        vol_id="nodeos",
+        uuid=uuid,
+        nguid=uuid.replace("-", ""),
+        listeners=(Listener("tcp", "127.0.0.1", port, "ipv4"),),
+        hosts=(HostAccess(HOST),),
     )
+    (made,) = dp.create_volumes([NewVolume(pool, "nodeos", 256 * MIB, spec)])
+    assert isinstance(made, MadeVolume), made
     return nqn
 
 
@@ -161,7 +160,7 @@ def report(r: dict[str, Any], cmd: str, runtime: int) -> str:
 `--no-huge`), an lvstore on a 1 GiB RAM drive, two thin volumes of 256 MiB written in full first;
 spdk_nvme_perf on core 1 over loopback TCP, {runtime} s a run, nodeos and hand alternating. Hand =
 bdev_lvol_create, nvmf_create_subsystem, add_ns, add_host, add_listener as SPDK's docs have it;
-nodeos = `create_volume` + `apply_export`. Two polling processes on two cores: the figures are this
+nodeos = `create_volumes` with its export. Two polling processes on two cores: the figures are this
 machine's, the ratio is the point.
 
 | job | nodeos-made (each round) | hand-made (each round) | nodeos / hand |

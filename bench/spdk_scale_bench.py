@@ -8,8 +8,8 @@ systemd/nodeos-spdk.service sets it, `--no-huge`, one core, nice 19), one lvstor
 (a sparse file), the discovery listener on. Then, block after block:
 - raw (a sample of `--raw` per block): the 4 RPCs a volume needs at least (thin lvol,
   subsystem, namespace, TCP listener) on one connection, as SPDK's rpc.py sends them;
-- nodeos (`--block` per block): what nodeosd's volume.create step calls: `create_volume`
-  then `apply_export` of the spec its record asks for (nodeos/node/ops.py `_volume_create`);
+- nodeos (`--block` per block): what nodeosd's volume.create step calls for one volume:
+  `create_volumes` with the export its record asks for (nodeos/node/ops.py `_volume_create_many`);
 the raw sample is deleted again (not timed), so both meet the same number of subsystems.
 Reported: the create rate of each and their ratio (issue 11/12 want >= 0.9), RPCs per create,
 the rate per block as the count grows; then the daemon restart's re-export
@@ -42,7 +42,7 @@ sys.path.insert(0, str(PROJECT))
 from benchdoc import write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 from benchspdk import raw_create, raw_delete, start_target, stop_target  # noqa: E402
 
-from nodeos.dataplane.base import Listener  # noqa: E402
+from nodeos.dataplane.base import Listener, MadeVolume, NewVolume  # noqa: E402
 from nodeos.dataplane.spdk import target_setup  # noqa: E402
 from nodeos.dataplane.spdk.backend import SpdkDataPlane, lvs_name  # noqa: E402
 from nodeos.dataplane.spdk.client import SpdkRpc  # noqa: E402
@@ -110,11 +110,11 @@ class Counter:
 
 
 def nodeos_create(dp: SpdkDataPlane, vol: dict[str, Any]) -> dict[str, Any]:
-    """nodeos/node/ops.py `_volume_create` for a single-replica volume, without the store."""
-    info = dp.create_volume(vol["pool_id"], vol["vol_id"], int(vol["size_bytes"]))
-    vol = dict(vol, size_bytes=info.size_bytes, state="ready")
-    dp.apply_export(model.export_spec(vol, (LISTENER,), {}))
-    return vol
+    """nodeos/node/ops.py `_volume_create_many` for one single-replica volume, without the store."""
+    spec = model.export_spec(vol, (LISTENER,), {})
+    (made,) = dp.create_volumes([NewVolume(vol["pool_id"], vol["vol_id"], int(vol["size_bytes"]), spec)])
+    assert isinstance(made, MadeVolume), made
+    return dict(vol, size_bytes=made.volume.size_bytes, state="ready")
 
 
 def reconcile(dp: SpdkDataPlane, vols: list[dict[str, Any]]) -> dict[str, Any]:
@@ -249,7 +249,7 @@ def report(r: dict[str, Any], cmd: str) -> str:
 `{cmd}` ({when}, load {r["load"]:.1f} on 2 cores; one nvmf_tgt v26.05, `--interrupt-mode --no-huge`,
 one core at nice 19; one lvstore on an AIO sparse file; {r["volumes"]:,} volumes of 1 GiB, thin).
 Raw = the 4 RPCs a volume needs (lvol, subsystem, namespace, listener) on one connection;
-nodeos = `create_volume` + `apply_export`, what nodeosd's volume.create step calls. Each block:
+nodeos = `create_volumes` of one volume with its export, what nodeosd's volume.create step calls. Each block:
 a raw sample (deleted again after the block, so both meet the same count), then {r["block"]}
 nodeos creates; {r["raw"]:,} raw creates in all.
 

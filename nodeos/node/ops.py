@@ -151,7 +151,7 @@ class Ops:
         self, items: list[tuple[dict[str, Any], Callable[[Any], None]]]
     ) -> list[Exception | None]:
         """volume.create of several volumes (an agent pass's) as one: their intents in one
-        transaction, their data plane requests sent together (create_volumes, apply_exports),
+        transaction, their data plane requests sent together (one create_volumes call),
         their final states in one transaction. Each keeps its own intent, so recovery and
         compensation are per volume; the result is each one's error, or None."""
         op = "volume.create"
