@@ -140,6 +140,7 @@ class Agent(Reporting):
             self.wake.clear()
             seen = d.map.applied_index
             started = time.monotonic()
+            calls_before = dict(self.node.ops.call_times)
             try:
                 retry = await self.run_pass()
             except Exception:
@@ -147,7 +148,12 @@ class Agent(Reporting):
                 retry = True
             last_end = time.monotonic()
             if last_end - started > SLOW_PASS_S:  # e.g. a data plane call or a report that hung
-                LOG.info("agent pass took %.1f s (map at index %d)", last_end - started, seen)
+                LOG.info(
+                    "agent pass took %.1f s (map at index %d); data plane calls meanwhile: %s",
+                    last_end - started,
+                    seen,
+                    _calls_since(calls_before, self.node.ops.call_times),
+                )
             next_pass = last_end + (RETRY_PAUSE_S if retry else IDLE_PASS_S)
             if self.freezer.held:
                 next_pass = min(next_pass, time.monotonic() + freeze.FREEZE_POLL_S)
@@ -353,6 +359,13 @@ class Agent(Reporting):
                     alive = False  # exports, resizes and role changes are retried at the next pass
             if not alive:
                 del self.errors[key]
+
+
+def _calls_since(before: dict[str, tuple[int, float]], now: dict[str, tuple[int, float]]) -> str:
+    """The data plane calls made since `before` (Ops.call_times), the longest first."""
+    spent = {m: (n - before.get(m, (0, 0.0))[0], t - before.get(m, (0, 0.0))[1]) for m, (n, t) in now.items()}
+    top = sorted(((t, n, m) for m, (n, t) in spent.items() if n), reverse=True)
+    return ", ".join(f"{m} x{n} {t:.1f} s" for t, n, m in top) or "none"
 
 
 def batches(steps: list[Step]) -> list[list[Step]]:

@@ -48,6 +48,7 @@ __all__ = ["LegWatch", "pending"]
 class LegWatch(Periodic):
     every_s = WATCH_S
     what = "leg watch"
+    slow_s = 1.0  # its data plane reads share the SPDK RPC socket with the agent's steps
     log = LOG
 
     def __init__(self, agent: Any) -> None:

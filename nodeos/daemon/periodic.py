@@ -13,6 +13,7 @@ from nodeos.daemon.stopguard import cancel_and_wait
 class Periodic:
     every_s: float = 1.0
     what: str = "periodic task"  # for the log line of a failed tick
+    slow_s: float | None = None  # a tick this long is logged
     log: logging.Logger = logging.getLogger("nodeosd")
 
     _task: asyncio.Task[None] | None = None
@@ -33,4 +34,7 @@ class Periodic:
                 await self.tick()
             except Exception:
                 self.log.exception("%s failed", self.what)
+            took = time.monotonic() - started
+            if self.slow_s is not None and took > self.slow_s:
+                self.log.info("%s took %.1f s", self.what, took)
             await asyncio.sleep(max(0.05, self.every_s - (time.monotonic() - started)))

@@ -48,6 +48,9 @@ class Ops:
         self._hosts = hosts
         # This node lost its primary lease: every replicated front end is ANA inaccessible.
         self.fenced = False
+        # Data plane calls so far by method: (count, seconds, the worker's queue included); a
+        # slow agent pass logs what it spent them on.
+        self.call_times: dict[str, tuple[int, float]] = {}
         self.handing_off: set[str] = set()  # volume uuids fenced for a planned handoff (agent/handoff.py)
         self.mirrors = MirrorOps(self)
         self.dp = dataplane
@@ -97,12 +100,16 @@ class Ops:
 
     async def call(self, method: str, *args: Any) -> Any:
         """A data plane call in the worker thread; foreign exceptions become OperationFailed."""
+        started = time.monotonic()
         try:
             return await self.run_blocking(getattr(self.dp, method), *args)
         except NodeosError:
             raise
         except Exception as exc:
             raise OperationFailed(f"data plane {method} failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            n, took = self.call_times.get(method, (0, 0.0))
+            self.call_times[method] = (n + 1, took + time.monotonic() - started)
 
     def hosts(self, txn: Any) -> dict[str, dict[str, Any]]:
         return {h["nqn"]: h for _, h in txn.items("hosts")}
