@@ -43,8 +43,9 @@ IDLE_PASS_S = 10.0
 MIN_PASS_GAP_S = 0.001  # between the end of a pass and the start of the next, while busy
 SLOW_PASS_S = 2.0  # a pass this long is logged
 MAX_CREATES_TOGETHER = 64  # volume creates of one pass sent together (SpdkRpc.call_many's window)
-# Thin creates take no space: the pools' capacity is not read again for them (an RPC per report).
-CAPACITY_KEPT = ("volume.create", "volume.clone")
+# Thin creates and snapshots take no space when made: the pools' capacity is not read again for
+# them (an RPC per report; a snapshot's is in the window its volume's writes are held).
+CAPACITY_KEPT = ("volume.create", "volume.clone", "volume.snapshot")
 DISCOVERY_SVCID = "8009"
 # Steps whose failure is retried at the next pass (the others wait for the map to change).
 RETRIED_STEPS = (

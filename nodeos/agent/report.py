@@ -68,7 +68,7 @@ class Reporting:
             self._busy_until = self._last_report_at + BUSY_S
         return True
 
-    async def _replica_report(self: Agent, v: dict[str, Any]) -> dict[str, Any]:
+    async def _replica_report(self: Agent, v: dict[str, Any], remotes: list[Any]) -> dict[str, Any]:
         """One local replica as the map should see it. A secondary that exports its replica is
         "syncing" until the primary's mirror says its leg is in sync (members)."""
         usable = v["state"] in ("ready", "exporting", "resizing", *FAILOVER_STATES)
@@ -102,12 +102,13 @@ class Reporting:
                 if info is None:
                     out.update(state="failed", error="the mirror is not assembled")
                 else:
-                    try:
-                        remotes = await self.node.ops.call("list_remotes")
-                    except NodeosError:
-                        remotes = None  # legs matched by slot
+                    if not remotes:  # read once a report, for every primary
+                        try:
+                            remotes.append(await self.node.ops.call("list_remotes"))
+                        except NodeosError:
+                            remotes.append(None)  # legs matched by slot
                     down = self.legwatch.down_of(v)
-                    members, progress = self.node.ops.mirrors.mirror_members(info, v, remotes, down)
+                    members, progress = self.node.ops.mirrors.mirror_members(info, v, remotes[0], down)
                     out["members"] = members
                     if progress:
                         out["progress"] = progress
@@ -157,10 +158,11 @@ class Reporting:
                     "size_bytes": info.size_bytes if info else p.get("size_bytes", 0),
                     "free_bytes": info.free_bytes if info else 0,
                 }
+            remotes: list[Any] = []  # the attached legs, [] until a primary's report reads them
             for v in vrecs.values():
                 if v["state"] == "deleting":
                     continue
-                replicas[v["uuid"]] = await self._replica_report(v)
+                replicas[v["uuid"]] = await self._replica_report(v, remotes)
             for s in srecs.values():
                 if s["state"] != "deleting" and s.get("uuid"):
                     snapshots[s["uuid"]] = {"state": "ready" if s["state"] == "ready" else "creating"}

@@ -338,6 +338,12 @@ def test_resize_snapshot_clone_qos(spdk_target: SpdkTarget, pool: str) -> None:
     assert dp.snapshot_volume(pool, "v1", "s1") == snap
     clone = dp.clone_snapshot(pool, "s1", "c1")
     assert clone.origin == "s1" and clone.size_bytes == 128 * MIB
+    with pytest.raises(NotFound) as nf:  # SPDK's -19, asked at once (no look first)
+        dp.snapshot_volume(pool, "nosuch", "s2")
+    assert nf.value.field == "vol_id"
+    with pytest.raises(AlreadyExists) as ae:  # the name is taken by a clone, not a snapshot
+        dp.snapshot_volume(pool, "v1", "c1")
+    assert ae.value.field == "snap_id"
     vols = {v.vol_id for v in dp.list_volumes(pool)}
     assert {"v1", "s1", "c1"} <= vols
 

@@ -361,13 +361,21 @@ class SpdkDataPlane(SpdkExports):
         self.call(rq.lvol_delete(alias(pool_id, vol_id)))
 
     def snapshot_volume(self, pool_id: str, vol_id: str, snap_id: str) -> VolumeInfo:
-        s = self._bdev(pool_id, snap_id, "snap_id")
-        if s is not None:
+        """Taken at once, then read (2 RPCs: a replicated volume's writes are held meanwhile):
+        SPDK refuses a taken name ("File exists") and a missing volume (-19); a retried snapshot
+        finds its name taken and is read and checked."""
+        check_id(snap_id, "snap_id")
+        try:
+            self.call(rq.lvol_snapshot(alias(pool_id, vol_id), snap_id))
+        except AlreadyExists:
+            s = self._require(pool_id, snap_id, "snap_id")
             if (parse.bdev_lvol(s) or {}).get("snapshot"):
                 return self._vinfo(pool_id, s)
-            raise AlreadyExists(f"{snap_id!r} already exists and is not a snapshot", field="snap_id")
-        self._require(pool_id, vol_id)
-        self.call(rq.lvol_snapshot(alias(pool_id, vol_id), snap_id))
+            raise AlreadyExists(
+                f"{snap_id!r} already exists and is not a snapshot", field="snap_id"
+            ) from None
+        except NotFound:
+            raise NotFound(f"no volume {vol_id!r} in pool {pool_id!r}", field="vol_id") from None
         return self._vinfo(pool_id, self._require(pool_id, snap_id, "snap_id"))
 
     def clone_snapshot(self, pool_id: str, snap_id: str, new_vol_id: str) -> VolumeInfo:
