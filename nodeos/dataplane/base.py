@@ -351,9 +351,10 @@ def create_one_by_one(
         made()
     out: list[MadeVolume | NodeosError] = []
     for w, v in zip(wanted, vols, strict=True):
+        if isinstance(v, NodeosError):
+            out.append(v)
+            continue
         try:
-            if isinstance(v, NodeosError):
-                raise v
             out.append(MadeVolume(v, dp.apply_export(w.export) if w.export is not None else None))
         except NodeosError as e:
             out.append(e)
