@@ -363,6 +363,23 @@ def test_qos_is_set_on_the_bdev(spdk_target: SpdkTarget, pool: str, port: str) -
     dp.delete_volume(pool, "q1")
 
 
+def test_a_volume_made_with_qos_has_it_on_its_bdev(spdk_target: SpdkTarget, pool: str, port: str) -> None:
+    """`volume create --qos-iops/--qos-mbps`: the limit goes in the round of the namespace and
+    hosts (sent together with them), and holds."""
+    dp = spdk_target.dp
+    nqn = NQN[:-4] + "0031"
+    spec = dataclasses.replace(_spec(port, (HostAccess(H1),), vol="q2", nqn=nqn), qos_iops=3000, qos_mbps=20)
+    (made,) = dp.create_volumes([NewVolume(pool, "q2", 16 * MIB, spec)])
+    assert isinstance(made, MadeVolume) and made.export == dp.export_info(nqn), made
+    b = dp.call(("bdev_get_bdevs", {"name": f"nodeos_{pool}/q2"}))[0]
+    assert (b["assigned_rate_limits"]["rw_ios_per_sec"], b["assigned_rate_limits"]["rw_mbytes_per_sec"]) == (
+        3000,
+        20,
+    )
+    dp.remove_export(nqn)
+    dp.delete_volume(pool, "q2")
+
+
 def test_revoke_and_delete_refusals(spdk_target: SpdkTarget, pool: str, port: str) -> None:
     dp = spdk_target.dp
     with pytest.raises(OperationFailed):
