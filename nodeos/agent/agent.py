@@ -329,12 +329,12 @@ class Agent(Reporting):
         return False
 
     async def _run_steps(self, group: list[Step]) -> list[tuple[Step, NodeosError]]:
-        """One step, or volume creates made together (ops.run_creates); the failed ones. An
-        error that is no NodeosError (a bug) is raised once the others are done."""
+        """One step, or volume creates (one or more) made together (ops.run_creates); the failed
+        ones. An error that is no NodeosError (a bug) is raised once the others are done."""
         self._cap_dirty |= any(s.op not in CAPACITY_KEPT for s in group)
         self._busy_until = time.monotonic() + BUSY_S
         items = [(dict(step.data), _prepare(step)) for step in group]
-        if len(group) == 1:
+        if group[0].op != "volume.create":
             try:
                 await self.node.ops.run(group[0].op, *items[0])
                 return []

@@ -157,7 +157,7 @@ class Ops:
     async def run_creates(
         self, items: list[tuple[dict[str, Any], Callable[[Any], None]]]
     ) -> list[Exception | None]:
-        """volume.create of several volumes (an agent pass's) as one: their intents in one
+        """volume.create of one or more volumes (an agent pass's) as one: their intents in one
         transaction, their data plane requests sent together (one create_volumes call),
         their final states in one transaction. Each keeps its own intent, so recovery and
         compensation are per volume; the result is each one's error, or None."""
@@ -177,7 +177,8 @@ class Ops:
         for data, err in zip(datas, errors, strict=True):
             if err is not None:
                 await self._compensate(op, data, err)
-        crash.point(f"{op}:done")
+        if None in errors:  # as run(): passed once something was done
+            crash.point(f"{op}:done")
         return errors
 
     async def _compensate(self, op: str, data: dict[str, Any], err: Exception) -> None:
@@ -338,6 +339,8 @@ class Ops:
         """Every final state and the end of every intent in one transaction; each one's error.
         `results`: each volume's MadeVolume, its error, or None when its record is gone."""
         errors: list[Exception | None] = [r if isinstance(r, Exception) else None for r in results]
+        if None not in errors:
+            return errors  # nothing to write: every intent stays for its compensation
         with self.store.write() as txn:
             for d, vol, res, err in zip(ds, vols, results, errors, strict=True):
                 if err is not None:
