@@ -35,7 +35,10 @@ fi
 stamp="$top/.venv/.nodeos-installed"
 if [ ! -f "$stamp" ] || [ "$top/pyproject.toml" -nt "$stamp" ]; then
   echo "bootstrap: installing nodeos and test tools into .venv"
-  "$top/.venv/bin/pip" install -q --upgrade pip
-  "$top/.venv/bin/pip" install -q -e "$top[dev,spdk]"
+  # Without the environment's notes on find-links folders it lacks (one line per package, dozens
+  # on CI's machine): they filled the head of CI's log, which is all a cut log shows.
+  quiet() { "$@" 2> >(grep -v -e "is ignored: it is neither a file nor a directory" >&2); }
+  quiet "$top/.venv/bin/pip" install -q --upgrade pip
+  quiet "$top/.venv/bin/pip" install -q -e "$top[dev,spdk]"
   touch "$stamp"
 fi

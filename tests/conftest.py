@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: it is a wall-clock assertion, and on a loaded machine (CI beside a
+# lab's VMs) a 200 ms example failed a codec round trip that had nothing wrong (timings go in
+# bench/, never in tests).
+settings.register_profile("nodeos", deadline=None)
+settings.load_profile("nodeos")
 
 PROJECT = Path(__file__).resolve().parent.parent
 # The recorded data (Jepsen histories, SPDK transcript) next to the checkout, or wherever
@@ -24,6 +32,32 @@ def shared_dir() -> Path:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+# A CI log may be cut (a run past CI's limit shows only its head): each failure and each lab
+# module's time are said as they happen, one line each, not only in the summary at the end.
+_STARTED = time.monotonic()
+_module_times: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::")[0]
+    _module_times[module] = _module_times.get(module, 0.0) + report.duration
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        why = crash.message if crash is not None else report.longreprtext.strip()[-400:]
+        why = " ".join(why.split())[:600]
+        print(
+            f"\n[{(time.monotonic() - _STARTED) / 60:.1f} min] FAILED ({report.when}) {report.nodeid}: {why}",
+            flush=True,
+        )
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    module = nodeid.split("::")[0]
+    if "/lab/" in module and _module_times.get(module, 0.0) > 60:
+        # One line per lab test that finished, with its module's time so far: where the lab's time goes.
+        print(f" [{module.rsplit('/', 1)[-1]} {_module_times[module]:.0f} s]", end="", flush=True)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nodeos.agent import freeze, handoff
+from nodeos.agent import freeze, handoff, referral_plan
 from nodeos.agent.gc import OrphanCollector
 from nodeos.agent.legs import Sent
 from nodeos.agent.legwatch import LegWatch
-from nodeos.agent.plan import Step, plan
+from nodeos.agent.plan import Step, plan, waits_for_primary
 from nodeos.agent.published import Published
 from nodeos.agent.report import (
     BUSY_S,
@@ -33,7 +33,6 @@ from nodeos.agent.report import (
     Reporting,
 )
 from nodeos.daemon.stopguard import cancel_and_wait
-from nodeos.dataplane.base import Listener
 from nodeos.errors import NodeosError
 from nodeos.node import crash
 
@@ -42,6 +41,9 @@ POLL_S = 0.1
 IDLE_PASS_S = 10.0
 MIN_PASS_GAP_S = 0.001  # between the end of a pass and the start of the next, while busy
 SLOW_PASS_S = 2.0  # a pass this long is logged
+# How long a replica of a deleted volume waits for its primary's teardown (plan.waits_for_primary)
+# before it goes anyway: the primary's own teardown takes seconds (its legs cut in one round).
+TEARDOWN_WAIT_S = 30.0
 MAX_CREATES_TOGETHER = 64  # volume creates of one pass sent together (SpdkRpc.call_many's window)
 # Thin creates and snapshots take no space when made: the pools' capacity is not read again for
 # them (an RPC per report; a snapshot's is in the window its volume's writes are held).
@@ -81,6 +83,8 @@ class Agent(Reporting):
         self._rebuild_applied: tuple[Any, ...] | None = None
         self.gc = OrphanCollector(self)  # leftovers no record nor map entry owns (nodeos/agent/orphans.py)
         self.published = Published(self)  # published volumes (issue 13)
+        # Replicas of deleted volumes waiting for their primary's teardown: uuid -> (since, why).
+        self.teardown_waits: dict[str, tuple[float, str]] = {}
 
     def start(self) -> None:
         # A snapshot rolled back by recovery lost its moment: report it failed (the map drops
@@ -189,7 +193,8 @@ class Agent(Reporting):
                 await handoff.follow(self.node, st, me, recs[1], self.handed_off)
                 retry |= await self._rebuild_limit(st, me)
                 recs = self.node.records()
-                steps = plan(st, me, *recs, skip=set(self.errors))
+                overdue = self._teardown_overdue(st, me, recs[1])
+                steps = plan(st, me, *recs, skip=set(self.errors), overdue=overdue)
                 if not steps:  # only on a node the plan has settled; its trouble never stops a pass
                     try:
                         await self.gc.run(st, me, recs)
@@ -208,6 +213,23 @@ class Agent(Reporting):
             await self._abort_snapshot(snap, reason)
         self.passes += 1
         return not await self._report(d) or retry
+
+    def _teardown_overdue(self, st: dict[str, Any], me: int, vrecs: dict[str, Any]) -> set[str]:
+        """Track which replicas wait for their primary's teardown; those past TEARDOWN_WAIT_S."""
+        now = time.monotonic()
+        waits = {}
+        for v in vrecs.values():
+            why = waits_for_primary(st, v, me)
+            if why is not None:
+                waits[v["uuid"]] = (self.teardown_waits.get(v["uuid"], (now, why))[0], why)
+        overdue = {u for u, (since, _) in waits.items() if now - since > TEARDOWN_WAIT_S}
+        was = {u for u, (since, _) in self.teardown_waits.items() if now - since > TEARDOWN_WAIT_S}
+        for u in sorted(overdue - was):
+            LOG.warning(
+                "volume %s: %s for %.0f s; removing this replica anyway", u, waits[u][1], TEARDOWN_WAIT_S
+            )
+        self.teardown_waits = waits
+        return overdue
 
     async def _freezes(self, st: dict[str, Any], me: int, vrecs: dict[str, Any]) -> list[tuple[str, str]]:
         """Make the write freezes of this node's mirrors match the map; the snapshots to abort."""
@@ -254,7 +276,9 @@ class Agent(Reporting):
             if act.kind == "expire":
                 fz.expired.add(str(act.snap))
                 snap = st["snapshots"].get(str(act.snap))
-                if snap is not None:
+                # Only a snapshot still being taken failed: one the map holds ready was taken
+                # while the writes were held, before the freeze ran out.
+                if snap is not None and snap["state"] == "creating":
                     # Not taken here after the thaw; reported failed, so the map drops it.
                     self.errors[f"snapshot:{snap['name']}"] = {
                         "step": "volume.snapshot",
@@ -287,40 +311,31 @@ class Agent(Reporting):
             LOG.warning("abort of snapshot %s not committed (%s); writes stay frozen", snap, err.message)
 
     async def _referrals(self, st: dict[str, Any], me: int) -> bool:
-        """Point this node's discovery port at every other storage node's, so `nvme connect-all`
-        against any node finds every path (each node's log lists only what the host may use)."""
+        """Point this node's discovery ports at every other storage node's of the same transport
+        (TCP and RDMA alike), so `nvme connect-all -t tcp|rdma` against any node finds every
+        path (each node's log lists only what the host may use)."""
         node = self.node
         if not hasattr(node.dp, "set_referrals"):
             return False
-        mine = [li for li in node.listeners_json() if li["trtype"] == "tcp"]
-        others = sorted(
-            {
-                (li["traddr"], li.get("adrfam", "ipv4"))
-                for nid, rep in st["reports"].items()
-                if nid != me
-                for li in ((rep.get("dataplane") or {}).get("listeners") or [])
-                if li.get("trtype") == "tcp"
-            }
-        )
+        mine = referral_plan.mine(node.listeners_json())
+        others = referral_plan.others(st, me)
         if not self.node.records()[1] and not self.published.copies:
             # A node that exports nothing keeps no discovery port (an empty node leaves nvmet
             # empty): hosts are referred once it holds a volume.
-            others = []
-        want = (tuple((li["traddr"], li["adrfam"]) for li in mine), tuple(others))
+            others = ()
+        want = (mine, others)
         if want == self._referrals_set:
             return False
-        ports = [Listener("tcp", li["traddr"], DISCOVERY_SVCID, li["adrfam"]) for li in mine]  # type: ignore[arg-type]
-        refs = tuple(Listener("tcp", a, DISCOVERY_SVCID, fam) for a, fam in others)  # type: ignore[arg-type]
+        plan = referral_plan.per_port(mine, others, DISCOVERY_SVCID)
         try:
             if self._referrals_set is None and not others:
                 # First pass after a start with nothing to refer to: clear only what an earlier
                 # run left (a daemon killed after its last volume went kept its referrals).
-                stale = [p for p in ports if await node.ops.call("list_referrals", p)]
-                if not stale:
+                plan = [(p, r) for p, r in plan if await node.ops.call("list_referrals", p)]
+                if not plan:
                     self._referrals_set = want
                     return False
-                ports = stale
-            for port in ports:
+            for port, refs in plan:
                 await node.ops.call("set_referrals", port, refs)
         except NodeosError as err:
             LOG.warning("discovery referrals not set: %s", err.message)
@@ -347,19 +362,27 @@ class Agent(Reporting):
         return [(step, err) for step, err in zip(group, errors, strict=True) if isinstance(err, NodeosError)]
 
     def _forget_errors(self, st: dict[str, Any]) -> None:
-        """An error is kept while the map still wants the same object in the same way."""
         for key, err in list(self.errors.items()):
-            kind, name = key.split(":", 1)
-            if kind == "pool":
-                obj = next((p for p in st["pools"].values() if p["name"] == name), None)
-                alive = obj is not None and obj["pool_id"] == err["uuid"] and obj["state"] == "creating"
-            else:
-                ref = st["names"].get(name)
-                alive = ref is not None and ref["uuid"] == err["uuid"]
-                if alive and err["step"] in RETRIED_STEPS:
-                    alive = False  # exports, resizes and role changes are retried at the next pass
-            if not alive:
+            if not error_still_wanted(st, key, err):
                 del self.errors[key]
+
+
+def error_still_wanted(st: dict[str, Any], key: str, err: dict[str, Any]) -> bool:
+    """An error is kept (reported, its step not retried) while the map still wants the same
+    object in the same way. A snapshot or volume the map deletes is no longer wanted as it was:
+    its error kept would be reported as a failed snapshot or replica on this node, which the map's
+    delete waits to see gone (nodeos/cluster/snapshot_map.py): the delete would never finish."""
+    kind, name = key.split(":", 1)
+    if kind == "pool":
+        obj = next((p for p in st["pools"].values() if p["name"] == name), None)
+        return obj is not None and obj["pool_id"] == err["uuid"] and obj["state"] == "creating"
+    ref = st["names"].get(name)
+    if ref is None or ref["uuid"] != err["uuid"]:
+        return False
+    if err["step"] in RETRIED_STEPS:
+        return False  # exports, resizes and role changes are retried at the next pass
+    obj = st["snapshots" if kind == "snapshot" else "volumes"].get(err["uuid"])
+    return obj is None or obj["state"] != "deleting"
 
 
 def _calls_since(before: dict[str, tuple[int, float]], now: dict[str, tuple[int, float]]) -> str:

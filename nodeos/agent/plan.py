@@ -9,9 +9,11 @@ first and deleted last. Objects the map marks `failed` are left alone: the opera
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeos import tlskey
 from nodeos.agent.grow import grow_phase
 from nodeos.control.views import pool_of
 from nodeos.node import replicas
@@ -75,9 +77,11 @@ def plan(
     vols: dict[str, dict[str, Any]],
     snaps: dict[str, dict[str, Any]],
     skip: set[str] = frozenset(),  # type: ignore[assignment]
+    overdue: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> list[Step]:
     """`pools`/`vols`/`snaps`: this node's records by name; `skip`: keys ("volume:NAME", ...)
-    whose last attempt failed and wait for the map to change."""
+    whose last attempt failed and wait for the map to change; `overdue`: uuids of replicas
+    that waited for their primary's teardown (`waits_for_primary`) past the agent's bound."""
     steps: list[Step] = []
     want_pools = {p["name"]: p for p in st["pools"].values() if p["node"] == me}
     want_vols = _mine(st["volumes"], me)
@@ -95,6 +99,8 @@ def plan(
         if v["state"] != "deleting" and (w is None or w["uuid"] != v["uuid"] or w["state"] == "deleting"):
             if _leg_in_use(st, v, me):
                 continue  # re-placed elsewhere: the primary drops my leg from its mirror first
+            if waits_for_primary(st, v, me) is not None and v["uuid"] not in overdue:
+                continue  # deleted: the primary stops its mirror and cuts my leg first
             steps.append(Step("volume.delete", name, {"name": name}, dict(v, state="deleting"), "volumes"))
 
     # 2. pools the map wants
@@ -243,6 +249,26 @@ def _leg_in_use(st: dict[str, Any], rec: dict[str, Any], me: int) -> bool:
     return any(int(n) == me for n in rep.get("members") or {})
 
 
+def waits_for_primary(st: dict[str, Any], rec: dict[str, Any], me: int) -> str | None:
+    """Why my replica (local record `rec`) of a volume being deleted stays exported a while
+    longer, or None. Teardown is ordered through the map (issue 25): the primary's mirror holds
+    a leg on my export, and a leg that vanishes under md queues its I/O (md's superblock write
+    among it) until the leg is cut. So my export goes only once the primary's report no longer
+    holds the volume (its mirror stopped, its legs detached, its record gone), or the primary is
+    down (nothing of it runs to wait for), or the agent's bound passed (`overdue` in `plan`:
+    the primary cuts its legs with their loss bounded first, so it cannot wedge then either)."""
+    vol = st["volumes"].get(rec.get("uuid") or "")
+    if vol is None or vol["state"] != "deleting" or not replicas.replicated(vol):
+        return None
+    prim = int(vol["primary"])
+    if prim == me or rec.get("role") == "primary" or not replicas.node_up(st, prim):
+        return None
+    if vol["uuid"] not in ((st["reports"].get(prim) or {}).get("replicas") or {}):
+        return None
+    name = (st["nodes"].get(prim) or {}).get("name") or f"node-{prim}"
+    return f"delete: waiting for primary {name} to stop its mirror"
+
+
 def _reports_epoch(st: dict[str, Any], vol: dict[str, Any], nid: int) -> bool:
     """`nid` exports its replica at the map's epoch (to the map's primary) and is done with it."""
     rep = ((st["reports"].get(nid) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
@@ -309,7 +335,17 @@ def failover_step(st: dict[str, Any], w: dict[str, Any], have: dict[str, Any], m
     return None
 
 
-def secrets_digest(st: dict[str, Any], vol: dict[str, Any]) -> list[bool]:
-    """Which granted hosts carry a DH-HMAC-CHAP secret (a change re-applies the export). The
-    secrets themselves never go into local records or reports."""
-    return [bool((st["hosts"].get(h) or {}).get("dhchap_secret")) for h in sorted(vol["hosts"])]
+def secrets_digest(st: dict[str, Any], vol: dict[str, Any]) -> list[Any]:
+    """Which granted hosts carry a DH-HMAC-CHAP secret, and for a host with TLS its policy and
+    a digest of its sealed key (a change re-applies the export). The secrets themselves never go
+    into local records or reports; a host without TLS reads as before TLS (no re-export)."""
+    out: list[Any] = []
+    for h in sorted(vol["hosts"]):
+        rec = st["hosts"].get(h) or {}
+        dh = bool(rec.get("dhchap_secret"))
+        if tlskey.host_policy(rec) == "off":
+            out.append(dh)
+        else:
+            sealed = str(rec.get("tls_key") or "")
+            out.append([dh, tlskey.host_policy(rec), hashlib.sha256(sealed.encode()).hexdigest()[:16]])
+    return out

@@ -31,11 +31,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeos import tlskey
 from nodeos.cluster.publish_map import section
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, RemoteSpec
 from nodeos.errors import NodeosError, NotSupported
-from nodeos.node import pubcopy
+from nodeos.node import model, pubcopy
 from nodeos.node.replicas import node_host_id, node_host_nqn
 from nodeos.store.lmdb_store import storage_error
 
@@ -180,12 +181,10 @@ class Published:
         slot_i = [s["node"] for s in pub["placement"]].index(me)
         feeds = sorted(t for t, s in (pub.get("copy_from") or {}).items() if s == me)
         cid = str(st["cluster_id"])
-        hosts = tuple(
-            HostAccess(h, (st["hosts"].get(h) or {}).get("dhchap_secret"))
-            for h in pub["hosts"]
-            if h in st["hosts"]
-        )
-        want = (joined, tuple(h.host_nqn for h in hosts), tuple(feeds), lst)
+        opened = self.node.open_hosts(st["hosts"])
+        hosts = model.host_access(pub["hosts"], opened)
+        lst = model.tls_listeners(lst, tlskey.volume_policy(pub["hosts"], opened))
+        want = (joined, hosts, tuple(feeds), lst)  # in memory only: a changed key re-exports
         ops = self.node.ops
         if want != c.exported and c.device is not None:
             if joined:

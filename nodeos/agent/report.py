@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nodeos.agent import urgency
+from nodeos.agent.lease import reportable
 from nodeos.agent.legs import in_sync_called
 from nodeos.errors import NodeosError
 from nodeos.node import inventory
@@ -33,7 +34,7 @@ class Reporting:
     async def _report(self: Agent, d: Any) -> bool:
         """Send the node's actual state when it changed; False when it could not be delivered
         (the pass is then retried after RETRY_PAUSE_S, never at once)."""
-        body = await self._report_body(d)
+        body = self._reportable(d, await self._report_body(d))
         # A new cluster (joined, left) or a map that lost our report (restored) gets it again.
         target = (id(d), d.id, (d.map.state["reports"].get(d.id) or {}).get("seq"))
         if body == self._last_report and target == self._last_target:
@@ -45,6 +46,9 @@ class Reporting:
             await asyncio.sleep(wait)
         if self._driver() is not d or d.id not in d.map.nodes:
             return False  # this node joined or left a cluster meanwhile: the next pass reports there
+        # The lease's standing may have changed while we waited: decided again in the same step
+        # (no await) that records the report as sent, which the fence reads (nodeos/agent/lease.py).
+        body = self._reportable(d, body)
         old = (d.map.state["reports"].get(d.id) or {}).get("seq", 0)
         seq = max(old, self._last_seq) + 1
         # A report that times out may still land: its seq is never reused (a later report with the
@@ -68,6 +72,18 @@ class Reporting:
             self._busy_until = self._last_report_at + BUSY_S
         return True
 
+    def _reportable(self: Agent, d: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """Out of the lease's standing, a primary calls no leg in sync the map does not count
+        already (nodeos/agent/lease.py `reportable`). Without a lease keeper (no control plane)
+        nothing is ever unfenced, so nothing needs holding back."""
+        services = getattr(getattr(self.node, "ctx", None), "services", None) or {}
+        keeper = getattr(services.get("control"), "lease", None)
+        if keeper is None:
+            return body
+        standing = keeper.standing(time.monotonic(), int(d.map.state["applied_index"]))
+        replicas = reportable(body["replicas"], d.map.state["volumes"], standing)
+        return body if replicas is body["replicas"] else {**body, "replicas": replicas}
+
     async def _replica_report(self: Agent, v: dict[str, Any], remotes: list[Any]) -> dict[str, Any]:
         """One local replica as the map should see it. A secondary that exports its replica is
         "syncing" until the primary's mirror says its leg is in sync (members)."""
@@ -78,6 +94,9 @@ class Reporting:
             "size_bytes": v["size_bytes"],
             "hosts": sorted(v.get("hosts") or []) if v["state"] == "ready" else None,
         }
+        wait = self.teardown_waits.get(v["uuid"])
+        if wait is not None:
+            out["step"] = wait[1]  # the delete's progress says which node waits for what
         down = self._dp_down()
         if down and usable:
             out.update(state="failed", step=None, hosts=None, error=down)  # step None: it comes back here
@@ -134,6 +153,8 @@ class Reporting:
                 "listeners": node.listeners_json(),
                 "error": None,
                 "orphans": self.gc.report(),
+                # Calls past their deadline (nodeos/daemon/lanes.py): the node reports on without them.
+                "stuck": node.stuck_calls() if hasattr(node, "stuck_calls") else [],
             }
             precs, vrecs, srecs = node.records()
             down = self._dp_down()

@@ -14,9 +14,11 @@ from typing import Any, TypeVar
 import click
 
 from nodeos import validate
-from nodeos.cli.output import command_runner, json_option, table
+from nodeos.cli.options import Seconds
+from nodeos.cli.output import command_runner, json_option, print_json, table
 from nodeos.cluster.secretroll import rotate_timeout
-from nodeos.cluster.token import decode_token
+from nodeos.cluster.token import MAX_USES, check_ttl, check_uses, decode_token
+from nodeos.cluster.voters import check_policy_args
 from nodeos.errors import BadInput
 from nodeos.rpc.client import Client
 
@@ -67,11 +69,21 @@ def init(
         out,
         lambda d: (
             f"created cluster {d['cluster_id']} (this node: {d['node_id']}, at {d['address']})\n"
-            f"join token (valid until {_when(d.get('token_expires'))}; keep it private):\n{d['token']}\n"
+            f"join token, short-lived: valid for {_minutes(d)} minutes, until "
+            f"{_when(d.get('token_expires'))}, for any number of joins until then; keep it private:\n"
+            f"{d['token']}\n"
             f"on each other node, with the token in a file (or on stdin: -):\n"
-            f"  nodeos cluster join {d['address']} --token-file TOKEN_FILE"
+            f"  nodeos cluster join {d['address']} --token-file TOKEN_FILE\n"
+            f"later, or for one node only: nodeos cluster token --uses 1"
         ),
     )
+
+
+def _minutes(d: dict[str, Any]) -> str:
+    import time
+
+    exp = d.get("token_expires")
+    return str(max(0, round((exp - time.time()) / 60))) if isinstance(exp, (int, float)) else "?"
 
 
 def _when(ts: Any) -> str:
@@ -159,26 +171,47 @@ def _removed_human(d: dict[str, Any]) -> str:
 
 @cluster.command()
 @click.option("--ttl", type=int, default=None, help="Seconds the new token stays valid (default 3600).")
+@click.option(
+    "--uses",
+    type=int,
+    default=None,
+    help=f"Joins the new token allows, 1 to {MAX_USES} (1: single use; default: any until it expires).",
+)
 @click.option("--list", "list_", is_flag=True, help="List this node's unexpired tokens (ids only).")
 @click.option("--revoke", default=None, metavar="TOKEN_ID", help="Revoke a token this node issued.")
 @json_option
 @click.pass_context
 @command_runner
 def token(
-    ctx: click.Context, ttl: int | None, list_: bool, revoke: str | None, as_json: bool
+    ctx: click.Context, ttl: int | None, uses: int | None, list_: bool, revoke: str | None, as_json: bool
 ) -> tuple[Any, Any]:
     """Issue a join token (short-lived, revocable; not the cluster secret), list or revoke them."""
     if list_ and revoke:
         raise BadInput("give either --list or --revoke", field="revoke")
+    if (list_ or revoke) and (uses is not None or ttl is not None):
+        raise BadInput("--ttl and --uses go with issuing a token, not with --list or --revoke", field="uses")
     if list_:
         out = _client(ctx).call("cluster.token.list", {})
         return out, lambda d: table(
-            [{"id": t["token_id"], "expires": _when(t["expires"])} for t in d["tokens"]], ["id", "expires"]
+            [
+                {
+                    "id": t["token_id"],
+                    "expires": _when(t["expires"]),
+                    "used": f"{len(t.get('used_by') or [])}/{t['uses'] if t.get('uses') else 'any'}",
+                }
+                for t in d["tokens"]
+            ],
+            ["id", "expires", "used"],
         )
     if revoke:
         out = _client(ctx).call("cluster.token.revoke", {"token_id": revoke})
         return out, lambda d: f"revoked join token {d['revoked']}"
-    out = _client(ctx).call("cluster.token", {} if ttl is None else {"ttl": ttl})
+    params: dict[str, Any] = {}
+    if ttl is not None:
+        params["ttl"] = check_ttl(ttl)  # exit 2 before a round trip
+    if uses is not None:
+        params["uses"] = check_uses(uses)
+    out = _client(ctx).call("cluster.token", params)
     return out, lambda d: d["token"]
 
 
@@ -192,7 +225,7 @@ _ROTATE_TIMEOUT_HELP = "Seconds to wait for every member (default 30, 1 to 300).
 
 
 @cluster.command("rotate-secret")
-@click.option("--timeout", type=float, default=None, help=_ROTATE_TIMEOUT_HELP)
+@click.option("--timeout", type=Seconds(maximum=300, minimum=1), default=None, help=_ROTATE_TIMEOUT_HELP)
 @json_option
 @click.pass_context
 @command_runner
@@ -208,7 +241,7 @@ def rotate_secret(ctx: click.Context, timeout: float | None, as_json: bool) -> t
 
 
 @cluster.command("rotate-ca")
-@click.option("--timeout", type=float, default=None, help=_ROTATE_TIMEOUT_HELP)
+@click.option("--timeout", type=Seconds(maximum=300, minimum=1), default=None, help=_ROTATE_TIMEOUT_HELP)
 @json_option
 @click.pass_context
 @command_runner
@@ -246,6 +279,14 @@ def _status_human(d: dict[str, Any]) -> str:
         head += f"\nca       generation {ca['generation']}{where}{rolling}"
         if ca.get("problem"):
             head += f"\n         {ca['problem']}"
+    feat = d.get("features") or {}
+    if feat:
+        head += (
+            f"\nfeatures level {feat.get('feature_level')}   this node: release {feat.get('release')}, "
+            f"knows level {feat.get('knows_level')}"
+        )
+        if feat.get("stalled"):
+            head += f"\n         STOPPED: {feat['stalled']['message']}"
     rows = [
         {
             "id": m["node_id"],
@@ -255,10 +296,32 @@ def _status_human(d: dict[str, Any]) -> str:
             "raft": m["raft"] + (" *" if m["node_id"] == d["leader"] else ""),
             "match": "-" if m.get("match") is None else m["match"],
             "lag": "-" if m.get("lag") is None else m["lag"],
+            "domain": m.get("domain") or "-",
+            "release": f"{m.get('release') or '-'} (level {m.get('knows_level', 1)})",
         }
         for m in d["members"]
     ]
-    return head + "\n\n" + table(rows, ["id", "name", "address", "role", "raft", "match", "lag"])
+    cols = ["id", "name", "address", "role", "raft", "match", "lag", "domain", "release"]
+    return head + _voters_human(d) + "\n\n" + table(rows, cols)
+
+
+def _voters_human(d: dict[str, Any]) -> str:
+    """Who votes and why: the leader's view (nodeos/cluster/voters.py)."""
+    v = d.get("voters")
+    if not v:
+        return ""
+    out = (
+        f"\nvoters   {len(v['voters'])} of {v['wanted']} wanted   learners {len(v['learners'])}"
+        f"   {v.get('level_why') or '(the leader did not answer)'}"
+    )
+    why = {m["node_id"]: m.get("why") for m in d["members"]}
+    for nid in v["voters"]:
+        out += f"\n  voter {nid}: {why.get(nid) or '-'}"
+    for key, label in (("next", "next"), ("last", "last")):
+        ch = v.get(key)
+        if ch:
+            out += f"\n  {label}: {ch['kind']} {ch['node_id']} ({ch['reason']})"
+    return out
 
 
 @cluster.command()
@@ -268,6 +331,56 @@ def _status_human(d: dict[str, Any]) -> str:
 def status(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
     """Members, leader, term, commit index and each member's replication lag."""
     return _client(ctx).call("cluster.status", {}), _status_human
+
+
+@cluster.group("set")
+def set_() -> None:
+    """Cluster-wide settings: how many voters, when a silent voter is replaced."""
+
+
+@set_.command("voters")
+@click.argument("count")
+@json_option
+@click.pass_context
+@command_runner
+def set_voters(ctx: click.Context, count: str, as_json: bool) -> tuple[Any, Any]:
+    """Keep COUNT voters (3 or 5) on distinct failure domains; every other member is a learner."""
+    n = int(count) if count.strip().isdigit() else count
+    args = check_policy_args({"voters": n})  # exit 2 naming the field before anything is sent
+    return _client(ctx).call("cluster.set", args), _set_human
+
+
+@set_.command("voter-down-after")
+@click.argument("seconds")
+@json_option
+@click.pass_context
+@command_runner
+def set_voter_down(ctx: click.Context, seconds: str, as_json: bool) -> tuple[Any, Any]:
+    """Replace a voter the leader has not heard from for SECONDS (2 to 3600; default 30)."""
+    try:
+        s: Any = float(seconds)
+    except ValueError:
+        s = seconds
+    args = check_policy_args({"voter_down_s": s})
+    return _client(ctx).call("cluster.set", args), _set_human
+
+
+def _set_human(d: dict[str, Any]) -> str:
+    return f"voters {d['voters']}; a voter silent for {d['voter_down_s']:g} s is replaced"
+
+
+@set_.command("feature-level")
+@click.argument("level")
+@json_option
+@click.pass_context
+@command_runner
+def set_feature_level(ctx: click.Context, level: str, as_json: bool) -> tuple[Any, Any]:
+    """Raise the cluster's feature level to LEVEL once every member runs a release that knows it
+    (refused, naming the member, while one does not; never lowered)."""
+    if not level.strip().isdigit() or int(level) < 1:
+        raise BadInput(f"feature level {level!r} must be a positive integer", field="feature_level")
+    out = _client(ctx).call("cluster.set", {"feature_level": int(level)})
+    return out, lambda d: f"cluster feature level {d['previous']} -> {d['feature_level']}"
 
 
 # --- kv -------------------------------------------------------------------------------------
@@ -286,7 +399,7 @@ def _key(key: str) -> str:
 
 timeout_option = click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1, max=300),
+    type=Seconds(maximum=300, minimum=0.1),
     default=5.0,
     show_default=True,
     help="Seconds to wait for the cluster.",
@@ -343,11 +456,25 @@ def kv_cas(
         "cluster.kv.cas", {"key": _key(key), "expect": expect, "value": value, "timeout": timeout}
     )
     if not out["succeeded"]:
-        # The command ran; the comparison failed: exit 1 with the value found.
-        from nodeos.errors import OperationFailed
+        # The command ran; the comparison failed: exit 1 with the value found, the same exit code
+        # with --json (a script tests the exit code), which still prints the reply.
+        from nodeos.errors import EXIT_FAILED, OperationFailed
 
-        found = "(absent)" if out["value"] is None else out["value"]
         if as_json:
-            return out, ""
+            print_json(out)
+            sys.exit(EXIT_FAILED)
+        found = "(absent)" if out["value"] is None else out["value"]
         raise OperationFailed(f"{key} holds {found}, not the expected value; nothing changed")
     return out, lambda d: f"{d['key']} = {d['value']} (revision {d['revision']})"
+
+
+@kv.command("delete")
+@click.argument("key")
+@timeout_option
+@json_option
+@click.pass_context
+@command_runner
+def kv_delete(ctx: click.Context, key: str, timeout: float, as_json: bool) -> tuple[Any, Any]:
+    """Remove KEY (a command of cluster feature level 2)."""
+    out = _client(ctx).call("cluster.kv.delete", {"key": _key(key), "timeout": timeout})
+    return out, lambda d: f"{d['key']} deleted" if d["deleted"] else f"{d['key']} was absent"

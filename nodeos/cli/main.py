@@ -7,6 +7,7 @@ lists commands from SHORT_HELP without importing their modules."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs the console's start-up
@@ -19,11 +20,13 @@ SUBCOMMANDS: dict[str, str] = {
     "drive": "nodeos.cli.drive:drive",
     "pool": "nodeos.cli.node:pool",
     "volume": "nodeos.cli.publish:volume",
-    "host": "nodeos.cli.node:host",
+    "host": "nodeos.cli.hosts:host",
     "node": "nodeos.cli.nodes:node",
     "cluster": "nodeos.cli.cluster:cluster",
     "net": "nodeos.cli.net:net",
     "events": "nodeos.cli.events:events",
+    "auth": "nodeos.cli.auth:auth",
+    "provision": "nodeos.cli.provision:provision",
 }
 
 # name -> the one-line help `nodeos --help` shows (a command missing here is imported for it).
@@ -37,6 +40,8 @@ SHORT_HELP: dict[str, str] = {
     "cluster": "Form, join, leave and inspect the cluster.",
     "net": "Lossless network: PFC/ETS/DSCP/ECN, addresses, routes, MTU (no daemon needed).",
     "events": "The cluster's event log: what happened and why (--follow to watch).",
+    "auth": "Bearer tokens of the HTTPS REST endpoint: create (admin or read-only), list, revoke.",
+    "provision": "First-boot configuration: check a file, show what was applied and from where.",
 }
 
 
@@ -50,6 +55,12 @@ def _load(name: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def _json_usage(exc: Any) -> Any:
+    from nodeos.cli.output import JsonUsageError
+
+    return JsonUsageError(exc)
+
+
 def _build_cli() -> Any:
     import click
 
@@ -59,6 +70,30 @@ def _build_cli() -> Any:
 
         def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
             return _load(cmd_name)  # type: ignore[no-any-return]
+
+        # A usage error of a command line with `--json` anywhere on it is printed as the console's
+        # JSON error (nodeos.cli.output.JsonUsageError): scripts parse stdout, never click's text.
+        # The top group sees every error: its own parse here, its subcommands' within invoke().
+        def make_context(
+            self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+        ) -> click.Context:
+            as_json = "--json" in args
+            try:
+                ctx = super().make_context(info_name, args, parent=parent, **extra)
+            except click.UsageError as exc:
+                if not as_json:
+                    raise
+                raise _json_usage(exc) from None
+            ctx.meta["nodeos.as_json"] = as_json
+            return ctx
+
+        def invoke(self, ctx: click.Context) -> Any:
+            try:
+                return super().invoke(ctx)
+            except click.UsageError as exc:
+                if not ctx.meta.get("nodeos.as_json"):
+                    raise
+                raise _json_usage(exc) from None
 
         def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
             rows = []
@@ -107,7 +142,13 @@ def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else list(argv)
     from nodeos.cli import fast
 
-    code = fast.run(args)
+    try:
+        code = fast.run(args)
+    except BrokenPipeError:
+        # The reader went away (`nodeos status --json | head -1`): exit 1 quietly, as click does,
+        # and let the interpreter's last flush go to /dev/null (no traceback).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     if code is not None:
         sys.exit(code)
     import click

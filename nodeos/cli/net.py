@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from nodeos.cli.options import Seconds
 from nodeos.cli.output import command_runner, json_option, print_json, table
 from nodeos.errors import BadInput
 from nodeos.net.model import NetConfig, load_config
@@ -227,7 +228,7 @@ def verify(ctx: click.Context, config_path: str, netns: str | None, as_json: boo
     "--interval",
     default=10.0,
     show_default=True,
-    type=click.FloatRange(0.1, 3600),
+    type=Seconds(maximum=3600, minimum=0.1),
     help="Seconds between counter samples and re-checks.",
 )
 @click.option("--count", default=None, type=click.IntRange(1), help="Stop after this many intervals.")

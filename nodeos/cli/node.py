@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
 from nodeos import validate
+from nodeos.cli.options import Seconds
 from nodeos.cli.output import command_runner, json_option, table
 from nodeos.cli.render import status_human
-from nodeos.errors import BadInput, NotFound, OperationFailed
+from nodeos.errors import NotFound, OperationFailed
 from nodeos.rpc.client import Client
 
 WAIT_OPTION_HELP = "Seconds to wait until every replica is ready (progress shown on a terminal)."
+CREATE_WAIT_HELP = (
+    "Seconds to wait until every replica is ready (progress shown on a terminal); 0: return once "
+    "the cluster took the create, as it stands then (see `volume show`)."
+)
 
 
 def _client(ctx: click.Context) -> Client:
@@ -142,11 +146,16 @@ def pool_list(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
 def pool_delete(ctx: click.Context, name: str, node: str | None, as_json: bool) -> tuple[Any, Any]:
     """Delete an empty pool of a node."""
     validate.name(name, "name")
-    r = _client(ctx).call("pool.delete", {"name": name, "node": node}, progress=f"deleting pool {name}")
+    params = {"name": name, "node": node, "wait": TEARDOWN_WAIT_S}
+    r = _client(ctx).call("pool.delete", params, progress=f"deleting pool {name}")
     return r, f"pool {name} deleted on {r['node']}"
 
 
 # --- volumes ------------------------------------------------------------------------------
+# How long a delete waits for every node's teardown (replicas after their primary, each an agent
+# pass on a busy node); the console waits this plus a margin (nodeos/rpc/client.py), and the
+# daemon's answer at the end names what is still pending.
+TEARDOWN_WAIT_S = 300
 
 
 @click.group()
@@ -225,7 +234,7 @@ def _vol_human(v: dict[str, Any]) -> str:
 )
 @click.option("--qos-iops", type=int, default=None, help="IOPS limit (multiple of 1000; SPDK only).")
 @click.option("--qos-mbps", type=int, default=None, help="Bandwidth limit in MB/s (SPDK only).")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help=WAIT_OPTION_HELP)
+@click.option("--timeout", type=Seconds(minimum=0), default=300.0, show_default=True, help=CREATE_WAIT_HELP)
 @json_option
 @click.pass_context
 @command_runner
@@ -254,6 +263,8 @@ def volume_create(
     }
     client = _client(ctx)
     client.call("volume.create", params, progress=f"placing volume {name}")
+    if timeout == 0:  # committed: the agents make it in the background
+        return client.call("volume.show", {"name": name}), _vol_human
     return await_ready(client, name, timeout, as_json), _vol_human
 
 
@@ -312,7 +323,8 @@ def volume_resize(ctx: click.Context, name: str, size: str, as_json: bool) -> tu
 def volume_delete(ctx: click.Context, name: str, force: bool, as_json: bool) -> tuple[Any, Any]:
     """Delete a volume, clone or snapshot."""
     validate.name(name, "name")
-    r = _client(ctx).call("volume.delete", {"name": name, "force": force}, progress=f"deleting {name}")
+    params = {"name": name, "force": force, "wait": TEARDOWN_WAIT_S}
+    r = _client(ctx).call("volume.delete", params, progress=f"deleting {name}")
     return r, f"{r.get('kind', 'volume')} {name} deleted"
 
 
@@ -392,87 +404,3 @@ def volume_revoke(ctx: click.Context, name: str, hosts: tuple[str, ...], as_json
     params = _grant_params(name, hosts)
     _client(ctx).call("volume.revoke", params, progress=f"revoking {name}")
     return params, f"{', '.join(hosts)} no longer ha{'s' if len(hosts) == 1 else 've'} access to {name}"
-
-
-# --- hosts --------------------------------------------------------------------------------
-
-
-@click.group()
-def host() -> None:
-    """Hosts (GPU nodes) by host NQN."""
-
-
-def _read_secret(secret: str | None, secret_file: str | None) -> str | None:
-    if secret is not None and secret_file is not None:
-        raise BadInput("give --dhchap-secret or --dhchap-secret-file, not both", field="dhchap_secret")
-    if secret_file is not None:
-        try:
-            secret = (
-                click.get_text_stream("stdin").read() if secret_file == "-" else Path(secret_file).read_text()
-            )
-        except OSError as exc:
-            raise BadInput(f"cannot read {secret_file}: {exc.strerror}", field="dhchap_secret_file") from None
-        secret = secret.strip()
-    return validate.dhchap_secret(secret)
-
-
-@host.command("add")
-@click.argument("hostnqns", nargs=-1, required=True)
-@click.option("--dhchap-secret", default=None, help="DH-HMAC-CHAP secret (DHHC-1:...); visible in `ps`.")
-@click.option("--dhchap-secret-file", default=None, help="Read the secret from a file, or - for stdin.")
-@json_option
-@click.pass_context
-@command_runner
-def host_add(
-    ctx: click.Context,
-    hostnqns: tuple[str, ...],
-    dhchap_secret: str | None,
-    dhchap_secret_file: str | None,
-    as_json: bool,
-) -> tuple[Any, Any]:
-    """Register hosts by NQN (one with an optional DH-HMAC-CHAP secret, or several without: one
-    change for all of them)."""
-    secret = _read_secret(dhchap_secret, dhchap_secret_file)
-    if len(hostnqns) > 1:
-        if secret is not None:
-            raise BadInput(
-                "a DH-HMAC-CHAP secret is per host: add such hosts one at a time", field="dhchap_secret"
-            )
-        nqns = [validate.host_nqn(h, "host") for h in hostnqns]
-        r = _client(ctx).call("host.add", {"nqns": nqns})
-        return r, f"{r['added']} hosts added" + (
-            f", {r['present']} already registered" if r["present"] else ""
-        )
-    params = {"nqn": validate.host_nqn(hostnqns[0], "host"), "dhchap_secret": secret}
-    r = _client(ctx).call("host.add", params)
-    return r, f"host {hostnqns[0]} added" + (" with DH-HMAC-CHAP" if r.get("dhchap") else "")
-
-
-@host.command("list")
-@json_option
-@click.pass_context
-@command_runner
-def host_list(ctx: click.Context, as_json: bool) -> tuple[Any, Any]:
-    """List registered hosts and the volumes granted to them (secrets never shown)."""
-
-    def human(rows: list[dict[str, Any]]) -> str:
-        view = [
-            dict(
-                r, dhchap="yes" if r.get("dhchap") else "no", volumes=",".join(r.get("volumes") or []) or "-"
-            )
-            for r in rows
-        ]
-        return table(view, ["nqn", "dhchap", "volumes"])
-
-    return _client(ctx).call("host.list"), human
-
-
-@host.command("remove")
-@click.argument("hostnqn")
-@json_option
-@click.pass_context
-@command_runner
-def host_remove(ctx: click.Context, hostnqn: str, as_json: bool) -> tuple[Any, Any]:
-    """Forget a host (it must have no grants left)."""
-    r = _client(ctx).call("host.remove", {"nqn": validate.host_nqn(hostnqn, "host")})
-    return r, f"host {hostnqn} removed"

@@ -4,38 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from nodeos import validate
 from nodeos.cli.node import _client
+from nodeos.cli.options import Seconds
 from nodeos.cli.output import command_runner, json_option, table
+from nodeos.cli.render import clock
 from nodeos.errors import BadInput, OperationFailed
-
-T = TypeVar("T")
-# How long drain and undrain keep asking while the cluster answers `not_leader` (nothing done: an
-# election, or a leader too starved to take the request in time), as an operator would re-run them.
-NOT_LEADER_RETRY_S = 120.0
-
-
-def retry_not_leader(
-    call: Callable[[], T],
-    for_s: float = NOT_LEADER_RETRY_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> T:
-    """`call()`, asked again while it fails with `not_leader` (the cluster did nothing), for up to
-    `for_s` seconds; any other error, or `not_leader` past that, is raised as it came."""
-    deadline = clock() + for_s
-    while True:
-        try:
-            return call()
-        except OperationFailed as err:
-            if err.code != "not_leader" or clock() >= deadline:
-                raise
-        sleep(1.0)
 
 
 def _labels(d: dict[str, str]) -> str:
@@ -116,20 +94,33 @@ def node_show(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
             lines.append(f"orphan     {o['kind']} {o['uuid']}: {what} (removed after a grace period)")
         if n.get("orphans_held"):
             lines.append(f"orphans    collection held: {n['orphans_held']}")
+        for c in n.get("stuck_calls") or []:
+            lines.append(
+                f"stuck      data plane call {c['method']} (lane {c['lane']}) since {clock(c['since'])}"
+            )
         return "\n".join(lines)
 
     return _client(ctx).call("node.show", {"node": name}), human
 
 
 def parse_labels(items: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
-    """KEY=VALUE sets a label, KEY- removes it."""
+    """KEY=VALUE sets a label, KEY- removes it; each key at most once per call (`rack=a rack-`
+    would leave what the order typed decides: refused, as `rack=a rack=b` is)."""
     set_: dict[str, str] = {}
     remove: list[str] = []
     for it in items:
         if it.endswith("-") and "=" not in it:
-            remove.append(it[:-1])
+            k = it[:-1]
+            if k in set_:
+                raise _contradiction(k, f"{k}={set_[k]}", it)
+            if k not in remove:
+                remove.append(k)
         elif "=" in it:
             k, v = it.split("=", 1)
+            if k in remove:
+                raise _contradiction(k, f"{k}-", it)
+            if set_.get(k, v) != v:
+                raise _contradiction(k, f"{k}={set_[k]}", it)
             set_[k] = v
         else:
             raise BadInput(
@@ -138,6 +129,14 @@ def parse_labels(items: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
     if not set_ and not remove:
         raise BadInput("give at least one KEY=VALUE or KEY-", field="labels", allowed="KEY=VALUE or KEY-")
     return set_, remove
+
+
+def _contradiction(key: str, first: str, second: str) -> BadInput:
+    return BadInput(
+        f"label {key!r} is changed twice in one call ({first} and {second}): give one change per key",
+        field="labels",
+        allowed="KEY=VALUE or KEY-, once per key",
+    )
 
 
 @node.command("label")
@@ -178,7 +177,7 @@ def _await_drained(client: Any, name: str, timeout: float, as_json: bool) -> dic
     shown = ""
     try:
         while True:
-            n = retry_not_leader(lambda: client.call("node.show", {"node": name}))
+            n = client.call("node.show", {"node": name})
             left = drain_left(n)
             if left is None:
                 return n
@@ -205,7 +204,7 @@ def _await_drained(client: Any, name: str, timeout: float, as_json: bool) -> dic
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Wait until every primary and replica moved."
 )
-@click.option("--timeout", type=float, default=3600.0, show_default=True, help="How long to wait (s).")
+@click.option("--timeout", type=Seconds(), default=3600.0, show_default=True, help="How long to wait (s).")
 @json_option
 @click.pass_context
 @command_runner
@@ -217,12 +216,14 @@ def node_drain(ctx: click.Context, name: str, wait: bool, timeout: float, as_jso
     in-sync replica on another node takes over (`nodeos events`: handoff, failover). Then each
     replica on the node is re-placed on a node of another failure domain and copied in full from
     the primary, a few at a time (`replica_replaced`; `volume show` shows the copy's progress).
-    Single-replica volumes stay. Running it again resumes; `undrain` brings the node back into
-    placement (moves already made stay). While the cluster answers `not_leader` (nothing done: an
-    election, or a leader too busy to take the request in time) the command asks again, for up to
-    2 minutes."""
+    Single-replica volumes stay. A voter's vote moves too: leadership first if it leads, then a
+    learner of another failure domain is promoted and the node demoted to a learner (while
+    another member can take its vote). Running it again resumes; `undrain` brings the node back
+    into placement (moves already made stay; its vote does not come back). While the cluster
+    answers `not_leader` (nothing done: an election, or a leader too busy to take the request in
+    time) the command asks again, for up to 2 minutes."""
     client = _client(ctx)
-    out = retry_not_leader(lambda: client.call("node.drain", {"node": name}))
+    out = client.call("node.drain", {"node": name})
     single: list[str] = []
     if wait:
         n = _await_drained(client, name, timeout, as_json)
@@ -248,7 +249,7 @@ def node_drain(ctx: click.Context, name: str, wait: bool, timeout: float, as_jso
 def node_undrain(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
     """Bring NODE back into placement; planned moves off it that have not happened are withdrawn."""
     client = _client(ctx)
-    return retry_not_leader(lambda: client.call("node.undrain", {"node": name})), lambda o: f"{name}: active"
+    return client.call("node.undrain", {"node": name}), lambda o: f"{name}: active"
 
 
 @node.command("rebuild-limit")

@@ -68,6 +68,61 @@ def command_runner(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def usage_error(exc: click.UsageError) -> BadInput:
+    """A click usage error (unknown option or command, a value its type refuses, a missing
+    option) as the console's bad input, naming the field and what is allowed where click knows."""
+    field: str | None = "arguments"
+    allowed: Any = None
+    ctx = exc.ctx
+    if isinstance(exc, click.BadParameter):
+        param = exc.param
+        field = _field_of(param) if param is not None else (str(exc.param_hint or "") or field)
+        allowed = _allowed_values(param.type) if param is not None else None
+    elif isinstance(exc, click.NoSuchOption):
+        field = exc.option_name
+        if ctx is not None:
+            allowed = sorted(o for p in ctx.command.get_params(ctx) for o in [*p.opts, *p.secondary_opts])
+            allowed = [o for o in allowed if o.startswith("-")]
+    elif isinstance(exc, click.BadOptionUsage):
+        field = exc.option_name
+    elif isinstance(ctx and ctx.command, click.Group) and "No such command" in exc.message:
+        # click < 8.2 has no NoSuchCommand class: the message is what the versions share
+        assert ctx is not None and isinstance(ctx.command, click.Group)
+        field = "command"
+        allowed = sorted(ctx.command.list_commands(ctx))
+    return BadInput(exc.format_message(), field=field, allowed=allowed)
+
+
+def _field_of(param: click.Parameter) -> str | None:
+    """An option by the name an operator types (`--node-id` -> node_id), an argument by its own."""
+    longest = max((o for o in param.opts if o.startswith("--")), key=len, default=None)
+    return longest[2:].replace("-", "_") if longest else param.name
+
+
+def _allowed_values(t: click.ParamType) -> Any:
+    if isinstance(t, click.Choice):
+        return [str(c) for c in t.choices]
+    if hasattr(t, "allowed"):  # nodeos.cli.options.Seconds
+        return t.allowed
+    if isinstance(t, (click.IntRange, click.FloatRange)):
+        return t._describe_range()
+    return {"integer": "an integer", "float": "a number", "boolean": "true or false"}.get(t.name)
+
+
+class JsonUsageError(click.ClickException):
+    """A usage error of a command line carrying --json: shown as the console's JSON error object
+    on stdout (a script reads every error the same way), exit 2 as click's own."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, exc: click.UsageError) -> None:
+        super().__init__(exc.format_message())
+        self.err = usage_error(exc)
+
+    def show(self, file: Any = None) -> None:
+        print_json({"error": self.err.to_dict()})
+
+
 def bad_input(message: str, field: str, allowed: Any = None) -> BadInput:
     return BadInput(message, field=field, allowed=allowed)
 
@@ -83,4 +138,13 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-__all__ = ["EXIT_BAD_INPUT", "command_runner", "fail", "json_option", "print_json", "table"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "JsonUsageError",
+    "command_runner",
+    "fail",
+    "json_option",
+    "print_json",
+    "table",
+    "usage_error",
+]

@@ -11,6 +11,7 @@ import click
 
 from nodeos import validate
 from nodeos.cli.node import _bar, _client, _size, await_ready, volume
+from nodeos.cli.options import Seconds
 from nodeos.cli.output import command_runner, json_option
 from nodeos.cluster.publish import parse_replicas
 
@@ -59,7 +60,7 @@ def published_human(v: dict[str, Any]) -> str:
     "--spread", default="node", show_default=True, help="Failure domain level: node, rack or switch."
 )
 @click.option(
-    "--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for every copy."
+    "--timeout", type=Seconds(), default=3600.0, show_default=True, help="Seconds to wait for every copy."
 )
 @json_option
 @click.pass_context

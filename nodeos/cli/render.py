@@ -40,6 +40,7 @@ def status_human(d: dict[str, Any]) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(dph.get("since") or 0)))
         lines.insert(len(lines) - 1, f"DOWN      data plane since {since}: {dph.get('reason')}")
     lines[len(lines) - 1 : len(lines) - 1] = dataplane_errors(dp, node)  # before `addresses`
+    lines += provision_lines(d.get("provision"))
     if node:
         lines.append(
             f"objects   pools {node.get('pools')}  volumes {node.get('volumes')}  "
@@ -64,6 +65,30 @@ def status_human(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def provision_lines(p: Any) -> list[str]:
+    """First-boot provisioning in `nodeos status`: an invalid or failed configuration says its
+    field and what is allowed (nothing of it was applied); a good one, its source."""
+    if not isinstance(p, dict):
+        return []
+    out = []
+    err = p.get("error")
+    if isinstance(err, dict):
+        field = f" (field: {err['field']})" if err.get("field") else ""
+        allowed = f"; allowed: {err['allowed']}" if err.get("allowed") is not None else ""
+        head = "not applied" if p.get("result") == "invalid" else str(p.get("result"))
+        out.append(
+            f"ERROR     provisioning from {p.get('source')}, {head}: {err.get('message')}{field}{allowed}"
+        )
+    elif p.get("result") in ("applied", "unchanged"):
+        out.append(f"provision {p.get('result')} from {p.get('applied_from') or p.get('source')}")
+    elif p.get("applied_from"):
+        out.append(f"provision no source at this boot; applied earlier from {p['applied_from']}")
+    cl = p.get("cluster") or {}
+    if cl.get("state") == "failed" and isinstance(cl.get("error"), dict):
+        out.append(f"ERROR     provisioned cluster {cl.get('action')} failed: {cl['error'].get('message')}")
+    return out
+
+
 def dataplane_errors(dp: dict[str, Any], node: dict[str, Any]) -> list[str]:
     """The data plane's troubles that `status --json` holds, one line each: the target not
     answering, transports that could not be made, a reconcile that failed or left volumes out,
@@ -71,6 +96,10 @@ def dataplane_errors(dp: dict[str, Any], node: dict[str, Any]) -> list[str]:
     out = []
     if dp.get("error"):
         out.append(f"ERROR     data plane: {dp['error']}")
+    for c in node.get("stuck_calls") or []:
+        out.append(
+            f"ERROR     data plane call {c['method']} stuck since {clock(c['since'])} (lane {c['lane']})"
+        )
     for t, why in sorted((dp.get("transport_errors") or {}).items()):
         out.append(f"WARNING   transport {t}: {why}")
     rec = node.get("reconcile") or {}
@@ -80,3 +109,9 @@ def dataplane_errors(dp: dict[str, Any], node: dict[str, Any]) -> list[str]:
         if r.get("result") != "ok" and r.get("error"):
             out.append(f"ERROR     {r.get('op')} {r.get('name')} ({r.get('result')}): {r['error']}")
     return out
+
+
+def clock(epoch_s: int) -> str:
+    import time
+
+    return time.strftime("%H:%M:%S", time.localtime(epoch_s))

@@ -8,7 +8,7 @@ map placed on it that the node's report does not list yet (placed after the node
 its figure cannot reflect them), and never more than the pool's size. Deleting volumes that
 the node no longer reports are not counted: their space is back.
 
-The leader decides with these figures (`nodeos/control/decide.py` `candidates`), so a
+The leader decides with these figures (`candidates`, here, for every placement), so a
 placement it proposes fits at apply unless the map moved in between; two creates decided
 against the same map (concurrent requests, or a request right behind another before the
 node's next report) are checked in log order at apply, and the one that no longer fits is
@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from nodeos.cluster import placement
 from nodeos.cluster.placement.model import PlacementRefused, human_size
 
 PoolRef = tuple[int, str]  # (node id, pool id)
@@ -86,3 +87,41 @@ def check_room(st: dict[str, Any], name: str, size_bytes: int, slots: list[dict[
             "nothing was created, create it again to place it elsewhere",
             field="size",
         )
+
+
+def candidates(st: dict[str, Any], net_of_pending: bool = False) -> list[placement.NodeCandidate]:
+    """Every member as placement sees it: labels, schedulable or not, pools with free space
+    (`net_of_pending`: less the volumes placed there that the node has not reported yet, the
+    figure a `volume_create` is checked against at apply, `check_room` above)."""
+    pending = pending_bytes(st) if net_of_pending else {}
+    out = []
+    for nid, n in st["nodes"].items():
+        rep = st["reports"].get(nid) or {}
+        drives = rep.get("drives") or {}
+        dp_ok = bool(rep) and not (rep.get("dataplane") or {}).get("error")
+        pools = []
+        for p in st["pools"].values():
+            if p["node"] != nid:
+                continue
+            have = (rep.get("pools") or {}).get(p["pool_id"]) or {}
+            size, free = reported(st, p)
+            failing = any((drives.get(d) or {}).get("health") in ("failing", "missing") for d in p["drives"])
+            pools.append(
+                placement.PoolCandidate(
+                    node_id=nid,
+                    pool_id=p["pool_id"],
+                    size_bytes=size,
+                    free_bytes=max(0, (free or 0) - pending.get((nid, p["pool_id"]), 0)),
+                    healthy=p["state"] == "ready" and not failing and have.get("state") != "failed",
+                )
+            )
+        out.append(
+            placement.NodeCandidate(
+                node_id=nid,
+                name=str(n.get("name")),
+                labels=dict(n.get("labels") or {}),
+                schedulable=n.get("role") == "storage" and n.get("state", "active") == "active" and dp_ok,
+                pools=tuple(pools),
+            )
+        )
+    return out

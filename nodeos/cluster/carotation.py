@@ -72,6 +72,7 @@ class CaRotation:
         ) -> Any: ...
 
     _ca_lock: asyncio.Lock
+    _ca_seen: tuple[str, Any, Any] | None
     ca_problem: str | None = None
     _ca_resume_at = 0.0
 
@@ -152,6 +153,7 @@ class CaRotation:
         self.tls.remove(self.tls.ca_new)
 
     async def ca_peer_request(self, frm: int, method: str, params: dict[str, Any]) -> Any:
+        self._ca_seen = None  # a peer stages or asks: the watcher looks at the files again
         gen = params.get("gen")
         if type(gen) is not int or gen < 1:
             raise BadInput("gen must be a positive integer", field="gen")

@@ -13,10 +13,14 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
-from nodeos.cluster import secretroll, tlsca
+from nodeos.cluster import datakey, secretroll, tlsca
 from nodeos.cluster import token as tokens
 from nodeos.cluster.leader_ops import str_param
+from nodeos.cluster.token_map import uses_of
 from nodeos.errors import BadInput, NotFound
+
+if TYPE_CHECKING:
+    from nodeos.cluster.driver import RaftDriver
 
 log = logging.getLogger("nodeosd.cluster")
 TOKENS_KEY = "join_tokens"  # join tokens this node issued: id hex -> {key, expires, created}
@@ -29,6 +33,7 @@ class MemberCredentials:
     meta: Any
     advertise: str
     identity: dict[str, Any] | None
+    driver: RaftDriver | None
 
     if TYPE_CHECKING:  # provided by ClusterService
 
@@ -73,7 +78,11 @@ class MemberCredentials:
             return None
         return tokens.live_key(self._token_records(), token_id, time.time())
 
-    def _issue_token(self, ttl_s: int) -> tokens.JoinToken:
+    def _token_use(self, token_id: bytes) -> dict[str, Any] | None:
+        """For a join with a token of limited uses: what the leader counts in the map."""
+        return tokens.use_request(self._token_records(), token_id, time.time())
+
+    def _issue_token(self, ttl_s: int, uses: int | None = None) -> tokens.JoinToken:
         ident = self._member()
         self._no_ca_roll()
         ca = b""
@@ -88,22 +97,34 @@ class MemberCredentials:
                 )
             ca = self.tls.ca_cert.read_bytes()
         now = time.time()
-        tok, rec = tokens.issue(ident["cluster_id"], self.advertise, ttl_s, now, ca)
+        tok, rec = tokens.issue(ident["cluster_id"], self.advertise, ttl_s, now, ca, uses)
         with self.meta.write() as txn:
             recs = tokens.prune(dict(txn.get("meta", TOKENS_KEY) or {}), now)
             recs[tok.token_id.hex()] = rec
             txn.put("meta", TOKENS_KEY, recs)
-        log.info("issued join token %s, valid for %d s", tok.token_id.hex(), ttl_s)
+        log.info(
+            "issued join token %s, valid for %d s, %s",
+            tok.token_id.hex(),
+            ttl_s,
+            "any number of joins" if uses is None else f"{uses} join(s)",
+        )
         return tok
 
     async def api_token(self, params: dict[str, Any]) -> dict[str, Any]:
-        tok = self._issue_token(tokens.check_ttl(params.get("ttl")))
-        return {"token": tok.encode(), "token_id": tok.token_id.hex(), "expires": tok.expires}
+        ttl, uses = tokens.check_ttl(params.get("ttl")), tokens.check_uses(params.get("uses"))
+        tok = self._issue_token(ttl, uses)
+        return {"token": tok.encode(), "token_id": tok.token_id.hex(), "expires": tok.expires, "uses": uses}
 
     async def api_token_list(self, params: dict[str, Any]) -> dict[str, Any]:
         self._member()
         recs = tokens.prune(self._token_records(), time.time())
-        return {"tokens": [{"token_id": k, "expires": v["expires"]} for k, v in sorted(recs.items())]}
+        st = self.driver.map.state if self.driver is not None else {}
+        return {
+            "tokens": [
+                {"token_id": k, "expires": v["expires"], "uses": v.get("uses"), "used_by": uses_of(st, k)}
+                for k, v in sorted(recs.items())
+            ]
+        }
 
     async def api_token_revoke(self, params: dict[str, Any]) -> dict[str, Any]:
         self._member()
@@ -119,12 +140,15 @@ class MemberCredentials:
 
     def _joiner_credentials(self, token_id: bytes, csr: Any, raft_id: int) -> dict[str, Any]:
         """What a joiner that proved `token_id` gets once its join is committed: the cluster
-        secret wrapped under the token's key and, from the CA's node, a certificate."""
+        secret and data keys wrapped under the token's key and, from the CA's node, a certificate."""
         self._no_ca_roll()
         key = self._token_key(token_id)
         if key is None or self.identity is None:
             raise BadInput("the join token expired or was revoked during the join", field="token")
         out = tokens.wrap_keys(key, secretroll.keys_of(self.identity))
+        dkeys = datakey.keys_of(self.identity)
+        if dkeys.keys:  # the key that opens host secrets in the map, under the token's key too
+            out["data_keys"] = datakey.wrap_keys(key, dkeys)
         if self.tls.is_ca() and isinstance(csr, bytes):
             out["cert"] = tlsca.sign_request(
                 self.tls.ca_key.read_bytes(), self.tls.ca_cert.read_bytes(), csr, raft_id

@@ -33,14 +33,12 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import lmdb
 
 from nodeos.cluster import entry
-from nodeos.cluster import events as map_events
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
-from nodeos.cluster.map import ClusterMap
 from nodeos.cluster.raft import (
     NONE,
     ConfChange,
@@ -60,11 +58,13 @@ from nodeos.cluster.raft import (
 )
 from nodeos.cluster.raft.types import HardState
 from nodeos.cluster.raft_logfile import LogFileRaftStorage
-from nodeos.cluster.raft_status import learner_to_promote, peer_addresses, status_report
+from nodeos.cluster.raft_status import peer_addresses, status_report
 from nodeos.cluster.raft_storage import CorruptRecord, LmdbRaftStorage
 from nodeos.cluster.ready_crash import CRASH_FILE_ENV, crash_point
+from nodeos.cluster.statemachine import ReplicatedMap
 from nodeos.cluster.transport import PeerTransport
-from nodeos.cluster.waiters import Waiters, settled
+from nodeos.cluster.voter_keeper import VoterKeeper, record_change
+from nodeos.cluster.waiters import ReadRounds, Waiters, settled
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.observe.journal import log_event
 from nodeos.observe.latency import LatencyHistogram
@@ -76,13 +76,21 @@ SNAPSHOT_EVERY = 2000  # applied entries between map snapshots
 KEEP_AFTER_SNAPSHOT = 500  # entries kept behind a snapshot so slow followers catch up from the log
 
 
-class RaftDriver:
+M = TypeVar("M", bound=ReplicatedMap)
+
+
+class RaftDriver(Generic[M]):
+    """Raft for one member, replicating `state_machine` (nodeos/cluster/statemachine.py): the
+    driver applies committed entries to it, snapshots and restores it, and reads the members,
+    the voter policy and the recorded events through that interface only."""
+
     def __init__(
         self,
         raft_id: int,
         storage: LogFileRaftStorage | LmdbRaftStorage,
         transport: PeerTransport,
         *,
+        state_machine: M,
         tick_s: float = 0.1,
         election_tick: int = 10,
         heartbeat_tick: int = 1,
@@ -93,14 +101,13 @@ class RaftDriver:
         self.storage = storage
         self.transport = transport
         self.tick_s = tick_s
-        self.map = ClusterMap()
+        self.map: M = state_machine
         self.on_removed = on_removed
         self.extra_peers = dict(extra_peers or {})
         snap = storage.snapshot()
         applied = 0
         if not snap.is_empty():
-            self.map.restore(snap.data)
-            self.map.state["applied_index"] = snap.index
+            self.map.restore(snap.data, snap.index)
             applied = snap.index
         self.conf_state: ConfState = storage.initial_state()[1]
         self.last_snapshot = applied
@@ -122,6 +129,7 @@ class RaftDriver:
         self.map_changed = asyncio.Event()
         self._wake = asyncio.Event()
         self._waiters = Waiters()
+        self._reads = ReadRounds(self._waiters, self._issue_read)
         self._rid_prefix, self._rid_seq = os.urandom(6), 0
         self._batch: list[tuple[bytes, bytes]] = []  # (request id, framed entry) not yet proposed
         self._conf_inflight_until = 0.0
@@ -139,6 +147,7 @@ class RaftDriver:
         self._disk_failed: Exception | None = None  # a read of the Raft log failed while stepping
         self._writing = False  # a Ready's write is on the disk thread: appends may go out meanwhile
         self.failure: str | None = None  # why the Ready loop stopped, for status and the supervisor
+        self.voter_keeper = VoterKeeper()  # the leader keeps the voter set (nodeos/cluster/voters.py)
         self._sync_peers()
 
     # --- lifecycle ---
@@ -260,22 +269,15 @@ class RaftDriver:
         return await settled(fut, timeout, self._waiters.proposals, rid, late)
 
     async def read_barrier(self, timeout: float = 5.0) -> None:
-        """Return once the local map reflects every write committed before this call (ReadIndex)."""
+        """Return once the local map reflects every write committed before this call (ReadIndex;
+        readers arriving while a round runs share the next: waiters.ReadRounds)."""
         if self.role is not StateRole.LEADER:
             raise NotLeader(f"node {self.id} is not the leader")
-        ctx = os.urandom(12)
-        fut = self._waiters.add_read(ctx)
-        try:
-            self.node.read_index(ctx)
-        except ProposalDropped as exc:  # stepped down since the role was last seen (a tick)
-            self._waiters.reads.pop(ctx, None)
-            raise NotLeader(f"read barrier not accepted: {exc}") from None
+        await self._reads.barrier(timeout)
+
+    def _issue_read(self, ctx: bytes) -> None:
+        self.node.read_index(ctx)
         self._wake.set()
-
-        def late() -> Exception:
-            return NotLeader(f"leadership not confirmed within {timeout} s")
-
-        await settled(fut, timeout, self._waiters.reads, ctx, late)
 
     def transfer_leadership(self, to: int) -> None:
         self.node.transfer_leadership(to)
@@ -287,7 +289,7 @@ class RaftDriver:
             await asyncio.sleep(self.tick_s)
             self.node.tick()
             if self.role is StateRole.LEADER:
-                self._promote_learners()
+                self._keep_voters()
             self._wake.set()
 
     async def _loop(self) -> None:
@@ -345,8 +347,7 @@ class RaftDriver:
         if crash:
             self._crash_point("sent")
         if rd.snapshot is not None and not rd.snapshot.is_empty():
-            self.map.restore(rd.snapshot.data)
-            self.map.state["applied_index"] = rd.snapshot.index
+            self.map.restore(rd.snapshot.data, rd.snapshot.index)
             self.conf_state = rd.snapshot.meta.conf_state
             self.last_snapshot = rd.snapshot.index
             self._sync_peers()
@@ -401,7 +402,7 @@ class RaftDriver:
             self.map.apply(e.index, b"")  # a new leader's no-op entry
             return False
         rid, cmd, at = entry.unframe(e.data)
-        first_event = map_events.next_seq(self.map.state)
+        first_event = self.map.event_seq()
         result = self.map.apply(e.index, cmd, at)
         if self.role is StateRole.LEADER:
             for rec in self.map.new_events(first_event):
@@ -421,6 +422,8 @@ class RaftDriver:
         self.leader, self.role = ss.leader, ss.role
         self.leader_changed.set()
         self.leader_changed = asyncio.Event()
+        if self.role is StateRole.LEADER and not was_leader:
+            self.voter_keeper.became_leader(time.monotonic())
         if was_leader and self.role is not StateRole.LEADER:
             self._refuse_batch(f"node {self.id} is no longer the leader")
             self._waiters.fail_all(
@@ -440,19 +443,29 @@ class RaftDriver:
         if compact_to >= self.storage.first_index():
             self.storage.compact(compact_to)
 
-    def _promote_learners(self) -> None:
-        if time.monotonic() < self._conf_inflight_until:
-            return
+    def _keep_voters(self) -> None:
+        """The one membership change (or leadership transfer) voters.plan asks for, if any."""
+        now = time.monotonic()
         st = self.node.status()
-        nid = learner_to_promote(st.progress, st.hard_state.commit)
-        if nid is None:
+        policy = self.map.voter_policy()
+        ch = self.voter_keeper.tick(st, self.conf_state, self.map.nodes, policy, now).change
+        if ch is None or now < self._conf_inflight_until:
             return
+        if ch.kind == "transfer":
+            if st.lead_transferee == NONE:
+                log.info("transferring leadership to %d: %s", ch.node_id, ch.reason)
+                self.voter_keeper.started(ch)
+                self.node.transfer_leadership(ch.node_id)
+            return
+        cc = ConfChangeType.ADD_VOTER if ch.kind == "promote" else ConfChangeType.ADD_LEARNER
         try:
-            self.node.propose_conf_change(ConfChange(ConfChangeType.ADD_VOTER, nid, b""))
+            self.node.propose_conf_change(ConfChange(cc, ch.node_id, b""))
         except ProposalDropped:
             return
-        log.info("promoting caught-up learner %d to voter", nid)
-        self._conf_inflight_until = time.monotonic() + 10.0
+        log.info("%s node %d: %s", "promoting" if ch.kind == "promote" else "demoting", ch.node_id, ch.reason)
+        self._conf_inflight_until = now + 10.0
+        self.voter_keeper.started(ch)
+        self.voter_keeper.keep(asyncio.get_running_loop().create_task(record_change(self.propose, ch)))
 
     def _sync_peers(self) -> None:
         """Point the transport at every member: addresses from the map (or the join reply)."""
@@ -467,7 +480,7 @@ class RaftDriver:
 
     # --- introspection ---
     def status(self) -> dict[str, Any]:
-        return status_report(
+        out = status_report(
             self.id,
             self.node.status(),
             applied=self.map.applied_index,
@@ -476,3 +489,6 @@ class RaftDriver:
             last_index=self.storage.last_index(),
             bad_messages=self.bad_messages,
         )
+        if self.role is StateRole.LEADER:
+            out["voter_set"] = self.voter_keeper.report(self.map.voter_policy())
+        return out

@@ -179,6 +179,11 @@ def report_changes(st: dict[str, Any], nid: int, old: dict[str, Any] | None, new
             record(st, "dataplane_down", msg, severity="critical", node=nid)
         else:
             record(st, "dataplane_up", f"data plane of node {nid} is healthy again", node=nid)
+    was_stuck = {c.get("method") for c in (old.get("dataplane") or {}).get("stuck") or []}
+    for c in (new.get("dataplane") or {}).get("stuck") or []:
+        if c.get("method") not in was_stuck:
+            msg = f"data plane call {c.get('method')} of node {nid} is stuck (lane {c.get('lane')})"
+            record(st, "dataplane_call_stuck", msg, severity="critical", node=nid)
     old_drives, new_drives = old.get("drives") or {}, new.get("drives") or {}
     for drive in sorted(new_drives, key=str):
         health = (new_drives.get(drive) or {}).get("health") if isinstance(new_drives[drive], dict) else None

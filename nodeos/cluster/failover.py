@@ -17,7 +17,11 @@ applied, so nothing is decided twice):
   ran out but whose Raft member still acknowledges the leader (slow, not dead: its renewals are
   late) is *suspect* for at most `suspect_grace_s` more (one `record_event` `node_suspect`)
   and called down only then, unless it renews meanwhile. The old lease has run out either way:
-  suspicion only delays a failover, it never makes one earlier;
+  suspicion only delays a failover, it never makes one earlier. A suspect node that is the
+  primary only of volumes with nothing to fail over to (no other in-sync replica on a node that
+  is up: `held_volumes`) stays suspect past the grace, for as long as its Raft member answers
+  (issue 29): calling it down would stop those volumes and gain nothing. Its node keeps them
+  unfenced meanwhile (nodeos/agent/lease.py `sole_primaries`);
 - `node_health up` once it has renewed steadily for `up_after_s` (hysteresis: a node that
   renews in fits does not flap);
 - `volume_failover` for a replicated volume whose primary is down and whose lease ran out by
@@ -99,6 +103,7 @@ class Leases:
     down_since: dict[int, float] = field(default_factory=dict)  # when this leader first saw it down
     contact: dict[int, float] = field(default_factory=dict)  # node -> last seen active by this leader's Raft
     suspect: dict[int, float] = field(default_factory=dict)  # node -> when its lease ran out while in contact
+    held: set[int] = field(default_factory=set)  # suspects kept up past the grace, said so this episode
     refused: Refusals = field(default_factory=dict)  # replicas a re-placement found no room for
 
     def observe(self, members: Any, now: float) -> None:
@@ -144,6 +149,14 @@ def active_peers(progress: Mapping[int, Any], me: int) -> list[int]:
     return sorted(nid for nid, pr in progress.items() if nid != me and pr.recent_active)
 
 
+def in_contact_now(progress: Mapping[int, Any], me: int) -> list[int]:
+    """What `Leases.heard` takes at each look: the active peers and the leader itself, whose Raft
+    member answers by leading. Without itself, a leader whose own renewals run late (its read
+    barrier slow on a starved machine) was called down at once, as a dead node, never suspect
+    nor held (issue 29's lab: "the leader calls even itself down")."""
+    return sorted({*active_peers(progress, me), me})
+
+
 def dataplane_down(st: dict[str, Any], nid: int) -> bool:
     """The node's last report names a data plane error (down, nodeos/node/dpwatch.py: it then
     withholds its renewals on purpose; or a capacity read failed)."""
@@ -154,7 +167,7 @@ def dataplane_down(st: dict[str, Any], nid: int) -> bool:
 def lease_verdict(
     st: dict[str, Any], leases: Leases, nid: int, now: float, timing: LeaseTiming
 ) -> tuple[str, str]:
-    """`ok`, `suspect` or `down` for a node the map calls up, and why.
+    """`ok`, `suspect`, `held` or `down` for a node the map calls up, and why.
 
     Down once its lease ran out (`down_after_s` after its last renewal arrived) when this
     leader's Raft has not seen it active for `contact_s` (dead, stopped, cut off) or its report
@@ -162,6 +175,13 @@ def lease_verdict(
     `suspect_grace_s` later. A slow node (renewals late, Raft answering) is so not flapped down
     and up; a node whose lease keeper alone is stuck has fenced itself and is called down one
     grace later than a dead one.
+
+    `held`: past the grace, a node still in contact whose primaries all lack a failover target
+    (`held_volumes`) stays suspect: its `down` would fail nothing over (there is nobody to
+    promote) and only stop those volumes (issue 29: a starved lab flapped the last in-sync
+    primary of a volume for 20 minutes). Holding only delays a `down`, as the grace does: the
+    failover rules are untouched. Once one of its volumes has somewhere to go, or its Raft
+    member falls silent, it is called down as before.
     """
     if not leases.expired(nid, now, timing):
         return "ok", ""
@@ -178,7 +198,32 @@ def lease_verdict(
     over = now - leases.since(nid) - timing.down_after_s
     if over <= timing.suspect_grace_s:
         return "suspect", f"{why}, but its Raft member still answers the leader"
+    hold = held_volumes(st, nid)
+    if hold:
+        return "held", f"{why}, but its Raft member still answers the leader; {hold_reason(hold)}"
     return "down", f"{why}, although its Raft member still answers the leader (suspect for {over:.1f} s)"
+
+
+def held_volumes(st: dict[str, Any], nid: int) -> list[str]:
+    """The names of the volumes node `nid` is primary of, when calling it down gains nothing:
+    none of its (ready, replicated) primaries has another in-sync replica on a node that is up
+    to fail over to. Empty when it is primary of nothing, or when one of them could move."""
+    names: list[str] = []
+    for uuid in sorted(st["volumes"]):
+        vol = st["volumes"][uuid]
+        if vol["primary"] != nid or int(vol.get("replicas") or 1) <= 1 or vol["state"] != "ready":
+            continue
+        if failover_target(st, vol) is not None:
+            return []  # this one has somewhere to go: the node is called down as before
+        names.append(str(vol["name"]))
+    return names
+
+
+def hold_reason(names: list[str]) -> str:
+    return (
+        f"it holds the only in-sync replica of {', '.join(names)} (nothing to fail over to): "
+        "not called down while its Raft member answers"
+    )
 
 
 def health_commands(st: dict[str, Any], leases: Leases, now: float, timing: LeaseTiming) -> list[Command]:
@@ -192,18 +237,31 @@ def health_commands(st: dict[str, Any], leases: Leases, now: float, timing: Leas
                 out.append(("node_health", {"node_id": nid, "health": "down", "reason": why}))
             elif verdict == "suspect" and nid not in leases.suspect:
                 leases.suspect[nid] = now
-                out.append(("record_event", suspect_event(st, nid, why, timing)))
-            if verdict != "suspect":
+                hold = held_volumes(st, nid)
+                if hold:  # said at once: it will not be called down at the grace's end
+                    leases.held.add(nid)
+                    why = f"{why}; {hold_reason(hold)}"
+                out.append(("record_event", suspect_event(st, nid, why, timing, held=bool(hold))))
+            elif verdict == "held" and nid not in leases.held:
+                leases.suspect.setdefault(nid, now)
+                leases.held.add(nid)
+                out.append(("record_event", suspect_event(st, nid, why, timing, held=True)))
+            if verdict not in ("suspect", "held"):
                 leases.suspect.pop(nid, None)
+                leases.held.discard(nid)
         elif health == "down" and leases.steady(nid, now, timing):
             out.append(("node_health", {"node_id": nid, "health": "up", "reason": "renews its lease again"}))
     return out
 
 
-def suspect_event(st: dict[str, Any], nid: int, why: str, timing: LeaseTiming) -> dict[str, Any]:
+def suspect_event(
+    st: dict[str, Any], nid: int, why: str, timing: LeaseTiming, held: bool = False
+) -> dict[str, Any]:
     """The `node_suspect` event (without `at`: the shell stamps its wall clock)."""
     name = (st["nodes"].get(nid) or {}).get("name") or f"node-{nid}"
-    msg = f"node {name} is suspect: {why}; called down in {timing.suspect_grace_s:.1f} s unless it renews"
+    msg = f"node {name} is suspect: {why}"
+    if not held:
+        msg += f"; called down in {timing.suspect_grace_s:.1f} s unless it renews"
     return {"kind": "node_suspect", "severity": "warning", "message": msg, "node": nid, "reason": why}
 
 
@@ -236,7 +294,7 @@ def failover_target(
     return None if planned or not fits else fits[0]
 
 
-def _primary_trouble(
+def primary_trouble(
     st: dict[str, Any], vol: dict[str, Any], troubled: dict[tuple[int, str], str]
 ) -> str | None:
     """Why the primary of `vol` should move away while it is up: its node drains, or the pool
@@ -260,7 +318,7 @@ def drain_commands(st: dict[str, Any]) -> list[Command]:
         prim = vol["primary"]
         if int(vol.get("replicas") or 1) <= 1 or vol["state"] != "ready":
             continue
-        why = _primary_trouble(st, vol, troubled)
+        why = primary_trouble(st, vol, troubled)
         if why is None or health_of(st, prim) != "up":
             continue  # nothing to move, or the unplanned path takes it
         ho = vol.get("handoff")

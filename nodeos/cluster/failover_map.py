@@ -186,11 +186,21 @@ def volume_handoff_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """A planned move (drain): ask the live primary to stop serving the volume at `epoch`
     (front end inaccessible, writes drained) and say so; `volume_failover` follows once its
     report confirms (`handed_off` == epoch), so two primaries never serve at once."""
+    from nodeos.cluster.failover import primary_trouble  # it builds on this module
+    from nodeos.cluster.replace import troubled_pools
+
     vol = volume_at_epoch(st, args)
     epoch, to = vol["epoch"], args.get("to")
     cur = in_sync_of(vol)
     if to == vol["primary"] or to not in cur or health_of(st, to) != "up":
         raise OperationFailed(f"node {to!r} cannot take over {vol['name']}", field="to", allowed=cur)
+    if primary_trouble(st, vol, troubled_pools(st)) is None:
+        # Decided before an undrain applied: nothing would ever withdraw it (the undrain
+        # withdraws only the hand-overs it finds) nor finish it (the controller moves only
+        # primaries in trouble), and the primary would stay fenced for good (the failover
+        # simulator, seed 11: a volume unavailable after the heal).
+        msg = f"node {vol['primary']} no longer needs to hand {vol['name']} over (not draining, pool sound)"
+        raise OperationFailed(msg, field="uuid")
     vol["handoff"] = {"to": to, "epoch": epoch}
     map_events.record(
         st,

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodeos import validate
+from nodeos.cluster import features
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader
 from nodeos.cluster.map import ROLES, encode_command
@@ -82,6 +83,10 @@ async def leader_join(d: RaftDriver, params: dict[str, Any], timeout: float) -> 
             f"node {nid} is still a member: remove it first (`nodeos cluster remove {nid}` on a member)",
             field="node_id",
         )
+    features.check_join(d.map.state, nid, params)  # its release could not apply the log
+    use = params.pop("token_use", None)  # a token of limited uses: counted before the node is added
+    if isinstance(use, dict):
+        await d.propose(encode_command("use_join_token", {**use, "node_id": nid}), timeout)
     if existing is None:
         await d.propose(encode_command("add_node", params), timeout)
     if not in_raft:

@@ -26,6 +26,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PortTaken(RuntimeError):
+    """The daemon exited because another socket holds one of its ports."""
+
+
 class LocalNode:
     def __init__(self, root: Path, index: int, tick_ms: int = 100) -> None:
         self.root = root / f"n{index}"
@@ -35,7 +39,9 @@ class LocalNode:
         self.metrics_port = free_port()  # /metrics of its own: nodes share one loopback address
         self.tick_ms = tick_ms
         self.env: dict[str, str] = {}  # extra environment for the daemon (e.g. crash injection)
+        self.args: list[str] = []  # extra nodeosd arguments (e.g. --rest-listen)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started_once = False
 
     @property
     def socket(self) -> str:
@@ -50,6 +56,20 @@ class LocalNode:
         return f"127.0.0.1:{self.metrics_port}"
 
     def start(self, timeout: float = 30.0) -> None:
+        for attempt in range(3):
+            try:
+                self._start(timeout)
+                self.started_once = True
+                return
+            except PortTaken:
+                # free_port() let the port go before the daemon bound it, and another socket (an
+                # outgoing connection's ephemeral port, often) took it meanwhile: take others,
+                # unless the cluster already knows this node by its address.
+                if attempt == 2 or self.started_once:
+                    raise
+                self.port, self.metrics_port = free_port(), free_port()
+
+    def _start(self, timeout: float) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, NODEOS_TEST_FAULTS="1", NODEOS_RAFT_TICK_MS=str(self.tick_ms), **self.env)
         cmd = [
@@ -61,6 +81,7 @@ class LocalNode:
             "--node-name", f"n{self.index}",
             "--storage-address", "127.0.0.2",
             "--metrics-listen", self.metrics_address,
+            *self.args,
         ]  # fmt: skip
         log = open(self.root / "nodeosd.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -68,8 +89,10 @@ class LocalNode:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                rc = self.proc.returncode
-                raise RuntimeError(f"nodeosd n{self.index} exited with {rc}: {self.log_tail()}")
+                rc, tail = self.proc.returncode, self.log_tail()
+                last = (tail.splitlines() or [""])[-1]
+                err = PortTaken if rc == 2 and "is already in use" in last else RuntimeError
+                raise err(f"nodeosd n{self.index} exited with {rc}: {tail}")
             with contextlib.suppress(NodeosError):
                 Client(self.socket, timeout_s=2).call("daemon.ping")
                 return
@@ -97,8 +120,10 @@ class LocalNode:
 
 
 class LocalCluster:
-    def __init__(self, root: Path, size: int, tick_ms: int = 100) -> None:
+    def __init__(self, root: Path, size: int, tick_ms: int = 100, voters: int = 3) -> None:
+        """`voters`: how many the leader keeps (`cluster set voters`; the rest are learners)."""
         self.nodes = [LocalNode(root, i + 1, tick_ms) for i in range(size)]
+        self.voters = voters
 
     def form(self) -> str:
         """Start every node, init on the first, join the rest; returns the join token."""
@@ -106,10 +131,12 @@ class LocalCluster:
             n.start()
         first = self.nodes[0]
         token = first.call("cluster.init", {"node_id": first.raft_id})["token"]
+        if self.voters != 3:
+            first.call("cluster.set", {"voters": self.voters})
         for n in self.nodes[1:]:
             params = {"address": first.address, "token": token, "node_id": n.raft_id}
             n.call("cluster.join", params, timeout=60)
-        self.wait_voters(len(self.nodes))
+        self.wait_voters(min(len(self.nodes), self.voters))
         return str(token)
 
     def by_id(self, raft_id: int) -> LocalNode:

@@ -1,10 +1,14 @@
 """The replicated cluster map: a pure, deterministic state machine fed by committed entries.
 
 Every node applies the same committed commands in the same order and so holds the same
-map. A command is a msgpack map `{"cmd": name, "v": version, "args": {...}}`. Nothing
+map. A command is a msgpack map `{"cmd": name, "v": version, "args": {...}}`, one of those
+listed in nodeos/cluster/commands.py (the handlers below and in the modules they gather are
+checked against that list). Nothing
 here reads a clock, a random source or the environment: the result of `apply` depends
-only on the map and the command, so a rejected command (unknown name or version, bad
-argument) is rejected identically everywhere and recorded in the map.
+only on the map and the command, so a rejected command (bad argument) is rejected
+identically everywhere and recorded in the map. A command this release does not know (name,
+version or feature level: nodeos/cluster/features.py) is never skipped: the map stops applying
+there (`stalled`) until a newer release re-applies the log from that entry.
 
 Sections: nodes, failure domains, drives, volumes, replica placement, host grants and
 path states (the last five are filled by later commands), the event log (cluster/events.py),
@@ -22,9 +26,11 @@ from typing import Any
 
 import msgpack
 
-from nodeos.cluster import events as map_events
 from nodeos.cluster import (
+    commands,
     failover_map,
+    feature_map,
+    features,
     host_map,
     publish_map,
     replace_map,
@@ -33,7 +39,10 @@ from nodeos.cluster import (
     snapshot_map,
     storage_import,
     storage_map,
+    token_map,
+    voters,
 )
+from nodeos.cluster import events as map_events
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 
 # 2: storage sections (storage_map.SECTIONS) and node labels/state. A version-1 snapshot is
@@ -63,7 +72,7 @@ def decode_command(data: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise BadInput("command must be a map", field="command")
     if not isinstance(obj.get("cmd"), str):
-        raise BadInput("command field 'cmd' must be a string", field="cmd", allowed=sorted(HANDLERS))
+        raise BadInput("command field 'cmd' must be a string", field="cmd", allowed=list(commands.NAMES))
     if type(obj.get("v")) is not int:
         raise BadInput("command field 'v' must be an int", field="v")
     if not isinstance(obj.get("args", {}), dict):
@@ -96,6 +105,7 @@ def _empty_state() -> dict[str, Any]:
         "ca": secretroll.empty_section(),  # the cluster CA's generation and certificate fingerprint
         **map_events.empty_section(),
         **request_log.empty_section(),
+        **token_map.empty_section(),  # uses of join tokens of limited uses (never their keys)
     }
 
 
@@ -120,8 +130,14 @@ def _str_arg(args: dict[str, Any], field: str, max_len: int = 256, required: boo
 
 
 class ClusterMap:
-    def __init__(self) -> None:
+    """`known_level`: the feature level this node's release knows (features.LEVEL; lower only in
+    tests that make a node behave as an older release). `stalled`: set, on this node only, once
+    a committed entry or a snapshot it cannot read stopped it applying (features.stall_for)."""
+
+    def __init__(self, known_level: int = features.LEVEL) -> None:
         self.state: dict[str, Any] = _empty_state()
+        self.known_level = known_level
+        self.stalled: dict[str, Any] | None = None
 
     # --- reading ---
     @property
@@ -131,6 +147,12 @@ class ClusterMap:
     @property
     def nodes(self) -> dict[int, dict[str, Any]]:
         return self.state["nodes"]
+
+    def voter_policy(self) -> voters.Policy:
+        return voters.policy_of(self.state)
+
+    def event_seq(self) -> int:
+        return map_events.next_seq(self.state)
 
     def kv_get(self, key: str) -> Any:
         rec = self.state["kv"].get(key)
@@ -150,33 +172,47 @@ class ClusterMap:
         if index <= self.state["applied_index"]:
             # Already applied (e.g. replayed after a restart from an older snapshot point).
             return {"error": {"code": "failed", "message": f"entry {index} already applied"}}
+        if self.stalled is not None:
+            # Stopped at an entry this release cannot apply: nothing after it is applied either,
+            # and applied_index stays before it, so a restart with a newer release resumes there.
+            return {"error": {"code": "not_supported", "message": self.stalled["message"]}}
+        cmd: dict[str, Any] | None = None
+        if data:
+            try:
+                cmd = decode_command(data)
+            except NodeosError as err:
+                return self._rejected(index, err, None)
+            stall = features.stall_for(index, cmd["cmd"], cmd["v"], self.known_level)
+            if stall is not None:
+                self.stalled = stall
+                return {"error": {"code": "not_supported", "message": stall["message"]}}
         self.state["applied_index"] = index
-        if not data:
+        if cmd is None:
             return {"result": None}
-        rid: str | None = None
+        rid: str | None = cmd.get("rid")
         try:
-            cmd = decode_command(data)
-            rid = cmd.get("rid")
             seen = None if rid is None else request_log.recorded(self.state, rid)
             if seen is not None:  # asked again after an unknown outcome: answered, not applied
                 return {k: seen[k] for k in ("result", "error") if k in seen}
-            handler = HANDLERS.get(cmd["cmd"])
-            if handler is None:
-                raise BadInput(f"unknown command {cmd['cmd']!r}", field="cmd", allowed=sorted(HANDLERS))
-            fn = handler.get(cmd["v"])
-            if fn is None:
-                raise BadInput(
-                    f"command {cmd['cmd']} has no version {cmd['v']}", field="v", allowed=sorted(handler)
-                )
+            spec = commands.lookup(cmd["cmd"], cmd["v"])
+            fn = HANDLERS[spec.name][spec.version]
             first = map_events.next_seq(self.state)
             result = fn(self.state, cmd.get("args", {}))
             map_events.stamp(self.state, first, at)
             outcome: dict[str, Any] = {"result": result}
         except NodeosError as err:
-            rejected = self.state["rejected"]
-            rejected.append({"index": index, "error": err.to_dict()})
-            del rejected[:-MAX_REJECTED]
-            outcome = {"error": err.to_dict()}
+            return self._rejected(index, err, rid)
+        if rid is not None:
+            request_log.record(self.state, rid, index, outcome)
+        return outcome
+
+    def _rejected(self, index: int, err: NodeosError, rid: str | None) -> dict[str, Any]:
+        """A command refused the same way on every node: recorded, nothing else changes."""
+        self.state["applied_index"] = index
+        rejected = self.state["rejected"]
+        rejected.append({"index": index, "error": err.to_dict()})
+        del rejected[:-MAX_REJECTED]
+        outcome = {"error": err.to_dict()}
         if rid is not None:
             request_log.record(self.state, rid, index, outcome)
         return outcome
@@ -185,7 +221,17 @@ class ClusterMap:
     def snapshot(self) -> bytes:
         return msgpack.packb(self.state, use_bin_type=True)
 
-    def restore(self, data: bytes) -> None:
+    def restore(self, data: bytes, index: int | None = None) -> None:
+        """The state of a snapshot; `index` (the snapshot's log index) becomes applied_index.
+
+        A snapshot of a newer map format or feature level than this release knows is refused
+        whole: the map keeps its state and stops applying (`stalled`), as for an unknown entry."""
+        self.stalled = None
+        self._restore(data, index)
+        if index is not None and self.stalled is None:
+            self.state["applied_index"] = index
+
+    def _restore(self, data: bytes, index: int | None) -> None:
         if not data:
             self.state = _empty_state()
             return
@@ -193,6 +239,10 @@ class ClusterMap:
             state = msgpack.unpackb(data, raw=False, strict_map_key=False)
         except Exception as exc:
             raise BadInput(f"map snapshot does not decode: {exc}", field="snapshot") from None
+        if isinstance(state, dict):
+            self.stalled = features.snapshot_stall(state, index, SCHEMA_VERSION, self.known_level)
+            if self.stalled is not None:
+                return
         if not isinstance(state, dict) or state.get("schema") not in READABLE_SCHEMAS:
             raise BadInput(
                 f"map snapshot schema {state.get('schema') if isinstance(state, dict) else None!r} "
@@ -209,8 +259,9 @@ class ClusterMap:
         self.state = merged
 
     def copy(self) -> ClusterMap:
-        out = ClusterMap()
+        out = ClusterMap(self.known_level)
         out.state = copy.deepcopy(self.state)
+        out.stalled = copy.deepcopy(self.stalled)
         return out
 
 
@@ -243,6 +294,7 @@ def _add_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         raise BadInput("addresses must map names (e.g. 'peer') to 'host:port' strings", field="addresses")
     fd = _str_arg(args, "failure_domain", required=False) or f"node-{nid}"
     name = _str_arg(args, "name", required=False) or f"node-{nid}"
+    features.check_join(st, nid, args)  # a release that cannot apply the log is not added
     st["nodes"][nid] = {
         "id": nid,
         "name": name,
@@ -251,6 +303,7 @@ def _add_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         "role": role,
         "labels": {},
         "state": "active",
+        **features.check_report(args),  # its release and the feature level it knows
     }
     st["failure_domains"].setdefault(fd, {"name": fd})
     map_events.record(st, "node_joined", f"node {nid} ({name}) joined the cluster as {role}", node=nid)
@@ -281,7 +334,9 @@ def _node_update_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         isinstance(k, str) and isinstance(v, str) for k, v in addresses.items()
     ):
         raise BadInput("addresses must map names (e.g. 'peer') to 'host:port' strings", field="addresses")
+    report = features.check_report(args)  # optional: what the member's release knows
     st["nodes"][nid].setdefault("addresses", {}).update(addresses)
+    st["nodes"][nid].update(report)
     return st["nodes"][nid]
 
 
@@ -351,6 +406,12 @@ def _kv_get_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     return {"key": key, "value": None if rec is None else rec["value"]}
 
 
+def _kv_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Remove a key (feature level 2); `deleted` says whether it was there."""
+    key = _kv_key(args)
+    return {"key": key, "deleted": st["kv"].pop(key, None) is not None}
+
+
 def _secret_roll_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """One step of a cluster secret roll (nodeos/cluster/secretroll.py): generation and phase."""
     new = secretroll.next_section(secretroll.section(st), args)
@@ -390,6 +451,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     "kv_put": {1: _kv_put_v1},
     "kv_cas": {1: _kv_cas_v1},
     "kv_get": {1: _kv_get_v1},
+    "kv_delete": {1: _kv_delete_v1},
     "secret_roll": {1: _secret_roll_v1},
     "ca_roll": {1: _ca_roll_v1},
     **storage_map.HANDLERS,
@@ -399,5 +461,9 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     **failover_map.HANDLERS,
     **replace_map.HANDLERS,
     **storage_import.HANDLERS,
+    **token_map.HANDLERS,
+    **voters.HANDLERS,  # cluster_set: how many voters, when one is lost
+    **feature_map.HANDLERS,  # set_feature_level
 }
 map_events.register(HANDLERS)
+commands.check_handlers(HANDLERS)  # the handlers are exactly the commands listed in commands.py

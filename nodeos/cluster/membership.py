@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodeos import validate
-from nodeos.cluster import secretroll, tlsca
+from nodeos.cluster import datakey, features, secretroll, tlsca
 from nodeos.cluster import token as tokens
 from nodeos.cluster.errors import OutcomeUnknown
 from nodeos.cluster.leader_ops import int_param, str_param
@@ -50,6 +50,7 @@ class Membership:
     advertise: str
     peer_listen: tuple[str, int] | None
     role: str
+    known_level: int
     identity: dict[str, Any] | None
     driver: RaftDriver | None
     transport: PeerTransport | None
@@ -156,7 +157,7 @@ class Membership:
         async with self._lock:
             self._need_peer_listen()
             raft_id, fd = self._id_and_domain(params)
-            ttl = tokens.check_ttl(params.get("ttl"))
+            ttl = tokens.check_ttl(params.get("ttl"), default=tokens.INIT_TTL_S)
             if self.identity is not None and self.identity.get("solo") and self.holds_storage():
                 await self._open_solo(params, fd)
             else:
@@ -216,6 +217,8 @@ class Membership:
             storage.close()
         await asyncio.to_thread(self._make_tls, cluster_id, raft_id)
         ident: dict[str, Any] = {"cluster_id": cluster_id, "secret": secret, "raft_id": raft_id}
+        # The key that seals host secrets in the map: made here, never in the Raft log.
+        ident = datakey.with_keys(ident, datakey.new_keys())
         if solo:
             ident["solo"] = True
         self._save_identity(ident)
@@ -233,6 +236,7 @@ class Membership:
             "addresses": {"peer": self.advertise},
             "role": self.role,
             "name": self.ctx.node_name or f"node-{raft_id}",
+            **features.member_report(self.known_level),  # what its release knows (features.py)
         }
         if fd:
             args["failure_domain"] = fd
@@ -282,22 +286,24 @@ class Membership:
             finally:
                 await transport.close()
             keys = tokens.unwrap_keys(token.key, reply)
+            # A member from before sends no data key: the leader hands it over later
+            # (nodeos/cluster/datakeys_member.py).
+            dkeys = datakey.unwrap_keys(token.key, reply["data_keys"]) if "data_keys" in reply else None
             members = {int(k): str(v) for k, v in (reply.get("members") or {}).items()}
             await self._wipe_member()  # the cluster of one this node leaves (it holds nothing)
             if isinstance(reply.get("cert"), bytes) and isinstance(reply.get("ca"), bytes):
                 self.tls.write("node.key", key_pem)
                 self.tls.write("node.pem", reply["cert"])
                 self.tls.write("ca.pem", reply["ca"])
-            self._save_identity(
-                secretroll.with_keys(
-                    {
-                        "cluster_id": token.cluster_id,
-                        "raft_id": raft_id,
-                        "peers": {str(k): v for k, v in members.items()},
-                    },
-                    keys,
-                )
+            ident = secretroll.with_keys(
+                {
+                    "cluster_id": token.cluster_id,
+                    "raft_id": raft_id,
+                    "peers": {str(k): v for k, v in members.items()},
+                },
+                keys,
             )
+            self._save_identity(ident if dkeys is None else datakey.with_keys(ident, dkeys))
             await self._start_member(extra_peers=members)
             log.info("joined cluster %s as node %d", token.cluster_id, raft_id)
             return {"cluster_id": token.cluster_id, "node_id": raft_id, "leader": reply.get("leader")}

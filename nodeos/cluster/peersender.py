@@ -9,14 +9,18 @@ import itertools
 import random
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
 from nodeos.cluster.errors import PeerUnreachable, remote_error
 from nodeos.cluster.peerauth import Session
 from nodeos.cluster.peerwire import HANDSHAKE_TIMEOUT, _close
-from nodeos.errors import NodeosError, OperationFailed
+from nodeos.errors import BadInput, NodeosError, OperationFailed
 from nodeos.rpc.framing import read_frame
 
 if TYPE_CHECKING:
     from nodeos.cluster.transport import PeerTransport
+
+WRITE_BUDGET = 4 << 20  # bytes of frames per write: a snapshot's chunks go a few at a time
 
 
 class _PeerSender:
@@ -53,6 +57,13 @@ class _PeerSender:
         self.wake.set()
 
     async def request(self, method: str, params: dict[str, Any], timeout: float) -> Any:
+        try:  # packed once here too: a request that cannot be framed fails alone, before it is
+            # queued, instead of breaking the frame writer and with it the connection (Raft's too)
+            msgpack.packb(params, use_bin_type=True)
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise BadInput(
+                f"{method}: a parameter cannot be sent to another member: {exc}", field="params"
+            ) from None
         rid = next(self.ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiting[rid] = fut
@@ -155,8 +166,11 @@ class _PeerSender:
                 # Requests first: a client waits on them; Raft messages are retransmitted anyway.
                 # One write for all: one TLS record and one system call, not one per message.
                 frames = [session.seal(self.requests.popleft()) for _ in range(len(self.requests))]
-                batch = min(len(self.queue), 256)
-                frames += [session.seal({"k": "raft", "msg": self.queue.popleft()}) for _ in range(batch)]
+                batch, size = 0, 0
+                while self.queue and batch < 256 and size < WRITE_BUDGET:
+                    m = self.queue.popleft()  # a snapshot's chunk is its own frame kind (snapshot_stream)
+                    frames.append(session.seal(m if m.get("k") == "snap" else {"k": "raft", "msg": m}))
+                    batch, size = batch + 1, size + len(frames[-1])
                 writer.write(b"".join(frames))
                 self.t.stats.sent += batch
                 await writer.drain()

@@ -12,20 +12,27 @@ import contextlib
 import hmac
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from nodeos.cluster.peerauth import NONCE_BYTES, Session, mac, session_keys, transcript
 from nodeos.cluster.peerwire import (
+    ACCEPT_BATCH,
     HANDSHAKE_MAX_FRAME,
     HANDSHAKE_TIMEOUT,
+    LISTEN_BACKLOG,
     MAX_HANDSHAKING,
     MAX_INBOUND,
+    MAX_PENDING_PER_SOURCE,
+    TLS_HANDSHAKE_TIMEOUT,
+    TLS_SHUTDOWN_TIMEOUT,
     RateLimitedLog,
     _close,
     _send_error,
 )
+from nodeos.cluster.snapshot_stream import Assembler
 from nodeos.cluster.tlsca import issuer_cn, node_cn, peer_cn
 from nodeos.errors import BadInput, NodeosError
 from nodeos.rpc.framing import PROTOCOL_VERSION, FrameError, pack, read_frame
@@ -39,6 +46,19 @@ RaftHandler = Callable[[int, dict[str, Any]], None]
 RequestHandler = Callable[[int, str, dict[str, Any]], Awaitable[Any]]
 
 
+class _Gate(asyncio.Protocol):
+    """The first protocol of every inbound connection: it reads nothing (the TLS layer reads
+    the first byte) and hands the connection to the server's admission."""
+
+    def __init__(self, server: PeerServer) -> None:
+        self.server = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()
+        self.server._admit(transport)
+
+
 class PeerServer:
     """Mixin of PeerTransport: the attributes below are the transport's."""
 
@@ -46,6 +66,7 @@ class PeerServer:
     cluster_id: str
     advertise: str
     max_frame: int
+    snapshots: Assembler
     stats: TransportStats
     blocked: set[int]
     on_raft: RaftHandler
@@ -57,51 +78,103 @@ class PeerServer:
     _accepted: dict[int, bytes]
     _server: asyncio.Server | None
     _inbound: set[asyncio.Task[None]]
-    _handshaking: dict[asyncio.Task[None], asyncio.StreamWriter]
+    _handshaking: dict[asyncio.Task[None], tuple[str, asyncio.Transport]]  # oldest first
     _stranger_log: RateLimitedLog
-
-    def _pick_context(self, sslobj: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
-        # Called for every inbound TLS handshake (peers dial by IP: no server name): the listener
-        # keeps its first context, each connection gets the current one.
-        if self._tls_current is not None and self._tls_current is not ctx:
-            sslobj.context = self._tls_current
 
     @property
     def listening(self) -> bool:
         return self._server is not None
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
-        if self.tls_server is not None:
-            self.tls_server.sni_callback = self._pick_context  # type: ignore[assignment]
-        self._server = await asyncio.start_server(
-            self._serve,
-            host,
-            port,
-            reuse_address=True,
-            ssl=self.tls_server,
-            ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.tls_server is not None else None,
+        # Plain TCP: each connection is admitted (or not) before a byte is read, and its TLS
+        # handshake is done here with bounded time (see _admit, _upgrade). With TLS in
+        # asyncio's listener, connections counted only once TLS completed: a stranger's silent
+        # connections cost an fd and a 256 KiB TLS buffer each, unbounded.
+        loop = asyncio.get_running_loop()
+        # asyncio accepts up to `backlog` connections per wake-up and closes refused ones on the
+        # next: a small batch keeps the fds a burst costs at once small. The kernel's queue is
+        # made deep again after (listen() on a listening socket only resizes it), so a burst
+        # waits there to be judged instead of dropping SYNs, a real peer's among them.
+        self._server = await loop.create_server(
+            lambda: _Gate(self), host, port, reuse_address=True, backlog=ACCEPT_BATCH
         )
+        for ts in self._server.sockets:
+            with socket.socket(fileno=os.dup(ts.fileno())) as dup:
+                dup.listen(LISTEN_BACKLOG)
         sock = self._server.sockets[0].getsockname()
         if not self.advertise:
             self.advertise = f"{sock[0]}:{sock[1]}"
         return sock[0], sock[1]
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # asyncio logs a cancelled connection task as an error: end quietly on shutdown.
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._serve_conn(reader, writer)
-
-    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    def _admit(self, raw: asyncio.Transport) -> None:
+        """A new inbound connection, nothing read yet: refuse it, or make room, or serve it."""
+        peer = raw.get_extra_info("peername")
+        source = str(peer[0]) if peer else "?"
         if len(self._inbound) >= MAX_INBOUND:
-            self._shed(writer, "inbound connections")
+            self._shed(raw, "inbound connections")
+            return
+        # Not yet authenticated: a few per address, refused beyond (nothing allocated for them:
+        # each one admitted costs a TLS buffer of 256 KiB), and a few dozen in all, where the
+        # oldest goes: a real peer's handshake takes a round trip, so strangers from many
+        # addresses cannot keep it out by their silence.
+        if sum(1 for src, _ in self._handshaking.values() if src == source) >= MAX_PENDING_PER_SOURCE:
+            self.stats.over_source_cap += 1
+            self._shed(raw, "unauthenticated connections from one address")
             return
         if len(self._handshaking) >= MAX_HANDSHAKING:
             oldest = next(iter(self._handshaking))
-            self._shed(self._handshaking.pop(oldest), "handshaking connections")
+            self._shed(self._handshaking.pop(oldest)[1], "handshaking connections")
+        task = asyncio.get_running_loop().create_task(self._serve(raw))
         self._inbound.add(task)
-        self._handshaking[task] = writer
+        self._handshaking[task] = (source, raw)
+
+    async def _upgrade(self, raw: asyncio.Transport) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Streams over the connection, in TLS with the current context (a CA roll changes it)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        transport: asyncio.BaseTransport = raw
+        ctx = self._tls_current
+        if ctx is None:
+            raw.set_protocol(protocol)
+            protocol.connection_made(raw)
+            raw.resume_reading()
+        else:
+            tls = await loop.start_tls(
+                raw,
+                protocol,
+                ctx,
+                server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT,
+                ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
+            )
+            assert tls is not None
+            protocol.connection_made(tls)
+            transport = tls
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)  # type: ignore[arg-type]
+
+    async def _serve(self, raw: asyncio.Transport) -> None:
+        task = asyncio.current_task()
+        try:
+            # asyncio logs a cancelled connection task as an error: end quietly on shutdown.
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._serve_conn(raw)
+        finally:
+            self._handshaking.pop(task, None)  # type: ignore[arg-type]
+            self._inbound.discard(task)  # type: ignore[arg-type]
+            raw.abort()  # a no-op once closed; else nothing is left to say to it
+
+    async def _serve_conn(self, raw: asyncio.Transport) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            reader, writer = await asyncio.wait_for(self._upgrade(raw), TLS_HANDSHAKE_TIMEOUT + 1.0)
+        except (TimeoutError, OSError) as exc:
+            # Silent, gone, or not speaking TLS: closed at once (by _serve), no close_notify.
+            self.stats.refused += 1
+            self._handshaking.pop(task, None)
+            self._stranger_log.log(logging.INFO, "peer TLS handshake abandoned: %s", exc.__class__.__name__)
+            return
         try:
             peer, session, joiner = await asyncio.wait_for(
                 self._accept_handshake(reader, writer), HANDSHAKE_TIMEOUT
@@ -111,13 +184,10 @@ class PeerServer:
             self._stranger_log.log(logging.WARNING, "peer handshake refused: %s", exc)
             await _send_error(writer, exc.code, str(exc), getattr(exc, "field", None))
             await _close(writer)
-            self._inbound.discard(task)
             return
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             self.stats.refused += 1
             self._stranger_log.log(logging.INFO, "peer handshake abandoned: %s", exc.__class__.__name__)
-            await _close(writer)
-            self._inbound.discard(task)
             return
         finally:
             self._handshaking.pop(task, None)
@@ -125,17 +195,16 @@ class PeerServer:
             await self._serve_session(peer, session, reader, writer, joiner)
         finally:
             await _close(writer)
-            self._inbound.discard(task)
 
-    def _shed(self, writer: asyncio.StreamWriter, what: str) -> None:
+    def _shed(self, raw: asyncio.BaseTransport, what: str) -> None:
         self.stats.shed += 1
         self._stranger_log.log(
             logging.WARNING,
             "peer port at its limit of %s: closed one from %s",
             what,
-            writer.get_extra_info("peername"),
+            raw.get_extra_info("peername"),
         )
-        writer.transport.abort()  # no FIN exchange to wait for: the fd is freed now
+        raw.abort()  # no FIN exchange to wait for: the fd is freed now
 
     async def _accept_handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -254,6 +323,8 @@ class PeerServer:
                     msg = body.get("msg")
                     if isinstance(msg, dict):
                         self.on_raft(peer, msg)
+                elif kind == "snap" and joiner is None:
+                    self._snapshot_chunk(peer, body.get("c"))
                 elif kind == "req":
                     t = asyncio.create_task(self._answer(peer, body, session, writer, lock, joiner))
                     pending.add(t)
@@ -265,6 +336,18 @@ class PeerServer:
         finally:
             for t in pending:
                 t.cancel()
+
+    def _snapshot_chunk(self, peer: int, chunk: Any) -> None:
+        """One chunk of a snapshot (nodeos/cluster/snapshot_stream.py); Raft gets it whole."""
+        try:
+            msg = self.snapshots.add(peer, chunk)
+        except ValueError as exc:
+            self.stats.bad_frames += 1
+            log.warning("peer %d sent a snapshot chunk that was dropped: %s", peer, exc)
+            return
+        if msg is not None:
+            self.stats.received += 1
+            self.on_raft(peer, msg)
 
     async def _answer(
         self,

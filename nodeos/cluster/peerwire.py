@@ -15,9 +15,20 @@ from nodeos.rpc.framing import pack
 log = logging.getLogger("nodeos.cluster.transport")
 
 HANDSHAKE_MAX_FRAME = 4096
-HANDSHAKE_TIMEOUT = 5.0
-MAX_HANDSHAKING = 32
+HANDSHAKE_TIMEOUT = 5.0  # the peer handshake (hello .. welcome), after TLS
+# TLS on the peer port: a real handshake takes a round trip or two; a silent stranger is let
+# go of after this. Closing a TLS connection waits at most SHUTDOWN for the peer's
+# close_notify (asyncio's default, 30 s, kept a stranger's fd that long). The TLS bound is the
+# dialler's own (HANDSHAKE_TIMEOUT covers its connect, TLS and hello): a shorter one here cut
+# the handshakes of a node short of CPU that its peer still waited for (TCG lab: 3 s was not
+# enough for a loaded VM's TLS); the caps per source and in all bound a stranger's cost.
+TLS_HANDSHAKE_TIMEOUT = HANDSHAKE_TIMEOUT
+TLS_SHUTDOWN_TIMEOUT = 2.0
+MAX_HANDSHAKING = 32  # connections not yet authenticated (TLS or peer handshake), all sources
+MAX_PENDING_PER_SOURCE = 8  # of those, from one address
 MAX_INBOUND = 256
+LISTEN_BACKLOG = 1024  # the kernel's queue of connections not yet accepted
+ACCEPT_BATCH = 16  # accepted per wake-up of the event loop
 LOG_BURST, LOG_WINDOW_S = 10, 10.0
 
 

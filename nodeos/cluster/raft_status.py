@@ -1,15 +1,16 @@
 """What the Raft driver reads off its Raft node and map, as pure functions: the status report
-(`nodeos cluster status`, metrics), the learner caught up enough to become a voter, and the
-addresses of the peers the transport should reach."""
+(`nodeos cluster status`, metrics) and the addresses of the peers the transport should reach."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from nodeos.cluster.raft import ConfState, ProgressState, ProgressStatus, Status
+from nodeos.cluster.raft import ConfState, Status
 
-PROMOTE_WINDOW = 64  # a learner this close to the commit index is promoted to voter
+# A learner this close to the commit index counts as caught up (voters.py may promote it):
+# under steady writes a learner is always a few entries behind.
+PROMOTE_WINDOW = 64
 
 
 def status_report(
@@ -48,16 +49,6 @@ def status_report(
             for nid, pr in st.progress.items()
         }
     return out
-
-
-def learner_to_promote(progress: Mapping[int, ProgressStatus], commit: int) -> int | None:
-    """The first learner that caught up: within a small window of the commit index (under steady
-    writes a learner is always a few entries behind, and promoting it early only costs latency)."""
-    for nid, pr in progress.items():
-        caught_up = pr.state is ProgressState.REPLICATE and pr.match > 0
-        if pr.is_learner and caught_up and pr.match + PROMOTE_WINDOW >= commit:
-            return nid
-    return None
 
 
 def peer_addresses(nodes: Mapping[int, Mapping[str, Any]], extra_peers: Mapping[int, str]) -> dict[int, str]:

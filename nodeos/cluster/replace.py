@@ -26,7 +26,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from nodeos.cluster import placement
+from nodeos.cluster import capacity, placement
 from nodeos.cluster.failover_map import health_of, in_sync_of
 from nodeos.dataplane.mirror_names import member_size_bytes
 from nodeos.errors import BadInput
@@ -210,9 +210,7 @@ def replace_commands(
     if not wanted:
         return [], {}
     in_flight = sum(len(c) for _, c in busy)
-    from nodeos.control.decide import candidates  # how the leader sees nodes for any placement
-
-    index = placement.CapacityIndex(candidates(st))
+    index = placement.CapacityIndex(capacity.candidates(st))
     for vol, copying in busy:  # copies in flight will fill their legs: count them as taken
         for n in copying:
             slot = next(s for s in vol["placement"] if s["node"] == n)

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nodeosd.cluster")
 WATCH_S = 0.2  # how often a member compares its keys with the map's roll
+CA_RECHECK_S = 5.0  # the CA roll's file checks at least this often, whatever moved
 RESUME_EVERY_S = 3.0  # how often a leader retries finishing a roll it found half done
 
 
@@ -70,9 +71,13 @@ class SecretRotation:
 
         def _maybe_resume_ca(self) -> None: ...
 
+        def maybe_datakey_round(self) -> None: ...  # DataKeyHolder's: the watcher serves it too
+
     _roll_lock: asyncio.Lock
     secret_problem: str | None = None
     _resume_at = 0.0
+    _ca_seen: tuple[str, Any, Any] | None = None  # what the CA watch last acted on
+    _ca_recheck_at = 0.0
     _resume_task: asyncio.Task[Any] | None = None
 
     # --- this member's keys ---
@@ -284,10 +289,31 @@ class SecretRotation:
             try:
                 self._reconcile_keys()
                 self._maybe_resume()
-                self._reconcile_ca()
-                self._maybe_resume_ca()
+                self._watch_ca()
+                self.maybe_datakey_round()
             except Exception:
                 log.exception("secret roll watcher")
+
+    def _watch_ca(self) -> None:
+        """The CA roll's member side reads certificate files: only when the map's roll or this
+        member's CA record moved, a peer staged something, or CA_RECHECK_S passed. At every
+        WATCH_S tick those reads were a fifth of a loaded lab leader's event loop (TCG)."""
+        d = self.driver
+        if d is None or self.identity is None:
+            return
+        seen = (
+            repr(secretroll.section_of(d.map.state, "ca")),
+            self.identity.get("ca_gen"),
+            self.identity.get("tls_new"),
+        )
+        now = time.monotonic()
+        if seen == self._ca_seen and now < self._ca_recheck_at:
+            return
+        self._reconcile_ca()
+        self._maybe_resume_ca()
+        if self.identity is not None:  # its own steps move the record: seen again at the next tick
+            self._ca_seen = seen
+        self._ca_recheck_at = now + CA_RECHECK_S
 
     def _maybe_resume(self) -> None:
         d = self.driver

@@ -5,7 +5,8 @@ restarts after a fault (supervisor.py), TLS identity and join tokens (credential
 and CA rolls (rotation.py, carotation.py).
 
 State on disk (under `<state-dir>/cluster/`): `meta/` holds this node's cluster identity
-(cluster id, secret, Raft id); `raft/` is the Raft log file (nodeos/cluster/raft_logfile.py).
+(cluster id, secret, data key (datakeys_member.py), Raft id); `raft/` is the Raft log file
+(nodeos/cluster/raft_logfile.py).
 The map itself is rebuilt from the Raft snapshot + log at start.
 
 Requests that need the leader (writes, linearizable reads, join, remove) are run locally
@@ -19,7 +20,8 @@ peer listener closes) and is restarted from its on-disk state with a growing del
 comes back by itself once the cause is gone.
 
 Test-only: with NODEOS_TEST_FAULTS=1 in the environment the API gains `cluster.test.fault`
-(cut this node's links to given peers). NODEOS_RAFT_TICK_MS sets the tick (default 100 ms).
+(cut this node's links to given peers) and `cluster.test.host_keys` (datakeys_member.py).
+The tick is the configuration's `raft_tick_ms` (default 100 ms); NODEOS_RAFT_TICK_MS overrides it.
 """
 
 from __future__ import annotations
@@ -36,15 +38,19 @@ from typing import Any
 from nodeos.cluster import secretroll, tlsca
 from nodeos.cluster.carotation import CaRotation
 from nodeos.cluster.credentials import MemberCredentials
+from nodeos.cluster.datakeys_member import DataKeyHolder
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, PeerUnreachable
+from nodeos.cluster.feature_member import FeatureMember, GatedDriver, known_level_from_env
 from nodeos.cluster.leader_ops import LeaderHandler, leader_call, str_param
-from nodeos.cluster.map import check_kv_args
+from nodeos.cluster.map import ClusterMap, check_kv_args
 from nodeos.cluster.membership import Membership, open_raft_storage
 from nodeos.cluster.raft import NONE, StateRole
 from nodeos.cluster.rotation import SecretRotation
 from nodeos.cluster.supervisor import MemberSupervisor
 from nodeos.cluster.transport import PeerTransport
+from nodeos.cluster.voter_keeper import member_voting, status_section
+from nodeos.cluster.voters import check_policy_args, policy_of
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import BadInput, NodeosError
 
@@ -54,7 +60,9 @@ Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 META_KEY = "identity"
 
 
-class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRotation, CaRotation):
+class ClusterService(
+    Membership, MemberSupervisor, MemberCredentials, SecretRotation, CaRotation, DataKeyHolder, FeatureMember
+):
     name = "cluster"
 
     def __init__(self, ctx: Any) -> None:
@@ -69,15 +77,24 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
         dp = ctx.dataplane
         self.role = "witness" if dp is None or getattr(dp, "name", "none") == "none" else "storage"
         self.faults = os.environ.get("NODEOS_TEST_FAULTS") == "1"
-        self.tick_s = float(os.environ.get("NODEOS_RAFT_TICK_MS", "100")) / 1000.0
+        tick_ms = os.environ.get("NODEOS_RAFT_TICK_MS") or getattr(
+            getattr(ctx, "config", None), "raft_tick_ms", 100
+        )
+        self.tick_s = float(tick_ms) / 1000.0
         self.meta: Any = None
         self.identity: dict[str, Any] | None = None
         self.storage: Any = None
         self.transport: PeerTransport | None = None
-        self.driver: RaftDriver | None = None
+        self.driver: RaftDriver[ClusterMap] | None = None
         self._lock = asyncio.Lock()  # one init/join/leave at a time
         # Registered by other services too (e.g. "control"); the secret roll is the cluster's own.
-        self.leader_handlers: dict[str, LeaderHandler] = {"rotate_secret": self.lead_rotation}
+        self.leader_handlers: dict[str, LeaderHandler] = {
+            "rotate_secret": self.lead_rotation,
+            "feature_level": self.lead_feature_level,  # cluster set feature-level (feature_member.py)
+        }
+        self.known_level = known_level_from_env()  # the map commands this release knows (features.py)
+        self._stall_reported: str | None = None
+        self._feature_watch: asyncio.Task[None] | None = None
         self._roll_lock = asyncio.Lock()  # one secret roll at a time on this leader
         self._ca_lock = asyncio.Lock()  # one CA roll at a time driven by this member
         self._secret_watch: asyncio.Task[None] | None = None
@@ -102,9 +119,12 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
             "cluster.kv.get": self.api_kv_get,
             "cluster.kv.put": self.api_kv_put,
             "cluster.kv.cas": self.api_kv_cas,
+            "cluster.kv.delete": self.api_kv_delete,
+            "cluster.set": self.api_set,
         }
         if self.faults:
             m["cluster.test.fault"] = self.api_fault
+            m["cluster.test.host_keys"] = self.api_test_host_keys
         return m
 
     async def start(self) -> None:
@@ -131,10 +151,11 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
                 )
         self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
         self._secret_watch = asyncio.get_running_loop().create_task(self._watch_secret())
+        self._feature_watch = asyncio.get_running_loop().create_task(self._watch_features())
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._secret_watch, self._supervisor)
-        self._secret_watch = self._supervisor = None
+        await cancel_and_wait(self._secret_watch, self._supervisor, self._feature_watch)
+        self._secret_watch = self._supervisor = self._feature_watch = None
         await self._stop_member()
         if self.meta is not None:
             self.meta.close()
@@ -165,6 +186,7 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
             "commit": st.hard_state.commit,
             "peer_listen": self.advertise,
             **self.ca_summary(),
+            "features": self.feature_status(),
         }
 
     def _make_transport(self, raft_id: int, cluster_id: str, keys: secretroll.MemberKeys) -> PeerTransport:
@@ -189,15 +211,24 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
         if transport is None:
             transport = self._make_transport(ident["raft_id"], ident["cluster_id"], secretroll.keys_of(ident))
             if self.peer_listen is not None:  # a cluster of one without a peer listener is fine
-                await transport.listen(*self.peer_listen)
+                try:
+                    await transport.listen(*self.peer_listen)
+                except OSError as exc:  # taken since nodeosd's pre-flight check: say so, no traceback
+                    from nodeos.daemon.preflight import bind_error
+
+                    await transport.close()
+                    host, port = self.peer_listen
+                    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                    raise bind_error(where, "peer_listen", exc) from None
         self.transport = transport
         # Storage that fails to open (corrupt record) leaves transport/storage set: the caller's
         # _member_failed() takes them down.
         self.storage = await asyncio.to_thread(open_raft_storage, self.dir / "raft")
-        self.driver = RaftDriver(
+        self.driver = GatedDriver(
             ident["raft_id"],
             self.storage,
             transport,
+            state_machine=ClusterMap(self.known_level),
             tick_s=self.tick_s,
             on_removed=self._on_removed,
             extra_peers=extra_peers,
@@ -236,11 +267,12 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
             return {"member": False, "cluster_id": None, "leader": None, "members": []}
         d = self.driver
         local = d.status()
-        progress = local.get("progress")
+        progress, vote = local.get("progress"), local.get("voter_set")
         if progress is None and d.leader not in (NONE, d.id) and self.transport is not None:
             with contextlib.suppress(NodeosError):
                 remote = await self.transport.request(d.leader, "cluster.progress", {}, timeout=1.0)
                 progress = {int(k): v for k, v in (remote.get("progress") or {}).items()}
+                vote = remote.get("voter_set")
         members = []
         ids = sorted(set(d.conf_state.voters) | set(d.conf_state.learners) | set(d.map.nodes))
         for nid in ids:
@@ -254,12 +286,15 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
                     "role": node.get("role"),
                     "failure_domain": node.get("failure_domain"),
                     "labels": dict(node.get("labels") or {}),
+                    "release": node.get("release"),  # what it told the map (feature_member.py)
+                    "knows_level": node.get("knows_level", 1),
                     "raft": "voter"
                     if nid in d.conf_state.voters
                     else ("learner" if nid in d.conf_state.learners else "none"),
                     "match": pr.get("match"),
                     "lag": pr.get("lag"),
                     "is_self": nid == d.id,
+                    **member_voting(nid, vote),  # its domain and why it votes (the leader's view)
                 }
             )
         return {
@@ -274,12 +309,15 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
             "applied": local["applied"],
             "last_index": local["last_index"],
             "members": members,
+            "voters": status_section(vote, d.conf_state, policy_of(d.map.state)),
             "rejected_commands": len(d.map.state["rejected"]),
             "rejected": d.map.state["rejected"][-5:],
             "raft_loop_running": d.running,
             "transport": self._transport_stats(),
             "secret": self.secret_status(),
             "ca": self.ca_status(),
+            "data_key": self.data_key_status(),
+            "features": self.feature_status(),
         }
 
     def _transport_stats(self) -> dict[str, Any]:
@@ -291,6 +329,7 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
             "dropped": st.dropped,
             "refused": st.refused,
             "shed": st.shed,
+            "over_source_cap": st.over_source_cap,
             "bad_frames": st.bad_frames,
             "sent": st.sent,
             "received": st.received,
@@ -314,6 +353,14 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
         }
         check_kv_args(args, with_expect=True)
         return await self._at_leader("command", {"cmd": "kv_cas", "args": args}, self._timeout(params))
+
+    async def api_set(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`cluster set`: how many voters, and when a silent voter is replaced (voters.py); or the
+        cluster's feature level (features.py)."""
+        if params.get("feature_level") is not None:
+            return await self.api_set_feature_level(params["feature_level"], self._timeout(params))
+        args = check_policy_args({k: v for k, v in params.items() if k != "timeout"})
+        return await self._at_leader("command", {"cmd": "cluster_set", "args": args}, self._timeout(params))
 
     def _timeout(self, params: dict[str, Any]) -> float:
         t = params.get("timeout", 5.0)
@@ -423,6 +470,9 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
             csr = params.pop("csr", None)  # not for the map: only the CA's node reads it
             if params.get("node_id") != frm:
                 raise BadInput("join: node_id differs from the id the peer authenticated as", field="node_id")
+            use = self._token_use(token_id) if token_id is not None else None
+            if use is not None:  # a token of limited uses: the leader counts this join in the map
+                params["token_use"] = use
             out = await self._at_leader("join", params, timeout=15.0)
             if token_id is not None:
                 creds = await asyncio.to_thread(self._joiner_credentials, token_id, csr, frm)
@@ -448,6 +498,9 @@ class ClusterService(Membership, MemberSupervisor, MemberCredentials, SecretRota
         if method.startswith("cluster.ca."):
             self._drv()
             return await self.ca_peer_request(frm, method, params)
+        if method.startswith("cluster.datakey."):
+            self._drv()
+            return await self.datakey_peer_request(frm, method, params)
         raise BadInput(f"unknown peer method {method!r}", field="method")
 
 

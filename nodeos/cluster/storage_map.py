@@ -83,6 +83,27 @@ def check_labels(set_: dict[str, Any], remove: list[Any]) -> None:
             raise BadInput(f"label key {k!r} is not a valid key", field="labels")
 
 
+def label_conflicts(set_: dict[str, Any], remove: list[Any]) -> None:
+    """One request may not both set and remove a key: which one wins would depend on the order
+    it was typed in. Checked where a request comes in, not when a committed command is applied
+    (entries already in a log must apply as they did)."""
+    both = sorted(k for k in set(remove) if k in set_)
+    if both:
+        raise BadInput(
+            f"label {both[0]!r} is both set and removed in one request: give one change per key",
+            field="labels",
+            allowed="KEY=VALUE or KEY-, once per key",
+        )
+
+
+def ref_by_name(st: dict[str, Any], name: str, field: str = "name") -> dict[str, Any]:
+    """Whatever is called `name`: a volume, clone, snapshot or published volume."""
+    ref = st["names"].get(name)
+    if ref is None:
+        raise NotFound(f"volume {name!r} does not exist", field=field)
+    return dict(ref)
+
+
 def volume_by_name(st: dict[str, Any], name: str, field: str = "name") -> dict[str, Any]:
     ref = st["names"].get(name)
     if ref is None or ref["kind"] != "volume":

@@ -37,9 +37,11 @@ class MemberSupervisor:
 
         async def _stop_member(self) -> None: ...
 
+        def stall_failure(self) -> str | None: ...
+
     def failed(self) -> str | None:
         """Why this node cannot take part in its cluster right now (None: it can)."""
-        return self.failure
+        return self.failure or self.stall_failure()
 
     def _saved_peers(self) -> dict[int, str]:
         assert self.identity is not None

@@ -4,8 +4,10 @@ A token is opaque to operators: base64url of a msgpack map holding the cluster i
 address of the member that issued it, a token id, a random key and an expiry time. It does
 not contain the cluster secret: the joining node proves the token's key to the issuing member
 (nodeos/cluster/transport.py), and the member hands the secret back wrapped under that key
-once the join is committed. The issuing member keeps the token (id -> key, expiry) in its
-0600 state until it expires or is revoked; it is shown once and never logged.
+once the join is committed. The issuing member keeps the token (id -> key, expiry, allowed
+uses) in its 0600 state until it expires or is revoked; it is shown once and never logged. A
+token may allow a limited number of joins (`cluster token --uses N`): the joins made with it
+are counted in the replicated map (token_map.py), so the limit holds cluster-wide.
 
 Pure functions; the cluster service keeps the records.
 """
@@ -29,7 +31,9 @@ TOKEN_VERSION = 2
 SECRET_BYTES = 32
 TOKEN_ID_BYTES = 16
 DEFAULT_TTL_S = 3600
+INIT_TTL_S = 900  # the token `cluster init` prints: it lands in a terminal's scrollback
 MAX_TTL_S = 7 * 86400
+MAX_USES = 1000
 
 
 @dataclass(frozen=True)
@@ -85,25 +89,73 @@ def decode_token(text: str) -> JoinToken:
     ca = obj.get("ca", b"")
     if not isinstance(ca, bytes):
         raise bad
+    if ca:
+        _check_ca(ca)
     return JoinToken(cid, tid, key, addr, float(exp), ca)
 
 
-def check_ttl(v: Any) -> int:
+def _check_ca(ca: bytes) -> None:
+    """The token's CA loads as a certificate: a damaged one is the operator's bad token (exit 2),
+    not the joining node's state failing (as ssl's error, met later in the join, made it)."""
+    import ssl  # here, not at the top: the console checks tokens and starts lean
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=ca.decode("ascii"))
+    except (ssl.SSLError, UnicodeDecodeError, ValueError):
+        raise BadInput(
+            "the token is damaged (its cluster CA certificate does not load): copy it again, "
+            "or ask a member for a new one (`nodeos cluster token`)",
+            field="token",
+        ) from None
+
+
+def check_ttl(v: Any, default: int = DEFAULT_TTL_S) -> int:
     if v is None:
-        return DEFAULT_TTL_S
+        return default
     if type(v) is not int or not 60 <= v <= MAX_TTL_S:
         raise BadInput(f"ttl must be a whole number of seconds from 60 to {MAX_TTL_S}", field="ttl")
     return v
 
 
+def check_uses(v: Any) -> int | None:
+    """How many joins a token allows: None (omitted) is any number until it expires."""
+    if v is None:
+        return None
+    if type(v) is not int or not 1 <= v <= MAX_USES:
+        raise BadInput(
+            f"uses must be a whole number from 1 to {MAX_USES} (1: single use), or omitted for any "
+            "number of joins until the token expires",
+            field="uses",
+        )
+    return v
+
+
 def issue(
-    cluster_id: str, address: str, ttl_s: int, now: float, ca: bytes = b""
+    cluster_id: str, address: str, ttl_s: int, now: float, ca: bytes = b"", uses: int | None = None
 ) -> tuple[JoinToken, dict[str, Any]]:
     """A new token and the record its issuer keeps (by token id hex)."""
     tok = JoinToken(
         cluster_id, os.urandom(TOKEN_ID_BYTES), os.urandom(SECRET_BYTES), address, now + ttl_s, ca
     )
-    return tok, {"key": tok.key, "expires": tok.expires, "created": now}
+    rec: dict[str, Any] = {"key": tok.key, "expires": tok.expires, "created": now}
+    if uses is not None:
+        rec["uses"] = uses
+    return tok, rec
+
+
+def use_request(records: dict[str, Any], token_id: bytes, now: float) -> dict[str, Any] | None:
+    """What the leader records in the map for a join with a token of limited uses (None: any
+    number of uses, nothing to record). The count is kept in the replicated map, not here, so
+    it holds whichever member runs the join and whoever leads (nodeos/cluster/token_map.py)."""
+    rec = records.get(token_id.hex())
+    if not isinstance(rec, dict) or rec.get("uses") is None:
+        return None
+    return {
+        "token_id": token_id.hex(),
+        "uses": int(rec["uses"]),
+        "expires": float(rec["expires"]),
+        "now": now,
+    }
 
 
 def live_key(records: dict[str, Any], token_id: bytes, now: float) -> bytes | None:

@@ -41,11 +41,19 @@ Bad input from a peer (malformed frame, oversized frame, wrong version, wrong cl
 bad proof, bad MAC) is answered with `{t: "error", error: {code, message}}` when possible,
 logged without secrets, and the connection is closed; the server keeps serving.
 
-Anyone can connect to the peer port, so what a stranger can cost is bounded: at most
-MAX_HANDSHAKING connections may be in their (5 s) handshake at once (a new one evicts the
-oldest: a real peer's handshake takes a round trip, a stranger's silence cannot keep it out)
-and MAX_INBOUND inbound connections in all (more are closed at once, unanswered). Log lines a
+Anyone can connect to the peer port, so what a stranger can cost is bounded, counted from the
+moment a connection is accepted (before TLS, which this side runs itself: peerserver.py): at
+most MAX_PENDING_PER_SOURCE unauthenticated connections per source address and
+MAX_HANDSHAKING in all (a new one evicts the oldest: a real peer's handshake takes a round
+trip, a stranger's silence cannot keep it out), and MAX_INBOUND inbound connections in all
+(more are closed at once, unanswered). TLS must complete within TLS_HANDSHAKE_TIMEOUT and the
+peer handshake within HANDSHAKE_TIMEOUT; a connection that fails either is aborted at once,
+and a TLS close waits at most TLS_SHUTDOWN_TIMEOUT for the peer's close_notify. Log lines a
 stranger can cause are rate limited (LOG_BURST per LOG_WINDOW_S, then a count of those dropped).
+
+A Raft snapshot larger than one chunk (1 MiB, less under a small frame limit) goes as
+`{k: "snap", c: chunk}` frames and is put together and checked (SHA-256) by the receiver before
+it reaches Raft (nodeos/cluster/snapshot_stream.py): a 100,000-volume map is over the frame limit.
 
 Slow peers never stall the leader: `send_raft` is synchronous and only appends to that
 peer's bounded queue, dropping the oldest Raft message when full (Raft retransmits).
@@ -78,10 +86,12 @@ from nodeos.cluster.peerwire import (
     LOG_WINDOW_S,
     MAX_HANDSHAKING,
     MAX_INBOUND,
+    MAX_PENDING_PER_SOURCE,
     RateLimitedLog,
     _close,
     parse_address,
 )
+from nodeos.cluster.snapshot_stream import CHUNK_BYTES, Assembler, needs_chunks, split
 from nodeos.cluster.tlsca import node_cn, peer_cn
 from nodeos.errors import BadInput, OperationFailed
 from nodeos.rpc.framing import DEFAULT_MAX_FRAME, PROTOCOL_VERSION, pack, read_frame
@@ -92,6 +102,7 @@ __all__ = [  # the limits live in peerwire; named here too, where readers of the
     "LOG_WINDOW_S",
     "MAX_HANDSHAKING",
     "MAX_INBOUND",
+    "MAX_PENDING_PER_SOURCE",
     "PeerTransport",
     "RateLimitedLog",
     "parse_address",
@@ -103,9 +114,11 @@ class TransportStats:
     dropped: int = 0  # raft messages dropped from full queues
     refused: int = 0  # connections refused at handshake (auth, version, cluster)
     shed: int = 0  # connections closed unanswered: too many handshaking or inbound already
+    over_source_cap: int = 0  # of those, refused unread: their address had MAX_PENDING_PER_SOURCE
     bad_frames: int = 0  # authenticated connections closed on a bad frame
     sent: int = 0
     received: int = 0
+    snapshot_chunks_sent: int = 0
     per_peer_dropped: dict[int, int] = field(default_factory=dict)
 
 
@@ -146,11 +159,14 @@ class PeerTransport(PeerServer):
         self.advertise = advertise
         self.queue_limit = queue_limit
         self.max_frame = max_frame
+        self.chunk_bytes = min(CHUNK_BYTES, max_frame // 2)  # a chunk and its frame's envelope fit
+        self.snapshots = Assembler()  # snapshot chunks received, per sender (snapshot_stream.py)
         self.stats = TransportStats()
         self._peers: dict[int, _PeerSender] = {}
         self._server: asyncio.Server | None = None
         self._inbound: set[asyncio.Task[None]] = set()
-        self._handshaking: dict[asyncio.Task[None], asyncio.StreamWriter] = {}  # oldest first
+        # Connections not yet authenticated: their task -> (source address, raw transport).
+        self._handshaking: dict[asyncio.Task[None], tuple[str, asyncio.Transport]] = {}  # oldest first
         self._stranger_log = RateLimitedLog(log)  # what unauthenticated connections cause
         # Test-only fault injection (enabled by the service only under NODEOS_TEST_FAULTS=1):
         # traffic to and from these peers is silently dropped, as if the link were cut.
@@ -197,10 +213,17 @@ class PeerTransport(PeerServer):
         return {nid: s.address for nid, s in self._peers.items()}
 
     def send_raft(self, to: int, msg: dict[str, Any]) -> bool:
-        """Queue a Raft message; never blocks. False if the peer is unknown."""
+        """Queue a Raft message; never blocks. False if the peer is unknown. A snapshot larger
+        than one chunk goes as chunks (nodeos/cluster/snapshot_stream.py)."""
         sender = self._peers.get(to)
         if sender is None or to in self.blocked:
             return False
+        if needs_chunks(msg, self.chunk_bytes):
+            chunks = split(msg, self.chunk_bytes)
+            self.stats.snapshot_chunks_sent += len(chunks)
+            for c in chunks:
+                sender.enqueue({"k": "snap", "c": c})
+            return True
         sender.enqueue(msg)
         return True
 
@@ -289,6 +312,11 @@ class PeerTransport(PeerServer):
             )
             tr += [str(gen).encode()] if gen else []
             if not hmac.compare_digest(proof, mac(secret, b"acceptor", *tr)):
+                if self.join_id:
+                    # The member knows this token id (it answered with a proof) but its key is not
+                    # the one we hold: the token was altered or belongs to another cluster. Bad
+                    # input from the operator, not a fault of the peer.
+                    raise BadInput("the token is not valid for this cluster", field="token")
                 raise OperationFailed(f"{address} did not prove the cluster secret")
             writer.write(pack({"t": "auth", "proof": mac(secret, b"dialer", *tr)}))
             await writer.drain()

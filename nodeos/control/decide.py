@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nodeos.cluster import capacity, placement
+from nodeos.cluster import placement
+from nodeos.cluster.capacity import candidates  # the leader's view of nodes: placement's input
 from nodeos.cluster.snapshot_map import check_snapshot_allowed
 from nodeos.cluster.storage_map import pool_key, snapshot_by_name, volume_by_name
-from nodeos.control import publish_api, views
+from nodeos.control import host_api, publish_api, views
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"
@@ -30,44 +31,6 @@ def _node(st: dict[str, Any], ref: Any, field: str = "node") -> int:
 def _name_free(st: dict[str, Any], name: str, field: str = "name") -> None:
     if name in st["names"]:
         raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
-
-
-def candidates(st: dict[str, Any], net_of_pending: bool = False) -> list[placement.NodeCandidate]:
-    """Every member as placement sees it: labels, schedulable or not, pools with free space
-    (`net_of_pending`: less the volumes placed there that the node has not reported yet, the
-    figure a `volume_create` is checked against at apply: nodeos/cluster/capacity.py)."""
-    pending = capacity.pending_bytes(st) if net_of_pending else {}
-    out = []
-    for nid, n in st["nodes"].items():
-        rep = st["reports"].get(nid) or {}
-        drives = rep.get("drives") or {}
-        dp_ok = bool(rep) and not (rep.get("dataplane") or {}).get("error")
-        pools = []
-        for p in st["pools"].values():
-            if p["node"] != nid:
-                continue
-            have = (rep.get("pools") or {}).get(p["pool_id"]) or {}
-            size, free = capacity.reported(st, p)
-            failing = any((drives.get(d) or {}).get("health") in ("failing", "missing") for d in p["drives"])
-            pools.append(
-                placement.PoolCandidate(
-                    node_id=nid,
-                    pool_id=p["pool_id"],
-                    size_bytes=size,
-                    free_bytes=max(0, (free or 0) - pending.get((nid, p["pool_id"]), 0)),
-                    healthy=p["state"] == "ready" and not failing and have.get("state") != "failed",
-                )
-            )
-        out.append(
-            placement.NodeCandidate(
-                node_id=nid,
-                name=str(n.get("name")),
-                labels=dict(n.get("labels") or {}),
-                schedulable=n.get("role") == "storage" and n.get("state", "active") == "active" and dp_ok,
-                pools=tuple(pools),
-            )
-        )
-    return out
 
 
 def place(
@@ -314,5 +277,6 @@ def pool_delete(st: dict[str, Any], p: dict[str, Any]) -> Command:
 
 
 WRITES["pool.delete"] = pool_delete
-WRITES["host.add"] = lambda st, p: ("host_add", dict(p))
+WRITES["host.add"] = host_api.decide_host_add
+WRITES["host.update"] = host_api.decide_host_update
 WRITES["host.remove"] = lambda st, p: ("host_remove", {"nqn": p["nqn"]})

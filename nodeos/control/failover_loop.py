@@ -4,9 +4,9 @@
   barrier proves this node still leads, then the renewal is recorded and the lease length
   returned.
 - A loop that, while this node leads, feeds the pure controller the members its Raft saw
-  active (the progress tracker: a node whose renewals are late but whose Raft member answers
-  is suspect before it is down), asks it what to do and proposes its commands one at a time,
-  so every decision is taken on the map as applied.
+  active (the progress tracker, and the leader itself: a node whose renewals are late but
+  whose Raft member answers is suspect before it is down), asks it what to do and proposes
+  its commands one at a time, so every decision is taken on the map as applied.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class FailoverLoop:
             return
         st = d.map.state
         now = time.monotonic()
-        leases.heard(failover.active_peers(d.node.status().progress, d.id), now)
+        leases.heard(failover.in_contact_now(d.node.status().progress, d.id), now)
         cmds = failover.decide(st, leases, now, self.timing, self.policy)
         for key in sorted(set(leases.refused) - self._refused):
             LOG.warning("no place to re-place a replica: %s", leases.refused[key])

@@ -8,9 +8,9 @@ import logging
 from typing import Any
 
 from nodeos import validate
-from nodeos.control import views
+from nodeos.control import decide, views
 from nodeos.control.drive_api import DriveApi
-from nodeos.control.params import param, wait_param
+from nodeos.control.params import wait_param
 from nodeos.errors import AlreadyExists, NotFound, NotSupported, OperationFailed
 
 LOG = logging.getLogger("nodeosd.control")
@@ -43,8 +43,8 @@ class PoolApi:
     async def pool_create(self, params: dict[str, Any]) -> dict[str, Any]:
         from nodeos.node import inventory, model
 
-        name = validate.name(param(params, "name"), "name")
-        requested = validate.drive_ids(param(params, "drives"), "drives")
+        name = params["name"]
+        requested = validate.drive_ids(params["drives"], "drives")  # "a,b" -> [a, b]
         wait = wait_param(params)
         nid, node = await self._target_node(params)
         st = self.c._map()
@@ -88,11 +88,12 @@ class PoolApi:
         return out
 
     async def pool_delete(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(param(params, "name"), "name")
+        name = params["name"]
         wait = wait_param(params)
         nid, node = await self._target_node(params)
-        self.c._need_storage()
-        await self.c._run("pool.delete", {"node": nid, "name": name})
+        req = {"node": nid, "name": name}
+        self.c._need_storage(lambda st: decide.pool_delete(st, req))  # a pool that is not there: exit 2
+        await self.c._run("pool.delete", req)
         key = f"{nid}/{name}"
         await self.c._wait(
             lambda st: True if key not in st["pools"] else None, wait, f"deleting pool {name} on {node}"

@@ -7,14 +7,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from nodeos import validate
 from nodeos.cluster import publish
-from nodeos.cluster.placement import SPREADS
+from nodeos.cluster.capacity import candidates
 from nodeos.cluster.publish_map import connected_hosts, published_by_name, section
 from nodeos.cluster.storage_map import snapshot_by_name
 from nodeos.control import views
-from nodeos.control.params import param, wait_param
-from nodeos.errors import AlreadyExists, BadInput, NotSupported, OperationFailed
+from nodeos.control.params import wait_param
+from nodeos.errors import AlreadyExists, NotSupported, OperationFailed
 
 LOG = logging.getLogger("nodeosd.control")
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"
@@ -25,8 +24,6 @@ Command = tuple[str, dict[str, Any]]
 
 
 def decide_publish(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command:
-    from nodeos.control.decide import candidates
-
     snap = snapshot_by_name(st, p["snapshot"], "snapshot")
     if snap["state"] != "ready":
         raise OperationFailed(f"snapshot {snap['name']!r} is {snap['state']}", field="snapshot")
@@ -155,14 +152,14 @@ class PublishApi:
         return {"volume.publish": self.publish, "volume.unpublish": self.unpublish}
 
     async def publish(self, params: dict[str, Any]) -> dict[str, Any]:
-        req = {
-            "snapshot": validate.name(param(params, "snapshot"), "snapshot"),
-            "name": validate.name(param(params, "name"), "name"),
-            "replicas": publish.parse_replicas(params.get("replicas")),
-            "spread": validate.choice(params.get("spread") or "node", list(SPREADS), "spread"),
+        req = {  # checked at the dispatcher (nodeos/api/storage.py)
+            "snapshot": params["snapshot"],
+            "name": params["name"],
+            "replicas": publish.parse_replicas(params.get("replicas")),  # "all" -> None
+            "spread": params.get("spread") or "node",
         }
         wait = wait_param(params)
-        self.c._need_storage()
+        self.c._need_storage(lambda st: snapshot_by_name(st, req["snapshot"], "snapshot"))
         await self.c._run("volume.publish", req)
         LOG.info("snapshot %s published as %s", req["snapshot"], req["name"])
         name = req["name"]
@@ -177,12 +174,9 @@ class PublishApi:
         return await self.c._wait(done, max(wait, 10.0) if wait == 0 else wait, f"publishing {name}")
 
     async def unpublish(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(param(params, "name"), "name")
-        force = params.get("force", False)
-        if not isinstance(force, bool):
-            raise BadInput("force must be true or false", field="force")
+        name, force = params["name"], params.get("force", False)
         wait = wait_param(params)
-        self.c._need_storage()
+        self.c._need_storage(lambda st: published_by_name(st, name))
         await self.c._run("volume.unpublish", {"name": name, "force": force})
         await self.c._wait(lambda st: True if name not in st["names"] else None, wait, f"unpublishing {name}")
         LOG.info("published volume %s unpublished", name)

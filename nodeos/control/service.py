@@ -19,16 +19,22 @@ import contextlib
 import logging
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any
 
 from nodeos import validate
 from nodeos.cluster import request_log
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
 from nodeos.cluster.map import encode_command
-from nodeos.cluster.placement import SPREADS
-from nodeos.cluster.storage_map import check_labels
-from nodeos.control import decide, pool_api, publish_api, views
-from nodeos.control.params import host_list, param, replicas_param, wait_param
+from nodeos.cluster.storage_map import (
+    check_labels,
+    label_conflicts,
+    ref_by_name,
+    snapshot_by_name,
+    volume_by_name,
+)
+from nodeos.control import decide, host_api, pool_api, progress, publish_api, views
+from nodeos.control.params import param, wait_param
 from nodeos.control.reads import READS
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import BadInput, NotSupported, OperationFailed
@@ -63,7 +69,7 @@ class ControlService:
             "volume.grant": self.volume_grant,
             "volume.revoke": self.volume_revoke,
             **publish_api.PublishApi(self).methods(),
-            "host.add": self.host_add,
+            **host_api.HostApi(self).methods(),
             "host.list": self.reader("host.list"),
             "host.remove": self.host_remove,
             "node.list": self.reader("node.list"),
@@ -89,21 +95,28 @@ class ControlService:
         self.failover.start()
         from nodeos.agent.lease import LeaseKeeper
 
-        self.lease = LeaseKeeper(self.cluster, self._fence, LeaseTiming(lease_s), self._dataplane_down)
+        self.lease = LeaseKeeper(
+            self.cluster, self._fence, LeaseTiming(lease_s), self._dataplane_down, self._reports_in_flight
+        )
         self.lease.start()
 
     def _dataplane_down(self) -> str | None:
         fn = getattr(self.ctx.services.get("node"), "dataplane_down", None)
         return fn() if callable(fn) else None
 
-    async def _fence(self, fenced: bool) -> list[str]:
-        """The node's primaries refuse I/O (fenced) or serve again; a node without a data
-        plane has nothing to fence."""
+    def _reports_in_flight(self) -> list[Any]:
+        """The agent's reports that may not have landed yet (nodeos/agent/legs.py `Sent`)."""
+        agent = getattr(self.ctx.services.get("node"), "agent", None)
+        return list(getattr(agent, "sent", None) or [])
+
+    async def _fence(self, fenced: bool, keep: frozenset[str] = frozenset()) -> list[str]:
+        """The node's primaries refuse I/O (fenced; but those in `keep`) or serve again; a node
+        without a data plane has nothing to fence."""
         node = self.ctx.services.get("node")
         set_fenced = getattr(node, "set_fenced", None)
         if set_fenced is None or not getattr(node, "has_dataplane", False):
             return []
-        return list(await set_fenced(fenced))
+        return list(await set_fenced(fenced, keep))
 
     async def stop(self) -> None:
         if self.lease is not None:
@@ -143,9 +156,11 @@ class ControlService:
     def _local_dataplane(self) -> bool:
         return self.ctx.dataplane is not None and getattr(self.ctx.dataplane, "name", "none") != "none"
 
-    def _need_storage(self) -> None:
+    def _need_storage(self, lookup: Callable[[dict[str, Any]], Any] | None = None) -> None:
         """A node without a data plane can still run the console for its cluster, as long as
-        the cluster has a storage node; alone, it says why nothing can be stored."""
+        the cluster has a storage node; alone, it says why nothing can be stored. `lookup`: the
+        object the request names, looked up first (on this node's map, as the leader would):
+        a name that does not exist is bad input wherever it is asked (exit 2, not 1)."""
         if self._local_dataplane():
             return
         d = self._driver_or_none()
@@ -154,6 +169,8 @@ class ControlService:
             r for r in st["reports"].values() if (r.get("dataplane") or {}).get("name") not in (None, "none")
         ]
         if not storage:
+            if lookup is not None and d is not None:
+                lookup(st)
             raise NotSupported(
                 f"this node runs without a data plane ({self.ctx.dataplane_reason}) and no storage node "
                 "is in its cluster: pools and volumes live on storage nodes",
@@ -220,24 +237,30 @@ class ControlService:
         fn = decide.WRITES.get(str(op))
         if fn is None:
             raise BadInput(f"unknown control operation {op!r}", field="method")
+        # Secrets sealed here, before the command is proposed: the Raft log, its snapshots and
+        # every member's map hold only the sealed form (nodeos/cluster/datakey.py).
+        p = await host_api.seal_at_leader(self.cluster, d, str(op), p)
         if op in decide.NEEDS_ID:
             new_id = ("p" + uuidlib.uuid4().hex[:16]) if op == "pool.create" else str(uuidlib.uuid4())
             cmd, args = fn(st, p, new_id)
         else:
             cmd, args = fn(st, p)
-        result = await d.propose(encode_command(cmd, args, rid=rid), max(1.0, timeout - 0.5))
+        v = host_api.command_version(cmd, args)
+        result = await d.propose(encode_command(cmd, args, v, rid=rid), max(1.0, timeout - 0.5))
         return {"result": result, "index": d.map.applied_index}
 
-    async def _wait(self, check: Any, wait: float, what: str) -> Any:
-        """Poll this node's own copy of the map until `check(state)` returns non-None."""
+    async def _wait(self, check: Any, wait: float, what: str | Callable[[dict[str, Any]], str]) -> Any:
+        """Poll this node's own copy of the map until `check(state)` returns non-None. `what`
+        (or what it says of the map, nodeos/control/progress.py) names the wait when it ends."""
         deadline = time.monotonic() + wait
         while True:
             out = check(self._map())
             if out is not None:
                 return out
             if time.monotonic() >= deadline:
+                said = what(self._map()) if callable(what) else what
                 raise OperationFailed(
-                    f"{what}: still not done after {wait:.0f} s (it goes on; see `nodeos status`)"
+                    f"{said}: still not done after {wait:.0f} s (it goes on; see `nodeos status`)"
                 )
             await self._map_changed(0.1)
 
@@ -286,15 +309,18 @@ class ControlService:
 
         return await self._wait(done, wait, f"volume {name}")
 
+    # Handlers get requests the dispatcher has checked against their types (nodeos/api/): what
+    # is left here is what needs the map or more than one field.
+
     async def volume_create(self, params: dict[str, Any]) -> dict[str, Any]:
         req = {
-            "name": validate.name(param(params, "name"), "name"),
-            "size": validate.size(param(params, "size"), "size"),
-            "pool": validate.name(params["pool"], "pool") if params.get("pool") is not None else None,
-            "replicas": replicas_param(params.get("replicas")),
-            "spread": validate.choice(params.get("spread") or "node", list(SPREADS), "spread"),
-            "qos_iops": validate.qos_iops(params.get("qos_iops")),
-            "qos_mbps": validate.qos_mbps(params.get("qos_mbps")),
+            "name": params["name"],
+            "size": validate.size(params["size"], "size"),  # "10GiB" -> bytes
+            "pool": params.get("pool"),
+            "replicas": params.get("replicas") or 1,
+            "spread": params.get("spread") or "node",
+            "qos_iops": params.get("qos_iops"),
+            "qos_mbps": params.get("qos_mbps"),
         }
         wait = wait_param(params)
         self._need_storage()
@@ -315,25 +341,20 @@ class ControlService:
         return bool(reps) and all((r.get("dataplane") or {}).get("qos") for r in reps)
 
     async def volume_clone(self, params: dict[str, Any]) -> dict[str, Any]:
-        req = {
-            "snapshot": validate.name(param(params, "snapshot"), "snapshot"),
-            "name": validate.name(param(params, "name"), "name"),
-            "replicas": replicas_param(params["replicas"]) if params.get("replicas") is not None else None,
-        }
+        req = {"snapshot": params["snapshot"], "name": params["name"], "replicas": params.get("replicas")}
         wait = wait_param(params)
-        self._need_storage()
+        self._need_storage(lambda st: snapshot_by_name(st, req["snapshot"]))
         await self._run("volume.clone", req)
         return await self._wait_volume(req["name"], wait)
 
     async def volume_show(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(param(params, "name"), "name")
-        return await self._run("volume.show", {"name": name})
+        return await self._run("volume.show", {"name": params["name"]})
 
     async def volume_resize(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(param(params, "name"), "name")
-        size = validate.size(param(params, "size"), "size")
+        name = params["name"]
+        size = validate.size(params["size"], "size")  # "10GiB" -> bytes
         wait = wait_param(params)
-        self._need_storage()
+        self._need_storage(lambda st: volume_by_name(st, name))
         await self._run("volume.resize", {"name": name, "size": size})
 
         def done(st: dict[str, Any]) -> Any:
@@ -348,36 +369,36 @@ class ControlService:
         return await self._wait(done, wait, f"resizing volume {name}")
 
     async def volume_delete(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(param(params, "name"), "name")
+        name = params["name"]
         wait = wait_param(params)
         ref = self._map()["names"].get(name)
         kind = "snapshot" if ref and ref["kind"] == "snapshot" else None
-        self._need_storage()
+        self._need_storage(lambda st: ref_by_name(st, name))
         await self._run("volume.delete", {"name": name, "force": bool(params.get("force", False))})
         if kind is None:
             kind = self._map()["volumes"].get((ref or {}).get("uuid"), {}).get("kind", "volume")
-        await self._wait(lambda st: True if name not in st["names"] else None, wait, f"deleting {name}")
+        gone = lambda st: True if name not in st["names"] else None  # noqa: E731
+        await self._wait(gone, wait, lambda st: progress.deleting(st, name))
         LOG.info("%s %s deleted", kind, name)
         return {"name": name, "deleted": True, "kind": kind}
 
     async def volume_snapshot(self, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(param(params, "name"), "name")
-        snap = validate.name(param(params, "snapshot"), "snapshot")
+        name, snap = params["name"], params["snapshot"]
         wait = wait_param(params)
-        self._need_storage()
+        self._need_storage(lambda st: volume_by_name(st, name))
         await self._run("volume.snapshot", {"name": name, "snapshot": snap})
         return await self._wait_volume(snap, wait)
 
     async def _hosts(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
-        name = validate.name(param(params, "name"), "name")
-        if "hosts" in params:  # several in one map command (a fleet)
-            who: dict[str, Any] = {"hosts": host_list(params["hosts"], "hosts")}
+        name = params["name"]
+        if params.get("hosts") is not None:  # several in one map command (a fleet)
+            who: dict[str, Any] = {"hosts": list(dict.fromkeys(params["hosts"]))}
             host = f"{len(who['hosts'])} hosts"
         else:
-            host = validate.host_nqn(param(params, "host"), "host")
+            host = param(params, "host")  # one of host and hosts
             who = {"host": host}
         wait = wait_param(params)
-        self._need_storage()
+        self._need_storage(lambda st: ref_by_name(st, name))
         out = await self._run(op, {"name": name, **who})
 
         def applied(st: dict[str, Any]) -> Any:
@@ -409,66 +430,32 @@ class ControlService:
 
     # --- hosts and nodes ------------------------------------------------------------------
 
-    async def host_add(self, params: dict[str, Any]) -> dict[str, Any]:
-        if "nqns" in params:  # several hosts without secrets in one map command (a fleet)
-            if params.get("dhchap_secret") is not None:
-                raise BadInput(
-                    "a DH-HMAC-CHAP secret is per host: add such hosts one at a time", field="dhchap_secret"
-                )
-            nqns = host_list(params["nqns"], "nqns")
-            out = await self._run("host.add", {"nqns": nqns, "dhchap_secret": None, "added": time.time()})
-            LOG.info("%d hosts added (%d already there)", out["added"], out["present"])
-            return out
-        nqn = validate.host_nqn(param(params, "nqn", "host"), "host")
-        secret = validate.dhchap_secret(params.get("dhchap_secret"))
-        out = await self._run("host.add", {"nqn": nqn, "dhchap_secret": secret, "added": time.time()})
-        crash.point("host.add:done")
-        LOG.info("host %s added", nqn)
-        return out
-
     async def host_remove(self, params: dict[str, Any]) -> dict[str, Any]:
-        nqn = validate.host_nqn(param(params, "nqn", "host"), "host")
-        out = await self._run("host.remove", {"nqn": nqn})
+        out = await self._run("host.remove", {"nqn": params["nqn"]})
         crash.point("host.remove:done")
         return out
 
     async def node_show(self, params: dict[str, Any]) -> dict[str, Any]:
-        ref = param(params, "node")
-        if not isinstance(ref, (str, int)):
-            raise BadInput("node must be a node name or id", field="node")
-        return await self._run("node.show", {"node": ref})
+        return await self._run("node.show", {"node": params["node"]})
 
     async def node_label(self, params: dict[str, Any]) -> dict[str, Any]:
-        ref = param(params, "node")
+        ref = params["node"]
         set_ = params.get("set") or {}
         remove = params.get("remove") or []
-        if not isinstance(set_, dict) or not isinstance(remove, list):
-            raise BadInput("labels are KEY=VALUE to set and KEY- to remove", field="labels")
         if not set_ and not remove:
             raise BadInput("give at least one KEY=VALUE or KEY-", field="labels")
         check_labels(set_, remove)
+        label_conflicts(set_, remove)
         return await self._run("node.label", {"node": ref, "set": set_, "remove": remove})
 
     async def node_drain(self, params: dict[str, Any]) -> dict[str, Any]:
-        ref = param(params, "node")
-        return await self._run("node.drain", {"node": ref})
+        return await self._run("node.drain", {"node": params["node"]})
 
     async def node_rebuild_limit(self, params: dict[str, Any]) -> dict[str, Any]:
-        from nodeos.cluster.failover_map import REBUILD_MBPS_MAX
-
-        ref = param(params, "node")
-        mbps = params.get("mbps")
-        if mbps is not None and (type(mbps) is not int or not 1 <= mbps <= REBUILD_MBPS_MAX):
-            raise BadInput(
-                f"rebuild limit {mbps!r} MB/s is out of range",
-                field="rebuild_mbps",
-                allowed=f"1-{REBUILD_MBPS_MAX}",
-            )
-        return await self._run("node.rebuild_limit", {"node": ref, "mbps": mbps})
+        return await self._run("node.rebuild_limit", {"node": params["node"], "mbps": params.get("mbps")})
 
     async def node_undrain(self, params: dict[str, Any]) -> dict[str, Any]:
-        ref = param(params, "node")
-        return await self._run("node.undrain", {"node": ref})
+        return await self._run("node.undrain", {"node": params["node"]})
 
 
 def create_service(ctx: DaemonContext) -> ControlService:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeos import tlskey
 from nodeos.cluster.failover_map import health_of, in_sync_of
 from nodeos.cluster.storage_map import replica_view
+from nodeos.dataplane.base import Listener
 
 
 def node_name(st: dict[str, Any], nid: int) -> str:
@@ -34,6 +36,28 @@ def pool_of(st: dict[str, Any], nid: int, pool_id: str) -> dict[str, Any] | None
 def node_listeners(st: dict[str, Any], nid: int) -> list[dict[str, Any]]:
     rep = st["reports"].get(nid) or {}
     return [dict(li, node=node_name(st, nid)) for li in (rep.get("dataplane") or {}).get("listeners") or []]
+
+
+def volume_listeners(st: dict[str, Any], vol: dict[str, Any], nid: int) -> list[dict[str, Any]]:
+    """The paths a volume has on node `nid`: the node's listeners under the volume's TLS policy,
+    as its export makes them (nodeos/node/model.py tls_listeners)."""
+    from nodeos.node.model import tls_listeners
+
+    have = node_listeners(st, nid)
+    lst = tuple(
+        Listener(li["trtype"], li["traddr"], str(li["trsvcid"]), li.get("adrfam") or "ipv4") for li in have
+    )
+    out = tls_listeners(lst, tlskey.volume_policy(vol.get("hosts") or [], st["hosts"]))
+    return [
+        {
+            "trtype": li.trtype,
+            "traddr": li.traddr,
+            "trsvcid": li.trsvcid,
+            "adrfam": li.adrfam,
+            "node": node_name(st, nid),
+        }
+        for li in out
+    ]
 
 
 def replica_health(st: dict[str, Any], vol: dict[str, Any]) -> str:
@@ -92,7 +116,7 @@ def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
     listeners = []
     if vol["state"] != "deleting":
         for s in vol["placement"]:
-            listeners += node_listeners(st, s["node"])
+            listeners += volume_listeners(st, vol, s["node"])
     return {
         "name": vol["name"],
         "uuid": vol["uuid"],
@@ -211,6 +235,7 @@ def host_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "nqn": h["nqn"],
             "dhchap": bool(h.get("dhchap_secret")),
+            "tls": tlskey.host_policy(h),
             "added": h.get("added"),
             "volumes": sorted(v["name"] for v in vols if h["nqn"] in v["hosts"]),
         }
@@ -281,4 +306,5 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
         "orphans": list(((dp.get("orphans") or {}).get("pending")) or []),
         "orphans_held": (dp.get("orphans") or {}).get("held"),
         "orphans_removed": int((dp.get("orphans") or {}).get("removed") or 0),
+        "stuck_calls": list(dp.get("stuck") or []),
     }

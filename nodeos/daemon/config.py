@@ -15,8 +15,19 @@ Keys (file) / flags:
   net_config       --net-config       the network profile to sample for metrics (unset: none)
   lease_s                             3.0: a primary's lease (1-60 s); the leader's value rules
                                       (docs/operations.md, "Failover")
+  raft_tick_ms                        100: the Raft tick (20-1000 ms): heartbeats every tick,
+                                      an election after 10-20 idle ticks; raise it only where a
+                                      node can stall for seconds (emulated hardware: the lab)
   replace_after_s                     600: a replica whose node is down this long is re-placed
                                       elsewhere and copied in full (1-604800 s; the leader's rules)
+  rest_listen      --rest-listen      HOST:PORT of the HTTPS REST endpoint (unset: off); a
+                                      management address, never a storage address (docs/api.md)
+  rest_cert, rest_key                 an operator's certificate and key for it (unset: the
+                                      node's certificate from the cluster CA)
+  mdns                                true: advertise the discovery controller over mDNS on the
+                                      storage interfaces (TP8009; docs/network.md)
+  mdns_management                     false: never on a management interface; true where storage
+                                      and management share one network (the lab)
 """
 
 from __future__ import annotations
@@ -49,7 +60,13 @@ class Config:
     metrics_volume_labels_max: int = 1000
     net_config: str | None = None
     lease_s: float = 3.0
+    raft_tick_ms: int = 100
     replace_after_s: float = 600.0
+    rest_listen: str | None = None
+    rest_cert: str | None = None
+    rest_key: str | None = None
+    mdns: bool = True
+    mdns_management: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,9 +129,29 @@ def check(cfg: Config) -> None:
                 f"metrics_listen {host} is a storage address: use a management address (or off)",
                 field="metrics_listen",
             )
+    if cfg.rest_listen is not None:
+        host = validate.host_port(cfg.rest_listen, "rest_listen")[0]
+        if host in cfg.storage_address:  # the API stays off the storage network
+            raise BadInput(
+                f"rest_listen {host} is a storage address: use a management address", field="rest_listen"
+            )
+    if (cfg.rest_cert is None) != (cfg.rest_key is None):
+        raise BadInput(
+            "rest_cert and rest_key go together", field="rest_cert" if cfg.rest_key else "rest_key"
+        )
+    for key in ("mdns", "mdns_management"):
+        if not isinstance(getattr(cfg, key), bool):
+            raise BadInput(f"{key} must be true or false", field=key, allowed=[True, False])
     lease = cfg.lease_s
     if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 1 <= lease <= 60:
         raise BadInput("lease_s must be a number of seconds in [1, 60]", field="lease_s", allowed="1-60")
+    tick = cfg.raft_tick_ms
+    if type(tick) is not int or not 20 <= tick <= 1000:
+        raise BadInput(
+            "raft_tick_ms must be an integer number of milliseconds in [20, 1000]",
+            field="raft_tick_ms",
+            allowed="20-1000",
+        )
     from nodeos.cluster.replace import ReplacePolicy
 
     ReplacePolicy(after_s=cfg.replace_after_s)  # BadInput names replace_after_s

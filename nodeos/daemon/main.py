@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import functools
 import importlib
 import logging
 import os
@@ -21,7 +20,6 @@ import signal
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +35,15 @@ from nodeos.errors import (
 from nodeos.store.lmdb_store import secure_dir
 
 from . import config as configmod
-from . import logsetup
+from . import logsetup, preflight
 from .api import ApiServer
+from .lanes import Lanes
 from .notify import Notifier
 from .service import SERVICE_FACTORIES, DaemonContext, Service, service_failure
 from .stopguard import StopDeadline, bounded_stop
 
 LOG = logging.getLogger("nodeosd")
+LOOP_STALL_WARN_S = 5.0  # a loop this late is logged; the watchdog kills at 2x its ping interval
 EXIT_CORRUPT_STATE = 4  # a corrupt record in the node's own state: needs an operator, not a restart
 
 # Sub-databases of the node's LMDB environment (state_dir/node).
@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--net-config", dest="net_config", metavar="FILE", help="network profile sampled for metrics"
+    )
+    p.add_argument(
+        "--rest-listen",
+        dest="rest_listen",
+        metavar="HOST:PORT",
+        help="serve the API over HTTPS with bearer tokens here (default: off; docs/api.md)",
     )
     p.add_argument("--version", action="version", version=f"nodeosd {__version__}")
     return p.parse_args(argv)
@@ -189,7 +195,7 @@ class Daemon:
         self.started = time.monotonic()
         self.services: list[Service] = []
         self.stop_event = asyncio.Event()
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dataplane")
+        self.lanes = Lanes()  # the data plane's workers (nodeos/daemon/lanes.py)
         self.ctx: DaemonContext | None = None
         self.api: ApiServer | None = None
         self.store: Any = None
@@ -197,8 +203,7 @@ class Daemon:
         self.deadline = StopDeadline()
 
     async def run_blocking(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+        return await self.lanes.run(fn, *args, **kwargs)
 
     async def start(self) -> None:
         from nodeos.store.lmdb_store import Store
@@ -224,6 +229,7 @@ class Daemon:
             storage_addresses=addrs,
             config=cfg.to_dict(),
             run_blocking=self.run_blocking,
+            lanes=self.lanes,
         )
         LOG.info(
             "nodeosd %s starting: node %s (%s), data plane %s (%s)",
@@ -237,10 +243,13 @@ class Daemon:
         self.api = ApiServer(Path(cfg.api_socket))
         self.api.add_routes("daemon", {"status": self.api_status, "daemon.ping": self.api_ping})
         self.ctx.api_counters = self.api.counters
+        self.ctx.dispatch = self.api.call
         self.services = load_services(self.ctx)
         self.ctx.services.update({svc.name: svc for svc in self.services})
         for svc in self.services:
             self.api.add_routes(svc.name, svc.methods())
+        if self.api.undefined():  # every method is defined in nodeos/api/ (tests/unit/api)
+            LOG.warning("API methods not defined in nodeos/api/: %s", ", ".join(self.api.undefined()))
         for svc in self.services:
             self.notifier.status(f"starting {svc.name}")
             await svc.start()
@@ -297,6 +306,13 @@ class Daemon:
         }
         failures = self.failures()
         out["health"] = {"ok": not failures, "failures": failures}
+        # First-boot provisioning (nodeos/provision): its last result, and an invalid
+        # configuration's field and allowed values; absent on a node never provisioned.
+        from nodeos.provision.state import summary as provision_summary
+
+        prov = provision_summary(self.ctx.state_dir)
+        if prov is not None:
+            out["provision"] = prov
         for svc in self.services:
             try:
                 out[svc.name] = svc.status()
@@ -345,7 +361,11 @@ class Daemon:
                 self.notifier.status(line)
             if not failed and self.notifier.watchdog_usec:
                 self.notifier.watchdog()
+            woke_at = time.monotonic() + interval
             await asyncio.sleep(interval)
+            late = time.monotonic() - woke_at
+            if late > LOOP_STALL_WARN_S:  # what ends in a watchdog kill says so beforehand
+                LOG.warning("event loop stalled %.1f s (watchdog pings every %.1f s)", late, interval)
 
     async def stop(self) -> None:
         self.notifier.stopping()
@@ -353,7 +373,7 @@ class Daemon:
             await bounded_stop("the API socket", self.api.stop())
         for svc in reversed(self.services):
             await bounded_stop(svc.name, svc.stop())
-        self.executor.shutdown(wait=True)
+        self.lanes.shutdown()
         if self.store is not None:
             self.store.close()
         if self._lock_fd is not None:
@@ -393,9 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {k: v for k, v in vars(args).items() if k != "config"}
     try:
         cfg, source = configmod.load(args.config, overrides)
-    except BadInput as err:
+        preflight.check(cfg)  # before the state dir is made: a refused start changes nothing
+    except NodeosError as err:
         print(f"nodeosd: {err.message}" + (f" (field: {err.field})" if err.field else ""), file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_BAD_INPUT if isinstance(err, BadInput) else EXIT_FAILED
     logsetup.setup(cfg.log_level)
     # Everything the daemon creates is its own (the state holds secrets), as under the unit's UMask.
     os.umask(0o077)

@@ -31,6 +31,9 @@ SERVICE_FACTORIES: list[str] = [
     "nodeos.node.service:create_service",
     "nodeos.control.service:create_service",
     "nodeos.observe:create_service",
+    "nodeos.rest.service:create_service",
+    # Last, so it stops first: its mDNS goodbyes go out while the node still serves.
+    "nodeos.mdns.service:create_service",
 ]
 
 
@@ -79,9 +82,13 @@ class DaemonContext:
     peer_listen: tuple[str, int] | None
     storage_addresses: list[str]
     config: dict[str, Any] = field(default_factory=dict)  # the merged config (flags over file)
-    # Runs a blocking call in the daemon's single data plane worker thread.
+    # Runs a blocking data plane call on its lane, within its deadline (nodeos/daemon/lanes.py).
     run_blocking: Callable[..., Awaitable[Any]] | None = None
+    lanes: Any = None  # the Lanes behind run_blocking: which calls are stuck
     # Every service by name, filled once all are created and before any starts: collaborators
     # (control -> cluster, node -> cluster) and observers (nodeos.observe) find each other here.
     services: dict[str, Any] = field(default_factory=dict)
     api_counters: Callable[[], dict[str, Any]] | None = None
+    # The API's dispatcher, for a second way in (the REST endpoint, nodeos/rest/): (method,
+    # params) -> the reply map the socket would send, `{id, result}` or `{id, error}`.
+    dispatch: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None

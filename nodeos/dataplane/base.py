@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from nodeos.errors import NodeosError
+from nodeos.tlskey import TLS_SVCID
 
 Transport = Literal["tcp", "rdma"]
 AnaState = Literal["optimized", "non-optimized", "inaccessible", "persistent-loss", "change"]
@@ -53,6 +54,14 @@ class Listener:
 class HostAccess:
     host_nqn: str
     dhchap_key: str | None = None  # DH-HMAC-CHAP secret (DHHC-1:...); never logged
+    tls_key: str | None = None  # TLS PSK (NVMeTLSkey-1:...) for the TLS listeners; never logged
+
+
+def is_tls(li: Listener) -> bool:
+    """A TLS 1.3 listener (TLS required on it): NVMe/TCP on the TLS port. TLS belongs to an
+    address and port on both data planes (SPDK's secure_channel, nvmet's addr_tsas), never to
+    one subsystem, so the port says it (nodeos/tlskey.py)."""
+    return li.trtype == "tcp" and str(li.trsvcid) == TLS_SVCID
 
 
 @dataclass(frozen=True)
@@ -271,6 +280,12 @@ class DataPlane(Protocol):
         """Take the leg of remote `nqn` out of a running mirror even while its I/O blocks: fail it
         in md, then delete its controllers (the blocked I/O fails, md completes the held writes on
         the other legs). Only for a leg the map no longer counts in sync. Absent: nothing."""
+        ...
+
+    def cut_mirror_legs(self, mirror_id: str, nqns: Sequence[str]) -> list[str]:
+        """Take every leg of `nqns` out of a mirror that is going away, in one round: none
+        waits behind another's blocked I/O (drop_mirror_leg for each, at once). The NQNs that
+        were attached."""
         ...
 
     def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:

@@ -3,6 +3,8 @@ is refused with a clear NotSupported, each list is empty, so callers see why, no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from nodeos.dataplane.base import (
     NO_MIRROR_CAPS,
     Listener,
@@ -34,6 +36,9 @@ class NoMirrors:
         return []
 
     def drop_mirror_leg(self, mirror_id: str, nqn: str) -> None:
+        raise self._no_mirrors("mirror_id")
+
+    def cut_mirror_legs(self, mirror_id: str, nqns: Sequence[str]) -> list[str]:
         raise self._no_mirrors("mirror_id")
 
     def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:

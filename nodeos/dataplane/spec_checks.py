@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from nodeos import tlskey
 from nodeos.dataplane.base import ExportSpec, Listener, RemoteSpec
 from nodeos.dataplane.ids import check_id, check_nqn, check_serial, normalize_nguid, normalize_uuid
 from nodeos.errors import BadInput
@@ -76,6 +77,7 @@ def check_export_spec(spec: ExportSpec) -> None:
                 field="dhchap_key",
                 allowed="DHHC-1:<hash>:<base64>: as made by `nvme gen-dhchap-key`",
             )
+        tlskey.check_key(h.tls_key, "tls_key")
     if not 1 <= spec.ana_group <= MAX_ANA_GROUP:
         raise BadInput(
             f"ANA group {spec.ana_group} is out of range", field="ana_group", allowed=f"1-{MAX_ANA_GROUP}"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeos.errors import EnvironmentProblem, OperationFailed
+from nodeos.bounded_run import run_bounded
+from nodeos.errors import OperationFailed
 
 KELVIN = 273
 
@@ -199,16 +199,8 @@ class NvmeCli:
         self.timeout_s = timeout_s
 
     def run(self, args: list[str]) -> str:
-        try:
-            p = subprocess.run(
-                [self.binary, *args], capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except FileNotFoundError:
-            raise EnvironmentProblem("nvme-cli is not installed (package nvme-cli)") from None
-        except subprocess.TimeoutExpired:
-            raise OperationFailed(
-                f"nvme {' '.join(args)} did not finish within {self.timeout_s:.0f} s"
-            ) from None
+        # Bounded even when nvme sits in the kernel on a namespace whose path is lost.
+        p = run_bounded([self.binary, *args], self.timeout_s, package="nvme-cli")
         if p.returncode != 0:
             raise OperationFailed(f"nvme {' '.join(args)} failed: {p.stderr.strip()[-300:]}")
         return p.stdout

@@ -126,6 +126,8 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
     for v in st["vms"]:
         drives = " ".join(d + (" (unplugged)" if d in v.get("unplugged", ()) else "") for d in v["drives"])
         click.echo(f"{v['name']:<5} {v['role']:<8} {v['address']:<16} {v['state']:<8} {drives}")
+        if v.get("crash"):
+            click.echo(f"      crashed: {v['crash']} (console: {v['console']})")
     c = st.get("cluster")
     if c:
         if c.get("error"):
@@ -274,6 +276,47 @@ def demo(ctx: click.Context, keep: bool, by_hand: bool) -> None:
     # No exporter: the product path, with the cluster part (run_demo picks nodeosd's console).
     exporter = KernelTargetExporter() if by_hand else None
     _run(lambda: run_demo(ctx.obj["name"], keep=keep, exporter=exporter))
+
+
+@cli.command()
+@click.option("--seed", type=_Count(), required=True, help="The seed: the same seed, the same actions.")
+@click.option("--minutes", type=float, required=True, help="Minutes of actions (then heal, check, clean).")
+@click.option("--lab", "lab_name", default=None, help="Soak this cluster lab; default: boot one.")
+@click.option("--hog", is_flag=True, help="Run a CPU hog process on the host beside the lab.")
+@click.option("--steps", type=_Count(), default=None, help="Stop after this step (a replay).")
+@click.option(
+    "--faults", default="power,cut,kill,drive", show_default=True, help="Faults, comma-separated, or none."
+)
+@click.option(
+    "--bound-scale", type=float, default=1.0, show_default=True, help="Multiply every bound (a slow host)."
+)
+@click.option("--keep", is_flag=True, help="Leave the lab it booted up at the end.")
+@click.option("--dry-run", is_flag=True, help="Print the seed's actions (--steps, default 50), boot nothing.")
+@click.option("--json", "as_json", is_flag=True, help="The report (or the plan) as JSON.")
+def soak(seed: int, minutes: float, lab_name: str | None, hog: bool, steps: int | None, faults: str,
+         bound_scale: float, keep: bool, dry_run: bool, as_json: bool) -> None:  # fmt: skip
+    """A seeded fault soak of the whole appliance (docs/lab.md, "The soak"): volumes made,
+    changed and deleted through the console while VMs lose power, network or their daemon and a
+    drive is pulled, fio with verify running on the GPU node; exit 0 only with no violation."""
+    from nodeos.lab import soak as soak_mod
+    from nodeos.lab import soak_plan
+
+    seed, minutes, steps, kinds, bound_scale = _run(
+        lambda: soak_plan.check_args(seed, minutes, steps, faults, bound_scale)
+    )
+    if dry_run:
+        lab = _run(lambda: Lab(lab_name)) if lab_name else None
+        shape = _run(lambda: soak_mod.lab_shape(lab)) if lab is not None else soak_plan.DEFAULT_SHAPE
+        actions = _run(lambda: soak_plan.plan(seed, shape, steps or 50, kinds))
+        if as_json:
+            click.echo(json.dumps([a.to_json() for a in actions], indent=1))
+        else:
+            click.echo("\n".join(a.describe() for a in actions))
+        return
+    report = _run(lambda: soak_mod.soak_lab(seed, minutes, lab_name, hog=hog, steps=steps, faults=kinds,
+                                            bound_scale=bound_scale, keep=keep))  # fmt: skip
+    click.echo(json.dumps(report.to_json(), indent=1) if as_json else report.render())
+    sys.exit(0 if report.ok else EXIT_FAILED)
 
 
 def main() -> None:

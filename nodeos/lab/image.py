@@ -62,10 +62,16 @@ PACKAGES: tuple[str, ...] = (
     "python3-lmdb",
     "python3-cryptography",
     "python3-msgpack",
+    "python3-msgspec",
     "python3-click",
     "python3-pyroute2",
     "python3-systemd",
     "python3-prometheus-client",
+    "python3-zeroconf",  # mDNS advertisement of the discovery controller (nodeos/mdns/)
+    # NVMe/TCP TLS on the kernel target and the kernel host: the handshake is tlshd's (a user
+    # space daemon the kernel hands it to), with the PSKs in the kernel's .nvme keyring.
+    "ktls-utils",
+    "keyutils",
 )
 
 # Timers and services an appliance does not want running behind its back (masked in the base).
@@ -84,8 +90,23 @@ MASKED_UNITS: tuple[str, ...] = (
     "mdmonitor-oneshot.timer",
 )
 
+TLSHD_CONF = """\
+# nodeos: NVMe/TCP TLS (nodeos/dataplane/kernel/tlskeys.py, docs/operations.md)
+[debug]
+loglevel=0
+tls=0
+nl=0
+
+[authenticate]
+keyrings=.nvme
+
+[authenticate.client]
+
+[authenticate.server]
+"""
+
 # Bumped whenever the base customisation below changes meaning.
-BASE_RECIPE = 5
+BASE_RECIPE = 7
 
 # A small initramfs: only what finds the root file system on the disks the image boots from
 # (virtio in the lab, NVMe/SATA/SAS/USB on bare metal), plus virtio_net so a lab VM's eth0
@@ -187,6 +208,15 @@ def unit_file() -> Path | None:
     return p if p.is_file() else None
 
 
+# Units of systemd/ besides nodeosd's, installed and enabled in every image: first-boot
+# provisioning (docs/provisioning.md).
+EXTRA_UNITS = ("nodeos-provision.service", "nodeos-provision-cluster.service")
+
+
+def extra_unit_files() -> list[Path]:
+    return [p for p in (PROJECT_DIR / "systemd" / n for n in EXTRA_UNITS) if p.is_file()]
+
+
 def image_key(bkey: str | None = None) -> str:
     h = hashlib.sha256()
     h.update(f"{IMAGE_RECIPE}:{bkey or base_key()}\0".encode())
@@ -195,6 +225,8 @@ def image_key(bkey: str | None = None) -> str:
     unit = unit_file()
     if unit is not None:
         _hash_update_file(h, unit, "systemd/nodeosd.service")
+    for extra in extra_unit_files():
+        _hash_update_file(h, extra, f"systemd/{extra.name}")
     return h.hexdigest()[:16]
 
 
@@ -303,6 +335,14 @@ def _customise_base(rootfs: Path) -> None:
             p.unlink()
     for unit in MASKED_UNITS:
         _symlink("/dev/null", etc / "systemd" / "system" / unit)
+    # tlshd reads NVMe/TCP PSKs from the kernel's .nvme keyring (where nvmet's hosts' keys and
+    # `nvme connect --tls` put them); without the link the handshake finds no key and fails.
+    (etc / "tlshd.conf").write_text(TLSHD_CONF)
+    # ... and links it when it starts: the keyring must exist by then. nvme_keyring makes it,
+    # and would otherwise load only with nvmet-tcp at the first export, after tlshd (the lab:
+    # "failed to search 'psk' key" until tlshd was restarted).
+    (etc / "modules-load.d").mkdir(parents=True, exist_ok=True)
+    (etc / "modules-load.d" / "nodeos-tls.conf").write_text("nvme_keyring\n")
     # No apt lists in the image: it is rebuilt, not upgraded in place.
     lists = rootfs / "var" / "lib" / "apt" / "lists"
     for p in lists.glob("*"):
@@ -338,6 +378,7 @@ def _add_nodeos_layer(rootfs: Path) -> bool:
     unit = unit_file()
     if unit is not None:
         units.append(unit)
+    units += extra_unit_files()
     for u in units:
         shutil.copyfile(u, sysd / u.name)
         _symlink(f"/etc/systemd/system/{u.name}", wants / u.name)

@@ -143,6 +143,12 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
         # lab-init writes nodeosd's config from this: peers on the lab address, so any lab can be
         # formed into a cluster (`nodeos-lab up --cluster`), node name = VM name.
         parts.append(f"nodeos.peer={vm.addr}:{PEER_PORT}")
+        # The same identity as first-boot provisioning's own words (docs/provisioning.md), which
+        # lab-init then applies through `nodeos provision apply`: the path a bare-metal node takes.
+        parts += [
+            f"nodeos.hostname={vm.name}", f"nodeos.address=eth0:{vm.ip}", f"nodeos.storage={vm.addr}",
+            f"nodeos.peer_port={PEER_PORT}",
+        ]  # fmt: skip
     if accel == "tcg":
         # An emulated CPU on a busy host can be 10x slower than usual: looser soft-lockup
         # watchdog, and systemd/udev timeouts long enough that a slow boot is not a failed one.
@@ -208,7 +214,7 @@ def command_line(
         "-device", "virtio-rng-pci",
     ]  # fmt: skip
     if vm.role == "storage":
-        argv += ["-drive", f"file={vm_dir / STATE_DISK},if=virtio,format=raw,cache=writeback"]
+        argv += ["-drive", f"file={vm_dir / STATE_DISK},if=virtio,format=raw,cache={DISK_CACHE}"]
     for i, d in enumerate(vm.drives):
         # Each drive sits behind a PCIe root port of its own: a device on q35's root bus cannot
         # be hot-unplugged (`nodeos-lab unplug`), one behind a root port can.
@@ -218,6 +224,15 @@ def command_line(
             "-device", drive_device(i, d["serial"]),
         ]  # fmt: skip
     return argv
+
+
+# The VMs' state disks and NVMe drives: a guest's flush stops at QEMU, whose writes sit in the
+# host's page cache. A VM powered off (QEMU killed or reset) keeps every write QEMU took, so the
+# crash and power-off tests see what hardware would; only a crash of the host itself, which no
+# test does, could lose them. With `writeback` every guest fsync became a host fsync on a disk
+# shared by four VMs: Raft's fsync took 0.5 s on average and seconds in its tail (the lab's
+# /metrics), its loop stalled that long, and followers elected new leaders over and over.
+DISK_CACHE = "unsafe"
 
 
 def drive_port_id(i: int) -> str:
@@ -231,7 +246,7 @@ def drive_device_id(i: int) -> str:
 
 def drive_backend(i: int, path: str) -> str:
     """The -drive (and HMP drive_add) options of the i-th NVMe drive's backing file."""
-    return f"file={path},if=none,id=nvm{i},format=raw,cache=writeback,aio=threads"
+    return f"file={path},if=none,id=nvm{i},format=raw,cache={DISK_CACHE},aio=threads"
 
 
 def drive_device(i: int, serial: str) -> str:

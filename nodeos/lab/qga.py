@@ -28,6 +28,10 @@ class AgentUnavailable(OperationFailed):
     """The guest agent did not answer (VM still booting, killed, or hung)."""
 
 
+class CommandTimedOut(OperationFailed):
+    """A command in the VM outlived its timeout and was killed."""
+
+
 @dataclass(frozen=True)
 class ExecResult:
     """What a command inside a VM did."""
@@ -135,7 +139,7 @@ class GuestAgent:
                         {"execute": "guest-exec", "arguments": {"path": "kill", "arg": ["-9", str(pid)]}},
                         10.0,
                     )
-                raise OperationFailed(f"command {argv!r} did not finish in {timeout:.0f} s (killed)")
+                raise CommandTimedOut(f"command {argv!r} did not finish in {timeout:.0f} s (killed)")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
@@ -207,7 +211,7 @@ class GuestAgent:
                             {"execute": "guest-exec", "arguments": {"path": "kill", "arg": ["-9", str(pid)]}},
                             10.0,
                         )
-                    raise OperationFailed(f"command {argv!r} did not finish in {timeout:.0f} s (killed)")
+                    raise CommandTimedOut(f"command {argv!r} did not finish in {timeout:.0f} s (killed)")
                 time.sleep(delay)
                 delay = min(delay * 1.5, 0.5)
         finally:

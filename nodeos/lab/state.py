@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from nodeos.errors import NotFound, OperationFailed
-from nodeos.lab import netns, qemu
+from nodeos.lab import console_scan, netns, qemu
+from nodeos.lab.console_scan import KernelTrouble
 from nodeos.lab.plan import SUBNETS, check_name, cluster_summary, subnet_of
 from nodeos.lab.qemu import VmSpec
 from nodeos.lab.qga import AgentUnavailable, GuestAgent
@@ -152,6 +153,11 @@ class LabState:
             state = "running" if running else "stopped"
             if running and v.cut:
                 state = "cut"
+            # QEMU runs on after its guest's kernel died: "running" would hide a dead VM.
+            trouble = self.kernel_trouble(n) if running else None
+            crash = trouble.describe() if trouble is not None and trouble.fatal else None
+            if crash:
+                state = "crashed"
             rows.append(
                 {
                     "name": n,
@@ -162,6 +168,7 @@ class LabState:
                     "hostnqn": v.hostnqn,
                     "drives": [d["serial"] for d in v.drives],
                     "unplugged": list(v.unplugged),
+                    **({"crash": crash, "console": str(self.vm_dir(n) / "console.log")} if crash else {}),
                 }
             )
         out = {
@@ -192,6 +199,25 @@ class LabState:
             }
         except (OperationFailed, AgentUnavailable) as e:
             return {**view, "seen_from": running[0], "error": str(e)}
+
+    def kernel_trouble(self, vm: str, since: int | None = None) -> KernelTrouble | None:
+        """The kernel failure reports (oops, panic, BUG, WARNING, hung task) in VM's console
+        from byte offset `since` (default: its latest boot), or None."""
+        try:
+            with open(self.vm_dir(vm) / "console.log", "rb") as f:
+                if since is not None:
+                    f.seek(since)
+                data = f.read()
+        except OSError:
+            return None
+        text = data.decode(errors="replace")
+        return console_scan.kernel_trouble(vm, text, console_scan.boot_offset(text) if since is None else 0)
+
+    def _console_size(self, vm: str) -> int:
+        try:
+            return (self.vm_dir(vm) / "console.log").stat().st_size
+        except OSError:
+            return 0
 
     def logs(self, vm: str) -> str:
         """The VM's serial console so far (kernel and systemd messages)."""

@@ -11,8 +11,9 @@ from typing import Any
 
 from nodeos.errors import BadInput, OperationFailed
 from nodeos.lab import qemu
+from nodeos.lab.console_scan import GuestKernelCrashed
 from nodeos.lab.qemu import VmSpec
-from nodeos.lab.qga import AgentUnavailable, ExecResult, GuestAgent
+from nodeos.lab.qga import AgentUnavailable, CommandTimedOut, ExecResult, GuestAgent
 from nodeos.lab.state import LabState
 
 # Generous: on a 2-core host shared by many TCG VMs a boot has taken 10-15 min (a bound, not a wait).
@@ -33,16 +34,17 @@ class VmAccess(LabState):
     ) -> ExecResult:
         """Run argv inside the VM through its guest agent; check=True raises on rc != 0."""
         agent = self._running_agent(vm, argv)
+        since = self._console_size(vm)
         try:
             r = agent.exec(list(argv), timeout=timeout, input=input)
         except AgentUnavailable as e:
-            # A hung guest leaves nothing else behind in CI's log: its console says why (panic, OOM,
-            # hung task, qemu-ga gone).
-            tail = "\n".join(self.console_tail(vm, 30))
-            raise AgentUnavailable(f"{e}\n{vm}'s console, last lines:\n{tail}") from e
+            raise self._agent_lost(vm, e) from e
+        except OperationFailed as e:  # the command outlived its timeout (killed), or qemu-ga refused
+            raise OperationFailed(self._kernel_note(vm, since) + str(e)) from e
         if check and r.rc != 0:
             raise OperationFailed(
-                f"{vm}: {argv!r} exited {r.rc}\nstdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-2000:]}"
+                self._kernel_note(vm, since)
+                + f"{vm}: {argv!r} exited {r.rc}\nstdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-2000:]}"
             )
         return r
 
@@ -56,9 +58,35 @@ class VmAccess(LabState):
         input: bytes | None = None,
     ) -> int:
         """Like exec, but output is handed to the callbacks while the command runs."""
-        return self._running_agent(vm, argv).exec_stream(
-            list(argv), on_stdout, on_stderr, timeout=timeout, input=input
-        )
+        agent = self._running_agent(vm, argv)
+        since = self._console_size(vm)
+        try:
+            return agent.exec_stream(list(argv), on_stdout, on_stderr, timeout=timeout, input=input)
+        except AgentUnavailable as e:
+            raise self._agent_lost(vm, e) from e
+        except OperationFailed as e:
+            raise OperationFailed(self._kernel_note(vm, since) + str(e)) from e
+
+    # ---- the guest kernel, as its console tells ------------------------------------------
+    def _agent_lost(self, vm: str, e: AgentUnavailable) -> AgentUnavailable:
+        """The error for a guest agent that stopped answering: a kernel that died says so
+        (issue 25: an rxe oops surfaced as a bare 30 s agent timeout); otherwise the console's
+        last lines, which show what else it was (OOM, hung task, qemu-ga gone)."""
+        if isinstance(e, GuestKernelCrashed):
+            return e
+        trouble = self.kernel_trouble(vm)
+        console = self.vm_dir(vm) / "console.log"
+        if trouble is not None and trouble.fatal:
+            return GuestKernelCrashed(f"{trouble.message(console)}\n({e})", trouble)
+        note = f"{trouble.message(console)}\n" if trouble is not None else ""
+        tail = "\n".join(self.console_tail(vm, 30))
+        return AgentUnavailable(f"{note}{e}\n{vm}'s console, last lines:\n{tail}")
+
+    def _kernel_note(self, vm: str, since: int) -> str:
+        """A first line naming what VM's kernel reported since byte `since` of its console, for
+        a command that failed or timed out; empty when it reported nothing."""
+        trouble = self.kernel_trouble(vm, since)
+        return f"{trouble.message(self.vm_dir(vm) / 'console.log')}\n" if trouble is not None else ""
 
     def _running_agent(self, vm: str, argv: list[str]) -> GuestAgent:
         """The agent of a running VM, for a command (argv) to run there."""
@@ -79,7 +107,17 @@ class VmAccess(LabState):
         deadline = t0 + timeout
         pending = list(names)
         next_note = t0 + 30
+        next_crash_check = t0  # then every 10 s
         while pending:
+            if time.monotonic() > next_crash_check:
+                # A kernel that died while booting never gets its agent up: say so now, not
+                # after BOOT_TIMEOUT (30 min).
+                next_crash_check += 10
+                for n in pending:
+                    trouble = self.kernel_trouble(n)
+                    if trouble is not None and trouble.fatal:
+                        msg = trouble.message(self.vm_dir(n) / "console.log")
+                        raise GuestKernelCrashed(f"{msg} (while booting)", trouble)
             if time.monotonic() > next_note:
                 next_note += 30
                 for n in pending:
@@ -118,6 +156,15 @@ class VmAccess(LabState):
         return [ln for ln in lines if ln][-n:]
 
     def _ready(self, st: dict[str, Any], v: VmSpec, deadline: float) -> bool:
+        # A probe that outlives its 30 s is a guest too busy right after boot (TCG, other VMs
+        # booting: seen failing a demo's `up` at 181 s), not a failed one: asked again.
+        try:
+            return self._ready_now(st, v, deadline)
+        except CommandTimedOut as e:
+            self.progress(f"{v.name}: not ready yet ({e})")
+            return False
+
+    def _ready_now(self, st: dict[str, Any], v: VmSpec, deadline: float) -> bool:
         agent = self._agent(v.name)
         if not agent.ping(timeout=2.0):
             return False

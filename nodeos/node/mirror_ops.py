@@ -318,14 +318,17 @@ class MirrorOps:
         state = {r.nqn: r.state for r in await self.ops.call("list_remotes")}
         want = {int(r["node"]) for r in vol.get("remotes") or []} if nodes is None else nodes
         want |= {int(n) for n in vol.get("gone") or []} if nodes is None else set()
-        out = []
+        legs = {}
         for nid in sorted(want):
             nqn = names.replica_nqn(vol["uuid"], str(nid))
-            if nqn not in state or (state[nqn] == "live" and not live_too):
-                continue
-            await self.ops.call("drop_mirror_leg", mid, nqn)
-            self._log(vol, "leg of node %s dropped (its controller: %s)", nid, state[nqn])
-            out.append(nqn)
+            if nqn in state and (state[nqn] != "live" or live_too):
+                legs[nqn] = nid
+        if not legs:
+            return []
+        # All in one round, each leg's loss bounded first: none waits behind another (issue 25).
+        out = list(await self.ops.call("cut_mirror_legs", mid, list(legs)))
+        for nqn in out:
+            self._log(vol, "leg of node %s dropped (its controller: %s)", legs[nqn], state[nqn])
         return out
 
     async def _detach_gone(self, vol: dict[str, Any]) -> None:

@@ -8,7 +8,8 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
 
-from nodeos.dataplane.base import ExportSpec, HostAccess, Listener
+from nodeos import tlskey
+from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, is_tls
 from nodeos.errors import BadInput, NotFound, OperationFailed
 
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"
@@ -91,14 +92,43 @@ def listeners(addresses: list[str], transports: list[str], rdma_addresses: set[s
     return tuple(out)
 
 
+def host_access(granted: list[str], hosts: dict[str, dict[str, Any]]) -> tuple[HostAccess, ...]:
+    """The granted hosts with their keys, from hosts whose secrets are opened already
+    (nodeos/cluster/datakey.py open_hosts). A granted host whose secret did not open stops the
+    export with the reason: exporting it without its key would drop its authentication (or
+    its TLS)."""
+    out = []
+    for h in granted:
+        if h not in hosts:
+            continue
+        rec = hosts[h] or {}
+        if rec.get("dhchap_error"):
+            raise OperationFailed(str(rec["dhchap_error"]), field="dhchap_secret")
+        if rec.get("tls_error") and tlskey.host_policy(rec) != "off":
+            raise OperationFailed(str(rec["tls_error"]), field="tls_key")
+        tls = rec.get("tls_key") if tlskey.host_policy(rec) != "off" else None
+        out.append(HostAccess(h, rec.get("dhchap_secret"), tls))
+    return tuple(out)
+
+
+def tls_listeners(lst: tuple[Listener, ...], policy: tlskey.Policy) -> tuple[Listener, ...]:
+    """A volume's listeners under its TLS policy (tlskey.volume_policy): `off` the node's
+    listeners; `allowed` those and a TLS listener beside each TCP one; `required` the TLS
+    listeners alone (no plain TCP, no RDMA: RDMA has no TLS)."""
+    if policy == "off":
+        return lst
+    plain_tcp = [li for li in lst if li.trtype == "tcp" and not is_tls(li)]
+    tls = tuple(Listener("tcp", li.traddr, tlskey.TLS_SVCID, li.adrfam) for li in plain_tcp)
+    return tls if policy == "required" else lst + tls
+
+
 def export_spec(
     vol: dict[str, Any], lst: tuple[Listener, ...], hosts: dict[str, dict[str, Any]], fenced: bool = False
 ) -> ExportSpec:
     """The subsystem a volume should have: its granted hosts (with their DH-HMAC-CHAP keys).
     `fenced`: this node lost its lease; a replicated volume's front end is ANA inaccessible."""
-    access = tuple(
-        HostAccess(h, (hosts.get(h) or {}).get("dhchap_secret")) for h in vol.get("hosts", []) if h in hosts
-    )
+    access = host_access(vol.get("hosts", []), hosts)
+    lst = tls_listeners(lst, tlskey.volume_policy(vol.get("hosts", []), hosts))
     spec = ExportSpec(
         nqn=vol["nqn"],
         serial=vol["serial"],
@@ -226,4 +256,9 @@ def pick_drives(
 
 def public_host(h: dict[str, Any]) -> dict[str, Any]:
     """A host as shown to operators: whether it has a secret, never the secret."""
-    return {"nqn": h["nqn"], "dhchap": bool(h.get("dhchap_secret")), "added": h.get("added")}
+    return {
+        "nqn": h["nqn"],
+        "dhchap": bool(h.get("dhchap_secret")),
+        "tls": tlskey.host_policy(h),
+        "added": h.get("added"),
+    }

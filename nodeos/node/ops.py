@@ -48,6 +48,8 @@ class Ops:
         self._hosts = hosts
         # This node lost its primary lease: every replicated front end is ANA inaccessible.
         self.fenced = False
+        # ... except these volumes, the only in-sync replica of theirs (nodeos/agent/lease.py).
+        self.kept_open: frozenset[str] = frozenset()
         # Data plane calls so far by method: (count, seconds, the worker's queue included); a
         # slow agent pass logs what it spent them on.
         self.call_times: dict[str, tuple[int, float]] = {}
@@ -121,7 +123,8 @@ class Ops:
         else:
             with self.store.read() as txn:
                 hosts = self.hosts(txn)
-        fenced = self.fenced or vol.get("uuid") in self.handing_off
+        uuid = vol.get("uuid")
+        fenced = (self.fenced and uuid not in self.kept_open) or uuid in self.handing_off
         return model.export_spec(vol, self.listeners(), hosts, fenced)
 
     # --- the intent engine ------------------------------------------------------------

@@ -44,9 +44,9 @@ async def remove(ops: Any, d: dict[str, Any]) -> None:
         await ops.call("remove_export", nqn)
     crash.point("orphan.remove:exports-removed")
     mirror = d.get("mirror")
-    if mirror:
-        for nqn in d.get("remotes") or []:
-            await ops.call("drop_mirror_leg", mirror, nqn)  # a blocked leg would hold md's stop
+    if mirror and d.get("remotes"):
+        # A blocked leg would hold md's stop: every leg out in one round, none behind another.
+        await ops.call("cut_mirror_legs", mirror, list(d["remotes"]))
     if d.get("views") and d.get("kind") == "volume":
         await ops.call("remove_view", d["short"])
     if mirror:

@@ -14,9 +14,11 @@ import asyncio
 import time
 from typing import Any
 
+from nodeos.cluster import datakey
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError, NotSupported
+from nodeos.observe.events import make_event
 
 from . import crash, dpwatch, inventory, model
 from .base import LOG, NodeBase
@@ -53,6 +55,8 @@ class NodeService(NodeBase):
         self.cluster: Any = None
         self.agent: Any = None
         self.dpwatch: dpwatch.DataPlaneWatch | None = None
+        self._opened: dict[tuple[str, str], str] = {}  # host secrets opened (memory only)
+        self._unreadable: set[str] = set()  # hosts whose secret did not open (said once)
         self.ops = Ops(self.store, self.dp, self._run_blocking, lambda: self._listeners, self._map_hosts)
         # Start fenced: while this node was gone another may have become primary of its
         # replicated volumes; the first granted lease renewal lifts it (nodeos/agent/lease.py).
@@ -70,7 +74,27 @@ class NodeService(NodeBase):
 
     def _map_hosts(self) -> dict[str, dict[str, Any]]:
         d = getattr(self.cluster, "driver", None)
-        return dict(d.map.state["hosts"]) if d is not None else {}
+        return self.open_hosts(d.map.state["hosts"]) if d is not None else {}
+
+    def open_hosts(self, hosts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The map's hosts with their sealed secrets opened under this member's data key, for
+        export specs only (never a report, event or log). One that does not open is said once,
+        by host and key id, in the log and the node's events; its exports fail with the reason."""
+        keys = self.cluster.data_keys() if hasattr(self.cluster, "data_keys") else datakey.DataKeys(None)
+        out = datakey.open_hosts(hosts, keys, self._opened)
+        bad = {
+            n: str(h.get("dhchap_error") or h["tls_error"])
+            for n, h in out.items()
+            if h.get("dhchap_error") or h.get("tls_error")
+        }
+        for nqn in sorted(set(bad) - self._unreadable):
+            LOG.error("%s", bad[nqn])
+            obs = self.ctx.services.get("observe")
+            if obs is not None:
+                ev = make_event("host_secret_unreadable", bad[nqn][:500], severity="critical", host=nqn)
+                obs.record(ev)
+        self._unreadable = set(bad)
+        return out
 
     def records(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """This node's records: (pools, volumes, snapshots) by name. Read (and decoded) again only
@@ -158,6 +182,8 @@ class NodeService(NodeBase):
         target = d.node.status().hard_state.commit
         deadline = asyncio.get_running_loop().time() + MAP_CATCH_UP_S
         while d.map.applied_index < target and asyncio.get_running_loop().time() < deadline:
+            if getattr(d.map, "stalled", None) is not None:
+                return  # it cannot apply the log (a newer release's entry): it says so, not waits
             await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
@@ -285,7 +311,15 @@ class NodeService(NodeBase):
             "recovery": self.recovery[-20:],
             "reconcile": self.reconcile_report,
             "dataplane_health": self.dpwatch.health.view() if self.dpwatch is not None else None,
+            "stuck_calls": self.stuck_calls(),
         }
+
+    def stuck_calls(self) -> list[dict[str, Any]]:
+        """Data plane calls past their deadline, still in their worker (nodeos/daemon/lanes.py)."""
+        lanes = getattr(self.ctx, "lanes", None)
+        if lanes is None:
+            return []
+        return [{"method": c.method, "lane": c.lane, "since": int(c.started)} for c in lanes.stuck()]
 
     # --- maintenance ------------------------------------------------------------------
 
@@ -301,20 +335,23 @@ class NodeService(NodeBase):
 
     # --- fencing (issue 9) ------------------------------------------------------------
 
-    async def set_fenced(self, fenced: bool) -> list[str]:
+    async def set_fenced(self, fenced: bool, keep: frozenset[str] = frozenset()) -> list[str]:
         """This node lost (True) or holds again (False) its primary lease: (re)apply the front end
-        of every ready primary replicated volume, ANA inaccessible / optimized. The flag stays
-        (Ops.fenced): every later front-end export (grants, recovery, promote) honours it.
+        of every ready primary replicated volume, ANA inaccessible / optimized; while fenced, the
+        volumes (uuids) in `keep` stay optimized (the only in-sync replica of theirs:
+        nodeos/agent/lease.py `sole_primaries`). The flags stay (Ops.fenced, Ops.kept_open):
+        every later front-end export (grants, recovery, promote) honours them.
         Non-replicated volumes are never fenced. Cheap when nothing changes (called often); not
         behind the node lock (a fence must not wait for a step), but data plane calls are
         serialized in the worker thread. Returns the volumes whose export changed."""
         # While fenced, re-applied every FENCE_REASSERT_S: an export the worker thread had
         # already built unfenced when the fence came may have landed after it.
         reassert = fenced and time.monotonic() - self._fence_at >= FENCE_REASSERT_S
-        if fenced == self.ops.fenced and not self._fence_pending and not reassert:
+        unchanged = fenced == self.ops.fenced and keep == self.ops.kept_open
+        if unchanged and not self._fence_pending and not reassert:
             return []
-        was = self.ops.fenced
-        self.ops.fenced = fenced
+        was, was_kept = self.ops.fenced, self.ops.kept_open
+        self.ops.fenced, self.ops.kept_open = fenced, keep
         self._fence_at = time.monotonic()
         if not self.has_dataplane:
             return []
@@ -327,8 +364,11 @@ class NodeService(NodeBase):
         for name, v in self._all("volumes").items():
             if v.get("role") != "primary" or v["state"] != "ready" or int(v.get("replicas") or 1) <= 1:
                 continue
+            shut, was_shut = fenced and v.get("uuid") not in keep, was and v.get("uuid") not in was_kept
+            if not shut and not was_shut and not {name, "*"} & self._fence_pending:
+                continue  # served before, served now: nothing to re-apply
             try:
-                if fenced and self.dp is not None:
+                if shut and self.dp is not None:
                     # Not queued behind a long data plane call (an attach can take a minute):
                     # the fence must land before the leader may call this node down. The same
                     # call fences after the daemon stopped (`nodeos-fence`, node/stopfence.py).
@@ -336,13 +376,13 @@ class NodeService(NodeBase):
                 else:
                     await self.ops.call("apply_export", self.ops.spec_for(v))
                 changed.append(name)
-                if was != fenced or name in self._fence_pending:
-                    how = "inaccessible (fenced)" if fenced else "optimized (fence lifted)"
+                if was_shut != shut or name in self._fence_pending:
+                    how = "inaccessible (fenced)" if shut else "optimized (fence lifted)"
                     LOG.info("volume %s epoch %s: front end %s", name, v.get("epoch"), how)
             except Exception as err:  # the off-queue call raises foreign errors too
                 pending.add(name)
                 why = err.message if isinstance(err, NodeosError) else f"{type(err).__name__}: {err}"
-                LOG.error("volume %s: fence %s not applied: %s", name, "on" if fenced else "off", why)
+                LOG.error("volume %s: fence %s not applied: %s", name, "on" if shut else "off", why)
         self._fence_pending = pending
         return changed
 

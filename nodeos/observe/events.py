@@ -40,6 +40,7 @@ KINDS = (
     "drift_cleared",
     "dataplane_down",
     "dataplane_up",
+    "dataplane_call_stuck",
     "volume_created",
     "volume_ready",
     "volume_failed",
@@ -60,8 +61,16 @@ KINDS = (
     "snapshot_dropped",
     "host_granted",
     "host_revoked",
+    "host_secret_unreadable",
+    "host_tls_changed",
     "secret_rotated",
     "ca_rotated",
+    "voters_set",
+    "voter_changed",
+    "mdns_failed",
+    "mdns_recovered",
+    "feature_level_raised",
+    "node_stalled",
 )
 SEVERITIES = ("info", "warning", "critical")
 # Optional context keys an event may carry (scalars only), besides seq/at/kind/severity/message.

@@ -86,6 +86,17 @@ def _daemon(d: dict[str, Any]) -> Iterator[Metric]:
         "1 when the data plane answers (a witness without one reports 1: nothing is down)",
         1 if dp.get("up", True) else 0,
     )
+    stuck = gauge(
+        "nodeos_dataplane_calls_stuck",
+        "Data plane calls past their deadline, not returned yet, by method (the node goes on without them)",
+        labels=["method"],
+    )
+    for method in sorted(set(dp.get("stuck") or [])):
+        stuck.add_metric([method], float((dp.get("stuck") or []).count(method)))
+    yield stuck
+    late = counter("nodeos_dataplane_calls_overdue", "Data plane calls that ever passed their deadline", [])
+    late.add_metric([], float(dp.get("stuck_total") or 0))
+    yield late
     req = counter("nodeos_api_requests", "Requests handled by the local API", labels=[])
     req.add_metric([], float(d.get("api_requests") or 0))
     yield req

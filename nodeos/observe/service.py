@@ -9,7 +9,8 @@ watcher in the background; a scrape only reads the kernel's block counters (or o
 
 Where it listens (`metrics_listen`): HOST:PORT, or `off`. Default: the peer (management)
 address's host on DEFAULT_PORT, else loopback (also when the peer address is a storage
-address); an explicit address in `storage_address` is refused. A port
+address or a wildcard); an explicit address in `storage_address` is refused. The HTTP server
+bounds idle connections and threads (nodeos/observe/httpd.py). A port
 that cannot be bound is logged and shown in `nodeos status`; the daemon keeps serving storage.
 """
 
@@ -18,13 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
-import socketserver
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, make_wsgi_app
 from prometheus_client.core import Metric
@@ -37,14 +36,19 @@ from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import BadInput, NodeosError
 from nodeos.observe import events as ev
 from nodeos.observe import iostat, metrics, sources
+from nodeos.observe.httpd import BoundedServer, BoundedV6Server, QuietHandler
 from nodeos.observe.journal import log_event
 
 log = logging.getLogger("nodeosd.observe")
 
 DEFAULT_PORT = 9810
+WILDCARDS = ("0.0.0.0", "::", "", "*")  # listen on every address: never chosen implicitly
 WATCH_S = 1.0  # cluster and data plane readings for events and the leader-change counter
-SLOW_EVERY = 5  # watcher rounds between slow refreshes (describe, volume list, network)
+# Watcher rounds between slow refreshes (describe, volume list, network): the volume list is an
+# `lvs`, 0.7 s of CPU in a lab VM (TCG), so every 5 s it was a seventh of the node's CPU.
+SLOW_EVERY = 15
 SNAPSHOT_TIMEOUT_S = 10.0
+SLOW_READ_S = 30.0  # the data plane's describe and volume list for a scrape
 FOLLOW_MAX_S = 300.0
 DOWN_AFTER_S = 3.0  # a member silent this long counts as failed (see sources.hold_liveness)
 PROPOSE_TIMEOUT_S = 5.0
@@ -58,19 +62,6 @@ PROPOSED_KINDS = (
     "drift_found",
     "drift_cleared",
 )
-
-
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _V6Server(_Server):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # one line per scrape would flood the journal
 
 
 def listen_address(cfg: dict[str, Any], peer: tuple[str, int] | None) -> tuple[str, int] | None:
@@ -89,9 +80,10 @@ def listen_address(cfg: dict[str, Any], peer: tuple[str, int] | None) -> tuple[s
                 field="metrics_listen",
             )
         return host, port
-    if peer is not None and peer[0] not in storage:
+    if peer is not None and peer[0] not in storage and peer[0] not in WILDCARDS:
         return peer[0], DEFAULT_PORT
-    # No management address known apart from the storage network's: loopback only.
+    # No management address known apart from the storage network's (a wildcard peer address
+    # is every address, the storage network's too): loopback only.
     return "127.0.0.1", DEFAULT_PORT
 
 
@@ -128,6 +120,7 @@ class ObserveService:
         self._prev: dict[str, Any] = {}
         self._describe: dict[str, Any] | None = None
         self._dp_error: str | None = None
+        self._slow_read: asyncio.Future[Any] | None = None  # the data plane read under way
         self._devices: dict[str, str] = {}  # vol_id -> block device (kernel) or bdev name (spdk)
         self._net: dict[str, Any] | None = None
         self._new_event = asyncio.Event()
@@ -149,9 +142,9 @@ class ObserveService:
         self._prev = self._reading()
         if self.address is not None:
             host, port = self.address
-            cls = _V6Server if ":" in host else _Server
+            cls = BoundedV6Server if ":" in host else BoundedServer
             try:
-                self.server = make_server(host, port, make_wsgi_app(self.registry), cls, _QuietHandler)
+                self.server = make_server(host, port, make_wsgi_app(self.registry), cls, QuietHandler)
             except OSError as exc:
                 self.listen_error = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
                 log.error("metrics: %s; /metrics is off", self.listen_error, extra=fields(metrics_port=port))
@@ -206,6 +199,7 @@ class ObserveService:
         api = getattr(self.ctx, "api_counters", None)
         counters = api() if callable(api) else {}
         dp = self.ctx.dataplane
+        lanes = getattr(self.ctx, "lanes", None)
         return {
             "daemon": {
                 "version": __version__,
@@ -213,6 +207,9 @@ class ObserveService:
                 "dataplane": {
                     "name": getattr(dp, "name", "none") if dp is not None else "none",
                     "up": sources.dataplane_up(self._describe, self._dp_error),
+                    # Calls past their deadline, still in their worker (nodeos/daemon/lanes.py).
+                    "stuck": [c.method for c in lanes.stuck()] if lanes is not None else [],
+                    "stuck_total": getattr(lanes, "stuck_total", 0),
                 },
                 "api_requests": counters.get("requests", 0),
                 "api_errors": counters.get("errors", {}),
@@ -245,8 +242,14 @@ class ObserveService:
         dp = self.ctx.dataplane
         if dp is not None and getattr(dp, "name", "none") != "none" and self.ctx.run_blocking is not None:
             try:
-                self._describe, self._dp_error = dict(await self.ctx.run_blocking(dp.describe)), None
-                vols = await self.ctx.run_blocking(dp.list_volumes)
+                # A thread of its own with a bound, never the data plane's lanes: a scrape's `lvs`
+                # must not queue behind (or hold up) the node's work (issue 25); one read at a time.
+                if self._slow_read is not None and not self._slow_read.done():
+                    raise TimeoutError("the previous data plane read has not returned")
+                self._slow_read = asyncio.ensure_future(asyncio.to_thread(_read_dataplane, dp))
+                self._slow_read.add_done_callback(lambda f: f.cancelled() or f.exception())
+                describe, vols = await asyncio.wait_for(asyncio.shield(self._slow_read), SLOW_READ_S)
+                self._describe, self._dp_error = dict(describe), None
                 self._devices = {v.vol_id: v.device for v in vols if v.device}
             except Exception as exc:
                 self._dp_error = str(exc) or type(exc).__name__
@@ -402,3 +405,7 @@ def _sample_net(path: str) -> dict[str, Any] | None:
 
 def create_service(ctx: Any) -> ObserveService:
     return ObserveService(ctx, listen_address(ctx.config, ctx.peer_listen))
+
+
+def _read_dataplane(dp: Any) -> tuple[Any, Any]:
+    return dp.describe(), dp.list_volumes()

@@ -71,6 +71,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         module = getattr(item, "module", None)
         if module is not None:
             setattr(module, FAILED, True)
+        the_lab = getattr(item, "funcargs", {}).get("lab")
+        if isinstance(the_lab, Lab):
+            _name_kernel_trouble(rep, the_lab)
+
+
+def _name_kernel_trouble(rep: pytest.TestReport, the_lab: Lab) -> None:
+    """A failed lab test names a guest kernel that crashed (or warned) in the VMs' current boot:
+    without it the report shows an agent timeout, or a later test finds the VM dead (issue 25)."""
+    try:
+        found = [t for t in (the_lab.kernel_trouble(vm) for vm in the_lab.vms) if t is not None]
+    except Exception as e:  # the lab's state is gone (down already): nothing to name
+        rep.sections.append(("guest kernels", f"not checked: {e}"))
+        return
+    if not found:
+        return
+    lines = [t.message(the_lab.vm_dir(t.vm) / "console.log") for t in found]
+    rep.sections.append(("guest kernels", "\n".join(lines)))
+    crashed = [line for t, line in zip(found, lines, strict=True) if t.fatal]
+    crash = getattr(getattr(rep.longrepr, "reprcrash", None), "message", None)
+    if crashed and isinstance(crash, str) and "kernel crashed" not in crash:
+        # The short summary (-ra) shows this one line: lead with the crash, keep what failed.
+        rep.longrepr.reprcrash.message = f"{'; '.join(crashed)} | {crash}"  # type: ignore[union-attr]
 
 
 def _save_artifacts(lab: Lab, module_name: str) -> Path:
@@ -118,12 +140,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     lab_items = sorted((items[i] for i in slots), key=key)
     for i, it in zip(slots, lab_items, strict=True):
         items[i] = it
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The modules that will use each shared lab: after deselection (-m, -k), and without the
+    tests skipped outright (NODEOS_LAB_FULL): a module counted but never run kept its lab up,
+    an idle VM beside every later lab (seen 2026-11-29: lab `one`'s s1 through all of cluster3)."""
     users: dict[str, set[str]] = {}
-    for it in lab_items:
+    for it in session.items:
         shape = _shape_of(getattr(it, "module", None))
-        if shape and "lab" in getattr(it, "fixturenames", ()):
+        if shape and "lab" in getattr(it, "fixturenames", ()) and not _skipped_outright(it):
             users.setdefault(shape, set()).add(it.module.__name__)  # type: ignore[attr-defined]
-    config.stash[_USERS] = users
+    session.config.stash[_USERS] = users
+
+
+def _skipped_outright(item: pytest.Item) -> bool:
+    """A `skip` mark, or a `skipif` whose condition is a plain true value (string conditions,
+    which pytest evaluates itself, count as running)."""
+    if any(True for _ in item.iter_markers("skip")):
+        return True
+    for mark in item.iter_markers("skipif"):
+        cond = mark.args[0] if mark.args else mark.kwargs.get("condition")
+        if isinstance(cond, bool) and cond:
+            return True
+    return False
 
 
 _USERS = pytest.StashKey[dict[str, set[str]]]()

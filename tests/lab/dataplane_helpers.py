@@ -144,9 +144,3 @@ def read_sum(lab: Lab, host: str, dev: str, mib: int, skip_mib: int = 0) -> str:
         timeout=300,
     )
     return r.stdout.strip()
-
-
-def fio_job(output: str) -> dict[str, Any]:
-    """The first job of fio's JSON report, past any notice fio wrote ahead of it (a SIGINT's
-    "fio: terminating on signal 2", a verify warning)."""
-    return dict(json.loads(output[output.index("{") :])["jobs"][0])

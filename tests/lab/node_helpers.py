@@ -21,8 +21,24 @@ def nodeos(lab: Lab, vm: str, *args: str, timeout: float = 300) -> tuple[int, An
 
 def ok(lab: Lab, vm: str, *args: str, timeout: float = 300) -> Any:
     rc, out = nodeos(lab, vm, *args, timeout=timeout)
-    assert rc == 0, f"nodeos {' '.join(args)} -> {rc}: {out}"
+    assert rc == 0, f"nodeos {' '.join(args)} -> {rc}: {out}" + _daemon_gone(lab, vm, out)
     return out
+
+
+def _daemon_gone(lab: Lab, vm: str, out: Any) -> str:
+    """Where the daemon could not be reached: what systemd and its journal say of it, in the
+    failure itself (a CI log may be all there is to read)."""
+    if not (isinstance(out, dict) and out.get("error", {}).get("field") == "socket"):
+        return ""
+    r = lab.sh(
+        vm,
+        "systemctl show nodeosd -p ActiveState -p SubState -p NRestarts -p ExecMainStatus "
+        "-p ExecMainStartTimestamp; journalctl -b -u nodeosd -o short-monotonic --no-pager "
+        "| grep -E 'systemd|Traceback|Error|CRITICAL|watchdog|ready:|signal' | tail -n 25",
+        timeout=60,
+        check=False,
+    )
+    return f"\n--- nodeosd on {vm}:\n{r.stdout}{r.stderr}"
 
 
 def subsystems(lab: Lab, vm: str) -> set[str]:

@@ -11,11 +11,11 @@ last test errors, naming what was left behind.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from nodeos.lab import Lab
+from nodeos.lab.leftovers import leftovers
 from nodeos.lab.plan import missing_members
 
 # CI's budget (60 min on a 2-core machine under TCG) cannot hold every crash step and every
@@ -40,20 +40,6 @@ SHAPES: dict[str, dict[str, Any]] = {
     "cluster3": dict(storage=3, drives=1, hosts=2 if LAB_FULL else 1, drive_size_mib=512, cluster=True),
 }
 
-STORAGE_SCRIPT = """
-systemctl is-active nodeosd.service || true
-echo @@
-nodeos pool list --json 2>/dev/null || true
-echo @@
-nodeos volume list --json 2>/dev/null || true
-echo @@
-nodeos host list --json 2>/dev/null || true
-echo @@
-lvs --noheadings -o vg_name,lv_name 2>/dev/null || true
-echo @@
-cd /sys/kernel/config/nvmet 2>/dev/null && find subsystems ports -mindepth 1 -maxdepth 1 || true
-"""
-
 
 def up_kwargs(shape: str) -> dict[str, Any]:
     kw = dict(SHAPES[shape])
@@ -65,41 +51,11 @@ def up_kwargs(shape: str) -> dict[str, Any]:
     return kw
 
 
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text.strip()
-
-
 def problems(lab: Lab, shape: str) -> list[str]:
     """What a module left behind in a shared lab (empty: clean)."""
-    found: list[str] = []
-    status = lab.status()
-    for v in status["vms"]:
-        if v["state"] != "running":
-            found.append(f"{v['name']} is {v['state']}")
-    if found:
-        return found
-    for vm in lab.storage_vms:
-        r = lab.sh(vm, STORAGE_SCRIPT, timeout=600, check=False)
-        parts = r.stdout.split("@@\n")
-        if len(parts) != 6:
-            return [f"{vm}: cleanliness check failed: {r.stdout[-300:]} {r.stderr[-300:]}"]
-        active, pools, vols, hosts, lvs, nvmet = parts
-        if active.strip() != "active":
-            found.append(f"{vm}: nodeosd is {active.strip()}")
-        for what, text in (("pools", pools), ("volumes", vols), ("hosts", hosts)):
-            if _json(text) != []:
-                found.append(f"{vm}: nodeosd still has {what}: {str(_json(text))[:200]}")
-        if lvs.strip():
-            found.append(f"{vm}: LVs left: {' '.join(lvs.split())[:200]}")
-        if nvmet.split():
-            found.append(f"{vm}: nvmet objects left: {' '.join(nvmet.split())[:200]}")
-    for vm in lab.host_vms:
-        ctrls = lab.sh(vm, "ls /sys/class/nvme 2>/dev/null || true").stdout.split()
-        if ctrls:
-            found.append(f"{vm}: NVMe controllers still connected: {' '.join(ctrls)}")
+    # The same check as the soak's end (nodeos/lab/leftovers.py), without its deep part (md
+    # arrays, remote controllers, intents): this contract is the one docs/lab.md states.
+    found = leftovers(lab)
     if SHAPES[shape].get("cluster") and not found:
         from nodeos.lab.cluster import cluster_status
 

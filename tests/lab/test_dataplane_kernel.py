@@ -26,8 +26,11 @@ from tests.lab.dataplane_helpers import (
     write_random,
 )
 from tests.lab.node_helpers import wait_daemon
+from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
-pytestmark = pytest.mark.lab
+# The primitives under the product's own paths (test_node_kernel.py drives them through the
+# daemon in CI): ~3 min of CI's 60, with NODEOS_LAB_FULL=1.
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)]
 LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2
 
 V1 = "0f3c2a1b9d8e4f70a1b2c3d4e5f60718"

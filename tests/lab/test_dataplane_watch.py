@@ -21,8 +21,11 @@ from tests.lab.dataplane_helpers import (
     write_random,
 )
 from tests.lab.node_helpers import ok, subsystems, wait_daemon
+from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
-pytestmark = pytest.mark.lab
+# With NODEOS_LAB_FULL=1 since 2026-11-29 (CI's 60 minutes; ~2 min of lab): in CI the data
+# plane watch's decisions are unit tests (tests/unit/node/test_dpwatch.py).
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)]
 LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2
 DETECT_BOUND_S = 5.0  # nodeos/node/dpwatch.py BOUND_S, documented in docs/operations.md
 

@@ -120,6 +120,8 @@ def test_lab_init_writes_nodeosd_config_with_vm_name_and_lab_address(tmp_path: P
         "storage_address": [s1.addr],
         "metrics_listen": "127.0.0.1:9810",
         "lease_s": 8.0,
+        "raft_tick_ms": 300,  # TCG VMs stall for seconds: elections on a slower tick (docs/lab.md)
+        "mdns_management": True,  # one lab network for peers and storage: advertised on it (issue 28)
     }
     # The daemon accepts it as it is.
     from nodeos.daemon import config

@@ -23,7 +23,9 @@ from tests.lab.node_helpers import ok, start_unit, wait_daemon
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 from tests.prometheus_helpers import PROMETHEUS, Prometheus
 
-pytestmark = pytest.mark.lab
+# With NODEOS_LAB_FULL=1 (CI's 60 minutes): in CI the process tier runs the same counters and
+# alert under a real Prometheus (tests/process/test_metrics_prometheus.py).
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)]
 NO_PROMETHEUS = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus (Debian package) not installed")
 FULL_ONLY = pytest.mark.skipif(not LAB_FULL, reason=f"the alert waits out its 30 s `for`; {NOT_FULL}")
 LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from nodeos.dataplane.mirror_names import replica_nqn, volume_nqn
-from nodeos.lab import Lab
+from nodeos.lab import Lab, fio
 from tests.lab import shared_labs
-from tests.lab.dataplane_helpers import device_of, discover, fio_job, wait_for
+from tests.lab.dataplane_helpers import device_of, discover, wait_for
 from tests.lab.mirror_helpers import (
     HOST_OPTS,
     MIB,
@@ -177,15 +177,13 @@ def test_host_sees_one_device_with_one_path_per_node(lab: Lab, host_dev: str) ->
 
 
 def test_fio_verify_through_the_mirror_and_every_leg_is_identical(lab: Lab, host_dev: str) -> None:
-    r = lab.exec(
+    job = fio.run(
+        lab,
         "h1",
-        ["fio", "--name=mirror", f"--filename={host_dev}", "--rw=randwrite", "--bs=16k", "--size=32M",
-         "--direct=1", "--ioengine=libaio", "--iodepth=8", "--verify=crc32c", "--do_verify=1",
-         "--verify_fatal=1", "--randrepeat=0", "--output-format=json"],
-        timeout=1200,
-    )  # fmt: skip
-    assert r.rc == 0, r.stderr[-2000:]
-    job = fio_job(r.stdout)
+        "mirror",
+        f"--filename={host_dev} --rw=randwrite --bs=16k --size=32M --direct=1 --ioengine=libaio "
+        "--iodepth=8 --verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=0",
+    )
     assert job["error"] == 0 and job["write"]["io_bytes"] == job["read"]["io_bytes"] == 32 * MIB
     # Direct writes are acknowledged by md only once every in-sync leg has them.
     seen = lab.sh(

@@ -7,8 +7,12 @@ import json
 import pytest
 
 from nodeos.lab import Lab
+from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
-pytestmark = pytest.mark.lab
+# With NODEOS_LAB_FULL=1 since 2026-11-29: CI runs past its 60 minutes with lab `one` beside
+# cluster3 (docs/testing.md); CI keeps the replicated cluster (test_replicated_volumes.py also
+# checks an ungranted host) until CI's own figures show room for this lab again.
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)]
 LAB = "one"  # shared (tests/lab/shared_labs.py)
 
 # eth0 carries the lab's management traffic too: keep its MTU and address, touch only RoCE.

@@ -20,8 +20,12 @@ from tests.lab.dataplane_helpers import (
     write_random,
 )
 from tests.lab.node_helpers import logical_volumes, nodeos, ok, subsystems, wait_daemon
+from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
-pytestmark = pytest.mark.lab
+# With NODEOS_LAB_FULL=1 since 2026-11-29: CI runs past its 60 minutes with lab `one` beside
+# cluster3 (docs/testing.md); CI keeps the replicated cluster (test_replicated_volumes.py also
+# checks an ungranted host) until CI's own figures show room for this lab again.
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)]
 LAB = "one"  # shared (tests/lab/shared_labs.py): s1 with 2 drives, h1, h2
 MIB = 1024 * 1024
 
@@ -201,6 +205,8 @@ def test_exports_come_back_after_daemon_restart_and_reboot(lab: Lab, s1: str, v1
     lab.sh(s1, "systemctl restart --no-block nodeosd.service")
     wait_daemon(lab, s1)
     assert subsystems(lab, s1) == want
+    if not LAB_FULL:
+        return  # the reboot below: ~3 min of CI's 60 (NODEOS_LAB_FULL=1)
     lab.kill(s1)  # power-off: configfs (all nvmet state) is gone
     lab.start(s1)
     wait_daemon(lab, s1)

@@ -219,7 +219,7 @@ def nemesis(cluster: LocalCluster, duration: float, seed: int, log: list[str]) -
 
 
 def run_chaos(tmp_path: Path, size: int, clients: int, duration: float, seed: int) -> None:
-    cluster = LocalCluster(tmp_path, size)
+    cluster = LocalCluster(tmp_path, size, voters=5 if size >= 5 else 3)  # every member votes
     history = tmp_path / "history.jsonl"
     try:
         cluster.form()

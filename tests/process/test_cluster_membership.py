@@ -14,6 +14,7 @@ import pytest
 
 from nodeos.cluster.localcluster import LocalNode, free_port
 from nodeos.errors import BadInput
+from tests.process.cluster_cli import started_nodes
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
@@ -49,17 +50,7 @@ def voters(st: dict[str, Any]) -> list[int]:
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Any:
-    made: list[LocalNode] = []
-
-    def make(i: int) -> LocalNode:
-        n = LocalNode(tmp_path, i)
-        n.start()
-        made.append(n)
-        return n
-
-    yield make
-    for n in made:
-        n.kill()
+    yield from started_nodes(tmp_path)
 
 
 def test_form_join_status_kv_leave(nodes: Any) -> None:

@@ -120,30 +120,34 @@ def test_usage_errors_exit_2(daemon: Daemon) -> None:
         assert daemon.cli(*args).returncode == 2, args
 
 
-def test_witness_refuses_grants_with_the_reason(daemon: Daemon) -> None:
+def test_witness_looks_up_a_grants_volume_first(daemon: Daemon) -> None:
     daemon.start()
     daemon.cli("host", "add", H1, check=True)
-    # The witness refuses volume work before looking anything up: exit 1, clear reason.
+    # The name is looked up before the witness says it stores nothing (issue 25, probe 6).
     r = daemon.cli("volume", "grant", "v1", "--host", H1)
-    assert r.returncode == 1 and "without a data plane" in r.stderr
+    assert r.returncode == 2 and "does not exist" in r.stderr
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "code", "needle"),
     [
-        ["volume", "create", "v1", "--size", "1GiB"],
-        ["pool", "create", "p1", "--drives", "all"],
-        ["pool", "delete", "p1"],
-        ["volume", "delete", "v1"],
-        ["volume", "snapshot", "v1", "s1"],
-        ["volume", "resize", "v1", "--size", "2GiB"],
+        (["volume", "create", "v1", "--size", "1GiB"], 1, "without a data plane"),
+        (["pool", "create", "p1", "--drives", "all"], 1, "without a data plane"),
+        # A name that does not exist is said first (tests/process/test_console_probes.py has all).
+        (["pool", "delete", "p1"], 2, "does not exist"),
+        (["volume", "delete", "v1"], 2, "does not exist"),
+        (["volume", "snapshot", "v1", "s1"], 2, "does not exist"),
+        (["volume", "resize", "v1", "--size", "2GiB"], 2, "does not exist"),
     ],
 )
-def test_witness_refuses_volume_and_pool_work_clearly(daemon: Daemon, args: list[str]) -> None:
+def test_witness_refuses_volume_and_pool_work_clearly(
+    daemon: Daemon, args: list[str], code: int, needle: str
+) -> None:
     daemon.start()
     r = daemon.cli(*args)
-    assert r.returncode == 1
-    assert "without a data plane" in r.stderr and "(field: dataplane)" in r.stderr
+    assert r.returncode == code
+    field = "dataplane" if code == 1 else "name"
+    assert needle in r.stderr and f"(field: {field})" in r.stderr
     assert daemon.cli_json("volume", "list") == [] and daemon.cli_json("pool", "list") == []
 
 

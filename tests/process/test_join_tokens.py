@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +14,9 @@ import msgpack
 import pytest
 
 from nodeos.cluster.localcluster import LocalNode
+from tests.process.cluster_cli import cli, ok, started_nodes
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
-
-NODEOS = str(Path(sys.executable).parent / "nodeos")
-
-
-def cli(node: LocalNode, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [NODEOS, "--socket", node.socket, "cluster", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        input=stdin,
-    )
-
-
-def ok(r: subprocess.CompletedProcess[str]) -> Any:
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    return json.loads(r.stdout)
 
 
 def cluster_secret(node: LocalNode) -> bytes:
@@ -51,17 +33,7 @@ def cluster_secret(node: LocalNode) -> bytes:
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Any:
-    made: list[LocalNode] = []
-
-    def make(i: int) -> LocalNode:
-        n = LocalNode(tmp_path, i)
-        n.start()
-        made.append(n)
-        return n
-
-    yield make
-    for n in made:
-        n.kill()
+    yield from started_nodes(tmp_path)
 
 
 def test_tokens_are_not_the_secret_come_from_files_and_can_be_revoked(nodes: Any, tmp_path: Path) -> None:

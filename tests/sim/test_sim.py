@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -184,3 +185,21 @@ def test_lmdb_storage_reopened_after_every_crash_no_violation(storage: str) -> N
         for k, v in res.stats.items():
             totals[k] = totals.get(k, 0) + v
     assert totals["crashes"] > 60 and totals["snapshots_sent"] > 0, totals
+
+
+def _stuck_seed(seed: int, cfg: SimConfig) -> object:
+    time.sleep(60)  # a seed that never finishes, in the pool's worker
+    raise AssertionError("unreachable")
+
+
+def test_a_stuck_seed_fails_naming_itself_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI once held a pooled sim test to its 30-minute timeout without a word of where.
+    from nodeos.cluster.sim import cli
+
+    monkeypatch.setattr(cli, "run_seed", _stuck_seed)  # forked workers inherit it
+    monkeypatch.setattr(cli, "SEED_RESULT_BOUND_S", 2.0)
+    t0 = time.monotonic()
+    with pytest.raises(cli.SeedStuck, match=r"seeds 7..10: no result within 2 s.*--seeds 7..10"):
+        for _ in cli.run_seeds(range(7, 11), SimConfig(nodes=3), 2):
+            pass
+    assert time.monotonic() - t0 < 30  # the pool's workers were stopped, not waited for

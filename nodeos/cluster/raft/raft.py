@@ -116,7 +116,7 @@ class Raft(LeaderMixin):
         self.msgs.append(m)
 
     # --- role changes ---
-    def _reset(self, term: int) -> None:
+    def _reset(self, term: int, leading: bool = False) -> None:
         if self.term != term:
             self.term = term
             self.vote = NONE
@@ -128,7 +128,13 @@ class Raft(LeaderMixin):
         self.lead_transferee = NONE
         self.trk.reset_votes()
         last = self.log.last_index()
-        for nid, old in list(self.trk.progress.items()):
+        # Only a leader reads its peers' progress, and it starts every one afresh when it wins;
+        # a follower or candidate renews its own entry only. With a thousand members, every
+        # member renewing a thousand entries at every term change made an election O(n^2).
+        renew = list(self.trk.progress.items()) if leading else [(self.id, self.trk.progress.get(self.id))]
+        for nid, old in renew:
+            if old is None:
+                continue
             pr = Progress(last + 1, self.trk.max_inflight, is_learner=old.is_learner)
             if nid == self.id:
                 pr.match = last
@@ -163,7 +169,7 @@ class Raft(LeaderMixin):
     def become_leader(self) -> None:
         if self.state is StateRole.FOLLOWER:
             raise AssertionError("follower cannot become leader directly")
-        self._reset(self.term)
+        self._reset(self.term, leading=True)
         self.lead = self.id
         self.state = StateRole.LEADER
         self.trk.progress[self.id].become_replicate()

@@ -7,19 +7,23 @@ trace of the first failure otherwise (re-run that one seed to reproduce it exact
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import signal
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import click
 
 from .cluster import SeedResult, SimConfig, run_seed
+from .epochbroken import EPOCH_BROKEN_VARIANTS
 from .failover_broken import FAILOVER_BROKEN_VARIANTS
 from .hooks import BROKEN_VARIANTS
 from .mapbroken import MAP_BROKEN_VARIANTS
+from .voters_broken import VOTERS_BROKEN_VARIANTS
 
 
 def parse_seeds(text: str) -> range:
@@ -38,14 +42,49 @@ def parse_seeds(text: str) -> range:
     return range(first, last + 1)
 
 
-def _run_one(job: tuple[int, SimConfig]) -> SeedResult:
-    return run_seed(*job)
+_IN_SEED = False  # a pool worker's: a seed runs now
+
+
+# A seed takes well under a second of CPU; these bound a stuck one (wall clock, generous for a
+# worker at nice 19 beside a lab) so that it fails naming its seed, with the worker's stack,
+# instead of holding the test until its 30-minute timeout (seen once in CI, not reproduced).
+SEED_STACK_DUMP_S = 120.0
+SEED_RESULT_BOUND_S = 300.0
+
+
+class SeedStuck(RuntimeError):
+    """No result from the pool within SEED_RESULT_BOUND_S."""
+
+
+CHUNK = 8  # seeds per task of the pool
+
+
+def _run_chunk(job: tuple[list[int], SimConfig]) -> list[SeedResult]:
+    global _IN_SEED
+    seeds, cfg = job
+    _IN_SEED = True
+    # The worker's stack on stderr if these seeds run past the bound: where it is stuck.
+    faulthandler.dump_traceback_later(SEED_STACK_DUMP_S)
+    try:
+        return [run_seed(seed, cfg) for seed in seeds]
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        _IN_SEED = False
+
+
+def _on_sigterm(*_: object) -> None:
+    # The pool terminates its workers (SIGTERM) when it ends, early once a failing seed is
+    # found. A worker inside a seed exits through the seed's `finally`, which removes an
+    # on-disk storage's files; an idle one at once: it waits for work inside the pool's queue
+    # lock, and one that unwound from there left its sibling stuck on that lock and the pool's
+    # join waiting for ever (seen once here, in `--jobs 0`).
+    if _IN_SEED:
+        sys.exit(1)
+    os._exit(1)
 
 
 def _exit_on_sigterm() -> None:
-    # The pool terminates its workers (SIGTERM) once a failing seed is found: exit through
-    # the seed's `finally`, which removes an on-disk storage's files, instead of dying.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
@@ -54,13 +93,29 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
         for seed in seeds:
             yield run_seed(seed, cfg)
         return
-    # Small chunks keep the order close to seed order, so the first failure is found early.
+    # Chunks of 8 keep the order close to seed order, so the first failure is found early.
+    chunks = [list(seeds[i : i + CHUNK]) for i in range(0, len(seeds), CHUNK)]
     with multiprocessing.get_context("fork").Pool(jobs, initializer=_exit_on_sigterm) as pool:
-        yield from pool.imap(_run_one, ((s, cfg) for s in seeds), chunksize=8)
+        results = pool.imap(_run_chunk, ((c, cfg) for c in chunks))
+        for chunk in chunks:
+            try:
+                yield from results.next(timeout=SEED_RESULT_BOUND_S)
+            except multiprocessing.TimeoutError:
+                raise SeedStuck(
+                    f"seeds {chunk[0]}..{chunk[-1]}: no result within {SEED_RESULT_BOUND_S:.0f} s "
+                    f"(a worker's stack is on stderr past {SEED_STACK_DUMP_S:.0f} s); run them alone: "
+                    f"--seeds {chunk[0]}..{chunk[-1]}"
+                ) from None
 
 
 @click.command()
-@click.option("--nodes", type=click.IntRange(1, 9), default=3, show_default=True, help="cluster size")
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 1000),
+    default=3,
+    show_default=True,
+    help="cluster size (at most 9; 1,000 with --workload voters)",
+)
 @click.option("--seeds", "seeds_text", default="1..100", show_default=True, help="FIRST..LAST, inclusive")
 @click.option(
     "--duration-ms",
@@ -84,7 +139,11 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
 @click.option(
     "--broken",
     type=click.Choice(
-        sorted(BROKEN_VARIANTS) + sorted(MAP_BROKEN_VARIANTS) + sorted(FAILOVER_BROKEN_VARIANTS)
+        sorted(BROKEN_VARIANTS)
+        + sorted(MAP_BROKEN_VARIANTS)
+        + sorted(FAILOVER_BROKEN_VARIANTS)
+        + sorted(EPOCH_BROKEN_VARIANTS)
+        + sorted(VOTERS_BROKEN_VARIANTS)
     ),
     default=None,
     hidden=True,
@@ -93,13 +152,35 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
 )
 @click.option(
     "--workload",
-    type=click.Choice(["opaque", "map", "failover"]),
+    type=click.Choice(["opaque", "map", "failover", "voters"]),
     default="opaque",
     show_default=True,
     help="opaque commands (Raft only); real cluster-map commands decided by the control plane, "
     "applied to every node's map and checked after every apply; or failover: leases, the failover "
     "controller, simulated agents, a simulated data plane and a host (defaults: 5000 ms of faults, "
-    "12000 ms to heal)",
+    "12000 ms to heal); or voters: many members on racks, the leader keeping few voters (voters_sim.py; "
+    "defaults: 2000 ms of faults, 12000 ms for the heal, a rack lost and its return)",
+)
+@click.option(
+    "--faults",
+    type=click.Choice(["drain", "classic", "starved"]),
+    default="drain",
+    show_default=True,
+    help="--workload failover: the fault mix (failover_faults.py); starved: starved nodes too (issue 29)",
+)
+@click.option(
+    "--racks",
+    type=click.IntRange(0, 1000),
+    default=0,
+    show_default=True,
+    help="--workload voters: racks the members sit on (0: one per 25 members)",
+)
+@click.option(
+    "--voters",
+    type=click.Choice(["3", "5"]),
+    default="3",
+    show_default=True,
+    help="--workload voters: the voters the leader keeps",
 )
 @click.option(
     "--max-events",
@@ -141,21 +222,38 @@ def main(
     jobs: int,
     storage: str,
     workload: str,
+    faults: str,
+    racks: int,
+    voters: str,
     keep_going: bool,
     quiet: bool,
 ) -> None:
     seeds = parse_seeds(seeds_text)
+    if nodes > 9 and workload != "voters":
+        raise click.BadParameter("at most 9 nodes (up to 1000 with --workload voters)", param_hint="--nodes")
     fo = workload == "failover"
-    duration_ms = duration_ms or (5000 if fo else 1500)
-    settle_ms = settle_ms or (12000 if fo else 5000)
+    default_duration, default_settle = (
+        (5000, 12000) if fo else (2000, 12000) if workload == "voters" else (1500, 5000)
+    )
+    duration_ms = duration_ms or default_duration
+    settle_ms = settle_ms or default_settle
+    extra: dict[str, Any] = {}
+    if workload == "voters":
+        from .voters_sim import voters_config
+
+        extra = {**voters_config().__dict__, "racks": racks, "voters": int(voters)}
     cfg = SimConfig(
-        nodes=nodes,
-        duration_ms=duration_ms,
-        settle_ms=settle_ms,
-        broken=broken,
-        max_events=max_events,
-        storage=storage,
-        workload=workload,
+        **{
+            **extra,
+            "nodes": nodes,
+            "duration_ms": duration_ms,
+            "settle_ms": settle_ms,
+            "broken": broken,
+            "max_events": max_events,
+            "storage": storage,
+            "workload": workload,
+            "failover_faults": faults,
+        }
     )
     jobs = jobs or os.cpu_count() or 1
     t0 = time.monotonic()
@@ -178,10 +276,12 @@ def main(
         click.echo(f"\nseed {res.seed}: INVARIANT VIOLATED at {res.time_ms} ms: {res.violation}")
         click.echo(
             f"reproduce: nodeos-sim --nodes {nodes} --seeds {res.seed}..{res.seed}"
-            + (f" --duration-ms {duration_ms}" if duration_ms != (5000 if fo else 1500) else "")
-            + (f" --settle-ms {settle_ms}" if settle_ms != (12000 if fo else 5000) else "")
+            + (f" --duration-ms {duration_ms}" if duration_ms != default_duration else "")
+            + (f" --settle-ms {settle_ms}" if settle_ms != default_settle else "")
+            + (f" --racks {racks} --voters {voters}" if workload == "voters" else "")
             + (f" --storage {storage}" if storage != "memory" else "")
             + (f" --workload {workload}" if workload != "opaque" else "")
+            + (f" --faults {faults}" if faults != "drain" else "")
             + (f" --broken {broken}" if broken else "")
         )
         if keep_going:

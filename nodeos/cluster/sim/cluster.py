@@ -369,6 +369,8 @@ def run_seed(seed: int, cfg: SimConfig | None = None) -> SeedResult:
     cls = Simulation
     if cfg.workload == "failover":
         from .failover_sim import FailoverSimulation as cls  # it builds on this module
+    elif cfg.workload == "voters":
+        from .voters_sim import VoterSimulation as cls
     res = cls(seed, cfg).run()
     if not res.ok and not cfg.trace:
         # Replay the same seed with tracing on: the run is deterministic, so the trace

@@ -33,6 +33,15 @@ class SimConfig:
     # before the final command: map objects take several steps to get anywhere (-1: 1500 ms
     # for the map workload, none for the opaque one).
     calm_ms: int = -1
+    # The failover workload's fault mix (failover_faults.py): "drain" (long faults that last,
+    # drains, late reports, sparser Raft faults), "classic", the mix of issue 9, kept so the
+    # seeds its regressions name still replay the same run, or "starved": the drain mix with
+    # starved nodes (a node powered off, a primary's lease messages lost or late: issue 29).
+    failover_faults: str = "drain"
+    # The voters workload (voters_sim.py): members on this many racks (0: one rack per 25
+    # members), and the voters the leader keeps.
+    racks: int = 0
+    voters: int = 3
 
     def client_ms(self) -> int:
         calm = self.calm_ms if self.calm_ms >= 0 else (1500 if self.workload == "map" else 0)

@@ -1,76 +1,48 @@
-"""The failover workload's simulated node agents.
+"""The failover workload's simulated node agents (nodeosd's agent on a simulated node).
 
-`SimFailoverAgent` is one storage node's agent as nodeos/agent/lease.py and the plan's
-retarget / promote / demote / rejoin steps describe it, over `SimDataPlane`:
-- lease: a renewal every `renew_s` to the node its Raft node believes leads (one at a time,
-  given up after max(2 renew_s, 1 s)); the lease counts from the *send* time of the last
-  granted renewal; the fence is re-evaluated every tick (the real fence loop: every 0.1 s)
-  and is on once `fence_after_s` passed (a restarted agent starts fenced);
-- map: the agent reads its own node's copy of the map. Primary at epoch e: a mirror whose
-  legs attach (the replica answers only once it follows this primary at e), get a full copy
-  (rebuild) and turn in-sync. Replica: accepts leg writes only from (primary, epoch) of its
-  map (fence at the replicas); a new epoch is a retarget. A primary the map moved away demotes.
-- writes: a host write is taken only by an unfenced primary; it goes to every leg; a leg that
-  refuses or does not answer in `LEG_TIMEOUT_S` is dropped (md degrades silently) and reported
-  failed in the next report. The write is acknowledged only once every leg the map may count
-  as in-sync has it: the map's in-sync set as this node sees it, and every leg an own report
-  (sent, not yet overtaken) calls in-sync. Otherwise it is held until the map dropped the leg;
-  a fence, demotion or crash fails held writes. Two writes to one block are never in flight on
-  one leg together: a leg write waits until the leg answered (or was dropped for) every earlier
-  write to that block, as md raid1 does with `serialize_policy` on, which the product sets on
-  every mirror (nodeos/dataplane/kernel/md_serial.py; seed 4646 on 5 nodes: a host's timed-out
-  write, still in flight on a leg, landed over the newer write the host's retry led to).
+`SimFailoverAgent` decides with the product's own rules (sim_legs.py) and configures the node's
+simulated kernel (sim_kernel.py, sim_md.py), which carries the data path:
+- lease: a real `LeaseKeeper` (nodeos/agent/lease.py) holds it; a renewal every `renew_s` to
+  the node its Raft node believes leads (one at a time, given up after max(2 renew_s, 1 s));
+  the fence (`fence_wanted`) is re-evaluated every tick (the real fence loop: every 0.1 s); a
+  restarted agent starts fenced. A fence leaves out the volumes the keeper keeps open
+  (`kept_open`: the only in-sync replica is this primary's, issue 29), and out of the lease's
+  standing a report calls no leg in sync the map does not count (`reportable`). The front end
+  of a primary is ANA optimized only while the agent is unfenced (or keeps it open), the
+  mirror assembled and no hand-over or delete holds it.
+- map: the agent reads its own node's copy. Primary at epoch e: a mirror whose legs connect
+  (the replica answers only once its export follows this primary at e), get a full copy and
+  join md; the front end opens once md holds every replica the map counts in sync (or may,
+  `counted_in_sync`). Replica: its export follows (primary, epoch) of the map (a retarget). A
+  primary the map moved away demotes (md stops, what it held fails back to the host).
+- legs: the leg watch's rules (`not_live_since`, `down_nodes`, `removable`, `pending`): a leg
+  whose controller has not been live for LEG_DOWN_S is reported failed; once the map no longer
+  counts it in sync it is cut (md completes the held writes on the other legs), then
+  reattached and copied again. md never drops a leg on its own (sim_md.py).
+- delete: the plan's order (sim_teardown.py).
 The leader shell (nodeos/control/failover_loop.py on a simulated node): failover_leader.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nodeos.agent.lease import reportable
 from nodeos.cluster import failover
-from nodeos.cluster.failover_map import in_sync_of
 from nodeos.cluster.map import encode_command
 
+from . import sim_teardown
 from .node import SimNode
+from .sim_kernel import KERNEL_KINDS, SimKernel
+from .sim_legs import LegWatch, assembled, granted, leg_states, new_keeper
+from .sim_md import Ctrl, Mirror
 
 if TYPE_CHECKING:
     from .failover_sim import FailoverSimulation
 
-LEG_TIMEOUT_S = 0.2  # a leg write unanswered this long: the mirror drops the leg
-ATTACH_TIMEOUT_S = 0.3
-ATTACH_RETRY_S = 0.3
-RESYNC_TIMEOUT_S = 1.0
+__all__ = ["Mirror", "SimFailoverAgent"]
 REPORT_MIN_S = 0.1
 REPORT_EVERY_S = 1.0  # a report now and then even with nothing new (as the real agent)
-
-
-@dataclass
-class Leg:
-    state: str  # attaching | failed | syncing | in-sync
-    since: float
-    attach_sent: float | None = None
-    gen: int = 0  # the connection the leg's writes go through (a new one at every attach)
-
-
-@dataclass
-class Pending:
-    lba: int
-    version: int
-    attempt: int  # the host's attempt to answer
-    sent: float
-    waiting: set[int]
-    acked_by: set[int] = field(default_factory=set)
-    gens: dict[int, int] = field(default_factory=dict)  # leg -> the connection the write went on
-    held: set[int] = field(default_factory=set)  # legs it waits on behind an earlier write to its lba
-    sent_at: dict[int, float] = field(default_factory=dict)  # leg -> when it went out on it
-
-
-@dataclass
-class Mirror:
-    epoch: int
-    legs: dict[int, Leg]
-    pending: dict[int, Pending] = field(default_factory=dict)
 
 
 class SimFailoverAgent:
@@ -78,33 +50,44 @@ class SimFailoverAgent:
         self.nid = nid
         self.timing = timing
         self.broken = broken
-        self.granted_at: float | None = None
-        self.fenced = True
-        self.grant: tuple[str, int] = ("down", 0)  # the last grant's (health, leader's applied index)
+        self.keeper = new_keeper(timing)
         self.inflight: tuple[int, float, float] | None = None  # (request, sent, deadline)
         self.next_renew = now
         self.req = 0
-        self.mirrors: dict[str, Mirror] = {}
-        self.accept: dict[str, tuple[int, int]] = {}
-        self.conn: dict[str, int] = {}  # as a replica: the primary's connection it takes writes from
+        self.k: SimKernel | None = None  # found at the first look (sim.plane.attach)
+        self.watch = LegWatch()
+        self.down: dict[str, set[int]] = {}
+        self.waits: dict[str, float] = {}  # uuid -> since when my replica waits for its primary
         self.seq = 0
         self.last_report = -1e9
         self.last_forced = now
-        self.sent: list[tuple[int, dict[str, set[int]]]] = []  # (seq, vol -> legs called in-sync)
-        self.wid = 0
-        self.valid_at_tick = False
+        self.sent: list[tuple[int, dict[str, list[int]]]] = []  # (seq, vol -> legs called in-sync)
+        self.kept: frozenset[str] = frozenset()  # primaries served although fenced (lease.py)
 
-    # --- lease ---
-    def valid(self, now: float) -> bool:
-        return self.granted_at is not None and now - self.granted_at < self.timing.fence_after_s
+    # --- the kernel and the lease ---
+    def kernel(self, sim: FailoverSimulation) -> SimKernel:
+        if self.k is None:
+            self.k = sim.plane.attach(self.nid, self.broken)
+        return self.k
+
+    @property
+    def mirrors(self) -> dict[str, Mirror]:
+        return self.k.mirrors if self.k is not None else {}
+
+    @property
+    def fenced(self) -> bool:
+        return self.keeper.fenced
 
     def writable(self, uuid: str) -> bool:
-        return uuid in self.mirrors and not self.fenced
+        m = self.mirrors.get(uuid)
+        served = not self.keeper.fenced or uuid in self.kept
+        return m is not None and m.assembled and not m.closing and served
 
     def _lease_tick(self, sim: FailoverSimulation, n: SimNode, now: float) -> None:
         if self.inflight is not None and now > self.inflight[2]:
             self.next_renew = max(self.inflight[1] + self.timing.renew_s, now)
             self.inflight = None
+            self.keeper.failures += 1
             sim.stats["lease_failures"] += 1
         if self.inflight is None and now >= self.next_renew:
             assert n.rn is not None
@@ -123,191 +106,148 @@ class SimFailoverAgent:
         self.inflight = None
         self.next_renew = max(sent + self.timing.renew_s, now)
         if ok:
-            self.granted_at = max(self.granted_at or sent, sent)
-            self.grant = (body["health"], body["index"])
+            granted(self.keeper, sent, body["health"], body["index"])
 
-    def _want_fence(self, applied: int) -> bool:
-        """Fenced without a valid lease. A grant lifts the fence only when the leader calls
-        the node up and the node's own map has applied what the leader had at the grant (it
-        then knows of every failover that took its volumes); a grant saying down fences."""
+    def _want_fence(self, now: float, applied: int) -> bool:
+        k = self.keeper
         if self.broken == "no_self_fence":
-            return self.granted_at is None
+            return k.granted_at is None
         if self.broken == "unfence_on_any_grant":
-            return not self.valid_at_tick  # nodeos/agent/lease.py before this workload
-        if not self.valid_at_tick or self.grant[0] != "up":
-            return True
-        return self.fenced and applied < self.grant[1]
+            return not k.valid(now)  # nodeos/agent/lease.py before this workload
+        return k.fence_wanted(now, applied)
 
-    # --- the tick: lease, fence, follow the map, mirrors, report ---
+    def _kept_open(self, st: dict[str, Any], now: float) -> frozenset[str]:
+        """What the product's keeper leaves unfenced (nodeos/agent/lease.py `kept_open`)."""
+        k = self.keeper
+        if self.broken == "keep_open_in_sync_elsewhere":  # sole_primaries without its in-sync test
+            k.kept_open(now, st, self.nid, self.sent)  # (its caught-up bookkeeping)
+            if not k.caught_up or not self.fenced:
+                return frozenset()
+            mine = {u for u, v in st["volumes"].items() if v["primary"] == self.nid and v["state"] == "ready"}
+            return frozenset(mine)
+        return k.kept_open(now, st, self.nid, self.sent) if self.fenced else frozenset()
+
+    def _standing(self, st: dict[str, Any], now: float) -> bool:
+        if self.broken == "report_in_sync_out_of_standing":
+            return True
+        return self.keeper.standing(now, st["applied_index"])
+
+    # --- the tick: lease, fence, follow the map, legs, delete, report ---
     def tick(self, sim: FailoverSimulation, n: SimNode, now: float) -> None:
+        k = self.kernel(sim)
+        k.tick(sim, now)
         self._lease_tick(sim, n, now)
         assert n.cmap is not None
-        self.valid_at_tick = self.valid(now)
-        fenced = self._want_fence(n.cmap.state["applied_index"])
-        if fenced != self.fenced:
-            sim.stats["fences"] += fenced
-            sim.log(f"n{self.nid} agent {'fenced' if fenced else 'unfenced'} (granted at {self.granted_at})")
-        self.fenced = fenced
-        assert n.cmap is not None
         st = n.cmap.state
+        fenced = self._want_fence(now, st["applied_index"])
+        if fenced != self.keeper.fenced:
+            sim.stats["fences"] += fenced
+            sim.log(
+                f"n{self.nid} agent {'fenced' if fenced else 'unfenced'} (granted {self.keeper.granted_at})"
+            )
+        self.keeper.fenced = fenced
+        kept = self._kept_open(st, now)
+        if kept != self.kept:
+            sim.stats["kept_open"] += len(kept - self.kept)
+            sim.log(f"n{self.nid} agent: fence left off for {sorted(u[-2:] for u in kept)}")
+        self.kept = kept
         self._follow(sim, st, now)
-        for uuid, m in self.mirrors.items():
-            self._upkeep(sim, st, uuid, m, now)
+        self._watch_legs(sim, st, now)
+        sim_teardown.step(self, sim, st, now)
+        for uuid, m in k.mirrors.items():
+            m.front_open = self.writable(uuid)
         self._report(sim, st, now)
 
     def _follow(self, sim: FailoverSimulation, st: dict[str, Any], now: float) -> None:
-        me = self.nid
+        me, k = self.nid, self.kernel(sim)
+        recs = sim.plane.records[me]
         for uuid, vol in st["volumes"].items():
-            nodes = [s["node"] for s in vol["placement"]]
-            if me not in nodes:
-                continue
+            rec = recs.get(uuid)
+            if rec is None or rec["state"] == "deleting" or vol["state"] == "deleting":
+                continue  # torn down, or going: the delete's order (sim_teardown.py)
             if vol["epoch"] < sim.dp.epoch_of.get((uuid, me), 0) and self.broken != "no_epoch_check":
                 continue  # a map read back after a restart, behind what the node followed already
-            m = self.mirrors.get(uuid)
+            m = k.mirrors.get(uuid)
             if vol["primary"] == me:
                 if m is None or m.epoch != vol["epoch"]:
                     if m is not None:
-                        self._fail_all(sim, uuid, m)
-                    legs = {x: Leg("attaching", now) for x in nodes if x != me}
-                    self.mirrors[uuid] = Mirror(vol["epoch"], legs)
-                    self.accept.pop(uuid, None)
+                        k.fail_all(sim, uuid, m)
+                    legs = [s["node"] for s in vol["placement"] if s["node"] != me]
+                    new = k.new_mirror(uuid, vol["epoch"], legs, now)
+                    new.restart = rec.get("role") == "primary" and rec.get("epoch") == vol["epoch"]
+                    k.accept.pop(uuid, None)
+                    rec.update(role="primary", epoch=vol["epoch"])
                     sim.dp.retarget(uuid, me, vol["epoch"])
                     sim.stats["promotions"] += 1
                     sim.log(f"n{me} agent: primary of {uuid[-2:]} at epoch {vol['epoch']}")
                 continue
             if m is not None:
-                self._fail_all(sim, uuid, m)
-                del self.mirrors[uuid]
+                k.fail_all(sim, uuid, m)
+                del k.mirrors[uuid]
                 sim.stats["demotions"] += 1
                 sim.log(f"n{me} agent: demoted from {uuid[-2:]} (epoch {m.epoch} -> {vol['epoch']})")
             want = (vol["primary"], vol["epoch"])
-            if self.accept.get(uuid) != want:
-                self.accept[uuid] = want
+            if k.accept.get(uuid) != want:
+                k.accept[uuid] = want
+                rec.update(role="secondary", epoch=vol["epoch"])
                 sim.dp.retarget(uuid, me, vol["epoch"])
 
-    def _upkeep(self, sim: FailoverSimulation, st: dict[str, Any], uuid: str, m: Mirror, now: float) -> None:
-        for nid, leg in m.legs.items():
-            limit = {"attaching": ATTACH_TIMEOUT_S, "syncing": RESYNC_TIMEOUT_S}.get(leg.state)
-            if limit is not None and now - leg.since > limit:
-                leg.state, leg.since = "failed", now
-            if leg.state in ("attaching", "failed") and (
-                leg.attach_sent is None or now - leg.attach_sent > ATTACH_RETRY_S
-            ):
-                leg.attach_sent = now
-                sim.next_ctx += 1
-                sim.fo_send("attach", self.nid, nid, {"vol": uuid, "epoch": m.epoch, "gen": sim.next_ctx})
-        for p in list(m.pending.values()):
-            for nid in sorted(p.waiting - p.held):  # a held write is not on the leg yet: no timer
-                if now - p.sent_at.get(nid, p.sent) > LEG_TIMEOUT_S:
-                    p.waiting.discard(nid)
-                    self._leg_failed(sim, m, nid, now)  # also drops what was held behind it
-        for wid in list(m.pending):
-            self._try_complete(sim, st, uuid, m, wid)
-        if self.fenced:
-            for wid, p in list(m.pending.items()):
-                if not p.waiting:  # held: the host tries elsewhere
-                    del m.pending[wid]
-                    sim.fo_send("w_no", self.nid, 0, {"vol": uuid, "attempt": p.attempt})
-
-    def _leg_failed(self, sim: FailoverSimulation, m: Mirror, nid: int, now: float) -> None:
-        leg = m.legs[nid]
-        if leg.state in ("in-sync", "syncing"):
-            leg.state, leg.since = "failed", now
-            sim.log(f"n{self.nid} agent: mirror at epoch {m.epoch} drops leg n{nid}")
-        for p in m.pending.values():  # the writes waiting to go out on it go nowhere: md failed the leg
-            if nid in p.held:
-                p.held.discard(nid)
-                p.waiting.discard(nid)
-
-    def _behind(self, m: Mirror, wid: int, p: Pending, nid: int) -> bool:
-        """md raid1's serialize_policy: an earlier write to the same block is still in flight on
-        (or waiting for) leg `nid` on this connection."""
-        if self.broken == "no_write_serialize":
-            return False
-        for w, q in m.pending.items():
-            if w >= wid:
-                return False
-            if q.lba == p.lba and nid in q.waiting and q.gens.get(nid) == p.gens.get(nid):
-                return True
-        return False
-
-    def _send_leg(
-        self, sim: FailoverSimulation, uuid: str, m: Mirror, wid: int, p: Pending, nid: int
-    ) -> None:
-        p.sent_at[nid] = sim.clock(self.nid)
-        body = {"vol": uuid, "epoch": m.epoch, "wid": wid, "gen": p.gens[nid], "lba": p.lba}
-        sim.fo_send("leg", self.nid, nid, {**body, "version": p.version})
-
-    def _release(self, sim: FailoverSimulation, uuid: str, m: Mirror, lba: int, nid: int, now: float) -> None:
-        """Leg `nid` is done with a write to `lba`: the next write held behind it goes out."""
-        for wid, p in m.pending.items():
-            if p.lba == lba and nid in p.held:
-                if not self._behind(m, wid, p, nid):
-                    p.held.discard(nid)
-                    self._send_leg(sim, uuid, m, wid, p, nid)
-                return
-
-    def _fail_all(self, sim: FailoverSimulation, uuid: str, m: Mirror) -> None:
-        for p in m.pending.values():
-            sim.fo_send("w_no", self.nid, 0, {"vol": uuid, "attempt": p.attempt})
-        m.pending.clear()
-
-    def _needed(self, st: dict[str, Any], uuid: str) -> set[int]:
-        """The legs the map counts, or may count once a report of ours lands, as in-sync."""
-        if self.broken == "ack_degraded":
-            return set()
-        vol = st["volumes"].get(uuid)
-        need = set(in_sync_of(vol)) if vol is not None else set()
-        if self.broken == "ack_on_map_view":
-            return need - {self.nid}
-        held = (st["reports"].get(self.nid) or {}).get("seq", 0)
-        for seq, legs in self.sent:
-            if seq >= held:
-                need |= legs.get(uuid, set())
-        rep = ((st["reports"].get(self.nid) or {}).get("replicas") or {}).get(uuid) or {}
-        need |= {int(k) for k, v in (rep.get("members") or {}).items() if v == "in-sync"}
-        need.discard(self.nid)
-        return need
-
-    def _try_complete(
-        self, sim: FailoverSimulation, st: dict[str, Any], uuid: str, m: Mirror, wid: int
-    ) -> None:
-        p = m.pending[wid]
-        if p.waiting or not self._needed(st, uuid) <= p.acked_by:
-            return
-        del m.pending[wid]
-        sim.log(f"n{self.nid} agent: {uuid[-2:]} lba {p.lba} v{p.version} done on {sorted(p.acked_by)}")
-        sim.fo_send("w_ok", self.nid, 0, {"vol": uuid, "attempt": p.attempt})
+    def _watch_legs(self, sim: FailoverSimulation, st: dict[str, Any], now: float) -> None:
+        """nodeos/agent/legwatch.py over the simulated controllers, with the product's rules."""
+        k = self.kernel(sim)
+        self.watch.look(k.mirrors, now)
+        held, sent = st["reports"].get(self.nid), list(self.sent)
+        recs = sim.plane.records[self.nid]
+        for uuid, m in k.mirrors.items():
+            if (recs.get(uuid) or {}).get("state") != "ready" or m.closing:
+                continue  # a delete cuts its own legs
+            vol = st["volumes"].get(uuid)
+            self.down[uuid] = self.watch.down(uuid, m, now)
+            for nid in self.watch.removable(vol, uuid, m, self.nid, self.down[uuid], held, sent):
+                m.cut([nid], now)  # drop_mirror_leg
+                sim.log(f"n{self.nid} agent: {uuid[-2:]} epoch {m.epoch}: leg n{nid} cut (map: not in sync)")
+            m.frozen = self.watch.hold(vol, uuid, m, self.nid, held, sent)
+            for leg in m.legs.values():
+                if leg.state == "failed" and leg.ctrl is None:
+                    leg.ctrl = Ctrl("connecting", now)  # the rejoin step attaches it again
+            if not m.front_open:  # checked again until the front end opens (after the fence lifts)
+                m.assembled = assembled(st, vol, m, self.nid, held, sent)
 
     def _report(self, sim: FailoverSimulation, st: dict[str, Any], now: float) -> None:
         if now - self.last_report < REPORT_MIN_S:
             return
         held = st["reports"].get(self.nid) or {}
         replicas: dict[str, Any] = {}
-        called: dict[str, set[int]] = {}
-        for uuid, vol in st["volumes"].items():
-            if all(s["node"] != self.nid for s in vol["placement"]):
-                continue
+        called: dict[str, list[int]] = {}
+        for uuid, rec in sorted(sim.plane.records[self.nid].items()):
+            vol = st["volumes"].get(uuid)
+            epoch = vol["epoch"] if vol is not None else rec.get("epoch", 1)
             r: dict[str, Any] = {
                 "state": "in-sync",
-                "size_bytes": vol["size_bytes"],
-                "hosts": sorted(vol["hosts"]),
+                "size_bytes": vol["size_bytes"] if vol is not None else rec["size_bytes"],
+                "hosts": [],
                 "error": None,
-                "epoch": vol["epoch"],
+                "epoch": epoch,
             }
+            why = self.waits_why(sim, st, uuid)
+            if why is not None:
+                r["step"] = why
             m = self.mirrors.get(uuid)
             if m is not None:
-                members = {x: leg.state for x, leg in m.legs.items() if leg.state != "attaching"}
-                r.update(epoch=m.epoch, members=members)
-                called[uuid] = {x for x, s in members.items() if s == "in-sync"}
+                members = leg_states(m, self.down.get(uuid, ()))
+                r.update(epoch=m.epoch, members=members, **self.report_extra(uuid, m))
             replicas[uuid] = r
+        replicas = reportable(replicas, st["volumes"], self._standing(st, now))
+        for uuid, r in replicas.items():
+            if "members" in r:
+                called[uuid] = sorted(x for x, s in r["members"].items() if s == "in-sync")
         forced = now - self.last_forced > REPORT_EVERY_S
         if held.get("replicas") == replicas and not forced:
             return
         self.last_report = now
         self.last_forced = now
         self.seq = max(held.get("seq", 0), self.seq) + 1
-        self.sent = [x for x in self.sent if x[0] >= held.get("seq", 0)] + [(self.seq, called)]
+        self.sent = [x for x in self.sent if x[0] > held.get("seq", 0)] + [(self.seq, called)]
         pools = {
             p["pool_id"]: {"name": p["name"], "state": "ready", "size_bytes": 1 << 40, "free_bytes": 1 << 39}
             for p in st["pools"].values()
@@ -327,86 +267,18 @@ class SimFailoverAgent:
             sim.log(f"n{self.nid} agent: report seq {self.seq}: {called}")
             sim.fo_send("report", self.nid, lead, {"cmd": encode_command("node_report", args)})
 
+    def waits_why(self, sim: FailoverSimulation, st: dict[str, Any], uuid: str) -> str | None:
+        return sim_teardown.waits_why(self, sim, st, uuid)
+
+    def report_extra(self, uuid: str, m: Mirror) -> dict[str, Any]:
+        """More fields for a primary's replica report (the hand-over: failover_handoff.py)."""
+        return {}
+
     # --- messages ---
     def on_message(
         self, sim: FailoverSimulation, n: SimNode, kind: str, frm: int, body: dict[str, Any]
     ) -> None:
-        now = sim.clock(self.nid)
-        assert n.cmap is not None
-        st = n.cmap.state
-        uuid = body.get("vol", "")
-        m = self.mirrors.get(uuid)
-        if kind == "lease_ok" or kind == "lease_no":
-            self.lease_answer(body, kind == "lease_ok", now)
-        elif kind == "write":
-            if m is None or self.fenced:
-                sim.fo_send("w_no", self.nid, frm, {"vol": uuid, "attempt": body["attempt"]})
-                return
-            sim.dp.write(uuid, self.nid, body["lba"], body["version"], m.epoch, self.nid)
-            self.wid += 1
-            legs = {x for x, leg in m.legs.items() if leg.state in ("in-sync", "syncing")}
-            gens = {x: m.legs[x].gen for x in legs}
-            p = Pending(body["lba"], body["version"], body["attempt"], now, set(legs), gens=gens)
-            m.pending[self.wid] = p
-            for x in sorted(legs):
-                if self._behind(m, self.wid, p, x):
-                    p.held.add(x)
-                    sim.stats["leg_writes_held"] += 1
-                    sim.log(f"n{self.nid} agent: {uuid[-2:]} lba {p.lba} v{p.version} waits for leg n{x}")
-                else:
-                    self._send_leg(sim, uuid, m, self.wid, p, x)
-            self._try_complete(sim, st, uuid, m, self.wid)
-        elif kind == "leg":
-            ok = self._accepts(uuid, frm, body["epoch"], body["gen"])
-            if ok:
-                sim.dp.write(uuid, self.nid, body["lba"], body["version"], body["epoch"], frm)
-            answer = {"vol": uuid, "wid": body["wid"], "gen": body["gen"]}
-            sim.fo_send("leg_ok" if ok else "leg_no", self.nid, frm, answer)
-        elif kind in ("leg_ok", "leg_no"):
-            p = m.pending.get(body["wid"]) if m is not None else None
-            # An answer comes back on the connection the write went on: one from an earlier
-            # connection (or a previous life of this node, whose write ids started over) is not
-            # this write's (seed 2420 on 5 nodes: a stale ack taken for a newer write).
-            if m is None or p is None or frm not in p.waiting or p.gens.get(frm) != body["gen"]:
-                return
-            p.waiting.discard(frm)
-            if kind == "leg_ok":
-                p.acked_by.add(frm)
-            else:
-                self._leg_failed(sim, m, frm, now)
-            self._release(sim, uuid, m, p.lba, frm, now)
-            self._try_complete(sim, st, uuid, m, body["wid"])
-        elif kind == "attach":
-            if self._accepts(uuid, frm, body["epoch"]):
-                # A new connection from the primary: the replica drops the older ones first,
-                # so nothing queued on them can land after the copy (pitfall 1).
-                self.conn[uuid] = body["gen"]
-                sim.fo_send("attach_ok", self.nid, frm, body)
-        elif kind == "attach_ok":
-            leg = m.legs.get(frm) if m is not None and m.epoch == body["epoch"] else None
-            if leg is not None and leg.state in ("attaching", "failed"):
-                leg.state, leg.since, leg.gen = "syncing", now, body["gen"]
-                sim.fo_send("resync", self.nid, frm, {**body, "wid": self.wid}, data=True)
-        elif kind == "resync":
-            if self._accepts(uuid, frm, body["epoch"], body["gen"]):
-                sim.dp.copy(uuid, frm, self.nid, body["epoch"])  # the copy, as one step when it lands
-                sim.stats["rebuilds"] += 1
-                sim.fo_send("resync_done", self.nid, frm, body)
-        elif kind == "resync_done":
-            leg = m.legs.get(frm) if m is not None and m.epoch == body["epoch"] else None
-            if leg is not None and m is not None and leg.state == "syncing" and leg.gen == body["gen"]:
-                leg.state, leg.since = "in-sync", now
-                sim.log(f"n{self.nid} agent: leg n{frm} in-sync (epoch {m.epoch})")
-                for wid, p in list(m.pending.items()):
-                    if wid <= body["wid"]:  # taken locally before the copy: the copy holds it
-                        p.acked_by.add(frm)
-                        self._try_complete(sim, st, uuid, m, wid)
-
-    def _accepts(self, uuid: str, frm: int, epoch: int, gen: int | None = None) -> bool:
-        """Fence at the replica: only the primary it follows, at that epoch (and for data, on
-        the primary's latest connection)."""
-        if uuid in self.mirrors:
-            return False  # it is a primary itself
-        if self.accept.get(uuid) != (frm, epoch):
-            return self.broken == "no_epoch_check"
-        return gen is None or self.conn.get(uuid) == gen
+        if kind in ("lease_ok", "lease_no"):
+            self.lease_answer(body, kind == "lease_ok", sim.clock(self.nid))
+        elif kind in KERNEL_KINDS:
+            self.kernel(sim).on_message(sim, kind, frm, body)

@@ -1,8 +1,8 @@
 """Deliberately broken failover variants, for the failover workload's self-test only.
 
-Each one puts one known bug into the real controller or map code (patched for one run) or
-into the simulated agents, so tests prove the failover invariants catch it. Production code
-never sets these. docs/testing.md lists what catches each.
+Each one puts one known bug into the real controller, map or agent rules (patched for one run)
+or into the simulated agents and kernel, so tests prove the failover invariants catch it.
+Production code never sets these. docs/testing.md lists what catches each.
 """
 
 from __future__ import annotations
@@ -11,9 +11,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from nodeos.agent import legs
 from nodeos.cluster import failover
 from nodeos.cluster import map as map_mod
 from nodeos.cluster.failover_map import health_of, in_sync_of
+
+from . import sim_kernel
 
 FAILOVER_BROKEN_VARIANTS = {
     "no_lease_wait": "the leader calls a node down once one renewal is late and its Raft did not see it "
@@ -22,13 +25,18 @@ FAILOVER_BROKEN_VARIANTS = {
     "no_self_fence": "a node whose lease ran out keeps serving as primary",
     "no_epoch_check": "replicas take writes from any primary, whatever its epoch",
     "unfence_on_any_grant": "any granted renewal lifts the fence (a node called down, its map behind)",
-    "ack_on_map_view": "a primary holds writes only for the legs its map counts in-sync, not those its "
-    "own reports in flight may bring back",
-    "ack_degraded": "a primary acknowledges a write its mirror dropped a leg for before the map knows",
+    "ack_on_map_view": "the leg rules count in sync only what the primary's map does, not what its own "
+    "reports (in flight or held) may bring back: a leg is cut while a report calls it in sync",
+    "ack_degraded": "md fails a leg whose I/O went unanswered on its own (a finite fast_io_fail_tmo) and "
+    "acknowledges the held writes on the other legs before the map knows",
     "no_write_serialize": "the primary's md mirror leaves serialize_policy off: two writes to one block in "
     "flight on a leg together land in either order (a host's timed-out write over its retry's successor)",
     "lost_contact_is_expiry": "the leader takes a node its Raft does not see active for one whose lease ran "
     "out (called down, and its volumes failed over, before it has fenced itself)",
+    "keep_open_in_sync_elsewhere": "a fenced node keeps every primary of its unfenced, not only those whose "
+    "only in-sync replica is its own (issue 29's rule without its in-sync test)",
+    "report_in_sync_out_of_standing": "a node without a good lease still reports a rebuilt leg in sync, "
+    "while it keeps serving its sole primaries: the leader gets somebody to promote",
 }
 
 _ORIGINAL: dict[str, Any] = {
@@ -37,10 +45,16 @@ _ORIGINAL: dict[str, Any] = {
     "expired": failover.Leases.expired,
     "failover_target": failover.failover_target,
     "volume_failover": map_mod.HANDLERS["volume_failover"][1],
+    "counted_in_sync": legs.counted_in_sync,
+    "reset_on_unanswered": sim_kernel.reset_on_unanswered,
 }
 
 
-def _any_target(st: dict[str, Any], vol: dict[str, Any]) -> int | None:
+def _counted_on_map_view(vol: dict[str, Any], me: int, held: Any, sent: Any) -> set[int]:
+    return {int(n) for n in in_sync_of(vol)} - {me}
+
+
+def _any_target(st: dict[str, Any], vol: dict[str, Any], *_: Any, **__: Any) -> int | None:
     for slot in vol["placement"]:
         nid = slot["node"]
         if nid != vol["primary"] and health_of(st, nid) == "up":
@@ -71,6 +85,10 @@ def failover_bug(variant: str | None) -> Iterator[None]:
             failover.LeaseTiming.contact_s = property(lambda t: 0.0)  # type: ignore[method-assign,assignment]
         elif variant == "lost_contact_is_expiry":
             failover.Leases.expired = _expired_on_lost_contact  # type: ignore[method-assign]
+        elif variant == "ack_on_map_view":  # the product's leg rules (nodeos/agent/legs.py)
+            legs.counted_in_sync = _counted_on_map_view  # type: ignore[assignment]
+        elif variant == "ack_degraded":  # the simulated kernel's md (sim_kernel.py)
+            sim_kernel.reset_on_unanswered = sim_kernel.md_fails_leg
         elif variant == "promote_out_of_sync":
             failover.failover_target = _any_target  # type: ignore[assignment]
             map_mod.HANDLERS["volume_failover"][1] = _failover_any
@@ -81,3 +99,8 @@ def failover_bug(variant: str | None) -> Iterator[None]:
         failover.Leases.expired = _ORIGINAL["expired"]  # type: ignore[method-assign]
         failover.failover_target = _ORIGINAL["failover_target"]
         map_mod.HANDLERS["volume_failover"][1] = _ORIGINAL["volume_failover"]
+        # Only what this variant patched: a test may patch these for several runs itself.
+        if variant == "ack_on_map_view":
+            legs.counted_in_sync = _ORIGINAL["counted_in_sync"]
+        if variant == "ack_degraded":
+            sim_kernel.reset_on_unanswered = _ORIGINAL["reset_on_unanswered"]

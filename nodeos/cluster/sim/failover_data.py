@@ -6,26 +6,31 @@ epoch of the primary that wrote it), and the highest epoch each replica was reta
 Versions come from one counter at the host, so a later write always carries a higher
 version: a block holding less than the last acknowledged version of its lba lost a write.
 
-`SimHost` writes one block at a time per volume (as a host waiting on each write) to the node
-it believes is the optimized primary; a refused or unanswered write is sent again, the same
-lba and version, to the next path (multipath resubmits the command on another path); an
-acknowledged write is recorded.
+`SimHost` keeps up to its queue depth (1, 2 or 4 per seed) of writes in flight per volume,
+never two to one block, to the node it believes is the optimized primary; a refused or
+unanswered write is sent again, the same lba and version, to the next path (multipath
+resubmits the command on another path); an acknowledged write is recorded. It stops writing to
+a volume once it is deleted.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodeos.cluster.failover_map import in_sync_of
 
 from .invariants import Violation
 
+if TYPE_CHECKING:
+    from .failover_sim import FailoverSimulation
+
 HOST = 0  # the host's id on the simulated network (nodes are 1..N)
 LBAS = 16
 HOST_TIMEOUT_MS = 400  # the host's I/O timeout before it resubmits on another path
 HOST_GAP_MS = (5, 30)
+FO_HOST = 102  # failover_sim.py's host event
 
 
 @dataclass
@@ -68,6 +73,7 @@ class HostWrite:
     attempt: int = 0
     target: int = 0
     sent_ms: int = 0
+    conn: int = 0  # the path's connection it went on
 
 
 @dataclass
@@ -75,15 +81,17 @@ class HostVolume:
     uuid: str
     paths: list[int]  # the replica nodes (nvme connect-all finds every path)
     target: int  # the path it believes optimized
-    write: HostWrite | None = None
+    writes: dict[int, HostWrite] = field(default_factory=dict)  # attempt -> a write in flight
     acked: dict[int, int] = field(default_factory=dict)  # lba -> last acknowledged version
 
 
 class SimHost:
-    """The GPU node: one outstanding write per volume."""
+    """The GPU node: up to `qd` writes in flight per volume (its queue depth), never two to one
+    block (a block's next write waits for the last one's answer, as a file system does)."""
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
+        self.qd = rng.choice((1, 2, 4))
         self.vols: dict[str, HostVolume] = {}
         self.version = 0
         self.attempt = 0
@@ -93,38 +101,64 @@ class SimHost:
     def add(self, uuid: str, paths: list[int], primary: int) -> None:
         self.vols[uuid] = HostVolume(uuid, list(paths), primary)
 
-    def next_write(self, uuid: str, now: int) -> HostWrite:
-        hv = self.vols[uuid]
-        self.version += 1
-        hv.write = HostWrite(self.rng.randrange(LBAS), self.version)
-        return self._send(hv, now)
+    def start(self, sim: FailoverSimulation, uuid: str) -> None:
+        for _ in range(self.qd):
+            sim._at(sim.now + self.rng.randint(1, 50), FO_HOST, (uuid, None))
 
-    def _send(self, hv: HostVolume, now: int) -> HostWrite:
-        assert hv.write is not None
+    def event(self, sim: FailoverSimulation, uuid: str, attempt: int | None) -> None:
+        """A new write (None), a refused attempt to send again (< 0), or an attempt's timeout."""
+        hv = self.vols[uuid]
+        if attempt is None:
+            if sim.plane.closed(uuid, sim._latest_map()):
+                return  # deleted: the host writes there no more
+            busy = {w.lba for w in hv.writes.values()}
+            free = [lba for lba in range(LBAS) if lba not in busy]
+            if not free:
+                return
+            self.version += 1
+            w: HostWrite | None = HostWrite(self.rng.choice(free), self.version)
+        else:
+            w = self._failed(sim, hv, abs(attempt), timeout=attempt > 0)
+        if w is None:
+            return
         self.attempt += 1
-        hv.write.attempt, hv.write.target, hv.write.sent_ms = self.attempt, hv.target, now
-        return hv.write
+        w.attempt, w.target, w.sent_ms = self.attempt, hv.target, sim.now
+        w.conn = self.conn.get(w.target, 0)
+        hv.writes[w.attempt] = w
+        body = {"vol": uuid, "lba": w.lba, "version": w.version, "attempt": w.attempt, "conn": w.conn}
+        sim.fo_send("write", HOST, w.target, body)
+        sim._at(sim.now + HOST_TIMEOUT_MS, FO_HOST, (uuid, w.attempt))
 
-    def failed(self, uuid: str, attempt: int, now: int, timeout: bool = False) -> HostWrite | None:
+    def _failed(
+        self, sim: FailoverSimulation, hv: HostVolume, attempt: int, timeout: bool
+    ) -> HostWrite | None:
         """The attempt was refused or timed out: the same write on the next path. A timeout
-        tears the path's connection down (what it still carried never arrives)."""
-        hv = self.vols[uuid]
-        if hv.write is None or hv.write.attempt != attempt:
+        tears the path's connection down (what it still carries never arrives, and answers on
+        it are not taken). A deleted volume's writes are given up."""
+        w = hv.writes.pop(attempt, None)
+        if w is None:
             return None
-        if timeout:
-            self.conn[hv.write.target] = self.conn.get(hv.write.target, 0) + 1
-        i = hv.paths.index(hv.target) if hv.target in hv.paths else -1
-        hv.target = hv.paths[(i + 1) % len(hv.paths)]
+        if timeout and self.conn.get(w.target, 0) == w.conn:
+            self.conn[w.target] = w.conn + 1
+        if sim.plane.closed(hv.uuid, sim._latest_map()):
+            return None
+        if hv.target == w.target:
+            i = hv.paths.index(hv.target) if hv.target in hv.paths else -1
+            hv.target = hv.paths[(i + 1) % len(hv.paths)]
         self.stats["host_resubmitted"] += 1
-        return self._send(hv, now)
+        return w
 
-    def acked(self, uuid: str, attempt: int) -> HostWrite | None:
-        hv = self.vols[uuid]
-        w = hv.write
-        if w is None or w.attempt != attempt:
-            return None  # a late answer to an attempt given up on
+    def answer(self, sim: FailoverSimulation, kind: str, body: dict[str, Any]) -> HostWrite | None:
+        """A path's answer; the write when it is acknowledged."""
+        hv = self.vols[body["vol"]]
+        w = hv.writes.get(body["attempt"])
+        if w is None or self.conn.get(w.target, 0) != w.conn:
+            return None  # a late answer to an attempt given up on, or on a torn-down connection
+        if kind == "w_no":
+            sim._at(sim.now + 20, FO_HOST, (hv.uuid, -w.attempt))
+            return None
+        del hv.writes[w.attempt]
         hv.acked[w.lba] = w.version
-        hv.write = None
         self.stats["host_acked"] += 1
         return w
 
@@ -134,8 +168,8 @@ def check_acked_on_in_sync(st: dict[str, Any], dp: SimDataPlane, host: SimHost, 
     block there is at the acknowledged version or a later one)."""
     for uuid, hv in host.vols.items():
         vol = st["volumes"].get(uuid)
-        if vol is None:
-            continue
+        if vol is None or vol["state"] == "deleting":
+            continue  # deleted: its data is no longer promised
         for nid in in_sync_of(vol):
             blocks = dp.blocks.get((uuid, nid), {})
             for lba, v in hv.acked.items():

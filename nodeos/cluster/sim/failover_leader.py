@@ -83,7 +83,7 @@ class SimLeaderShell:
             self.queue, self.pending = [], None
             return
         assert n.rn is not None
-        leases.heard(failover.active_peers(n.rn.raft.trk.progress, n.id), now)
+        leases.heard(failover.in_contact_now(n.rn.raft.trk.progress, n.id), now)
         if self.pending is not None:
             if self.pending[0] in n.state_set:
                 self.pending = None
@@ -95,8 +95,13 @@ class SimLeaderShell:
         if not self.queue:
             assert n.cmap is not None
             cmds = failover.decide(n.cmap.state, leases, now, self.timing)
+            # Re-placement is not modelled (the agents keep a volume's nodes for good), and a
+            # drain (failover_faults.py) would re-place a drained node's secondaries at once.
+            cmds = [c for c in cmds if c[0] != "volume_replace_replica"]
             self.queue = [encode_command(c, {**a, "at": now} if c == "record_event" else a) for c, a in cmds]
             sim.stats["suspects"] += sum(1 for c, _ in cmds if c == "record_event")
+            held = [a for c, a in cmds if c == "record_event" and "not called down" in a["message"]]
+            sim.stats["holds"] += len(held)
         if self.queue:
             cmd = self.queue.pop(0)
             data = sim.fo_propose(n, cmd)

@@ -7,6 +7,7 @@ catch real consensus bugs. Production code never sets these.
 from __future__ import annotations
 
 from ..raft.raft import Raft
+from .raft_broken import RAFT_BROKEN_VARIANTS, break_raft
 
 BROKEN_VARIANTS = {
     # Commit an entry of an earlier term by counting replicas (violates paper 5.4.2 / Fig. 8).
@@ -19,6 +20,9 @@ BROKEN_VARIANTS = {
     # term of a pre-vote it receives. Both let a partitioned node disrupt the cluster.
     "pre_vote_bumps_term": "a pre-candidate increments its real term",
     "pre_vote_adopts_term": "a voter adopts the term of a pre-vote request",
+    # One per safety invariant that had no variant of its own (raft_broken.py: the real
+    # methods with one rule left out, bound on the instance; the Raft code keeps no flag).
+    **RAFT_BROKEN_VARIANTS,
 }
 
 
@@ -31,3 +35,5 @@ def apply_raft_hooks(raft: Raft, broken: str | None) -> None:
         raft.test_pre_vote_bumps_term = True
     elif broken == "pre_vote_adopts_term":
         raft.test_pre_vote_adopts_term = True
+    elif broken in RAFT_BROKEN_VARIANTS:
+        break_raft(raft, broken)

@@ -70,8 +70,8 @@ def _host_remove_unchecked(st: dict[str, Any], args: dict[str, Any]) -> Any:
     return {"nqn": nqn, "removed": True}
 
 
-def _restore_without_snapshots(self: map_mod.ClusterMap, data: bytes) -> None:
-    _ORIGINAL["restore"](self, data)
+def _restore_without_snapshots(self: map_mod.ClusterMap, data: bytes, index: int | None = None) -> None:
+    _ORIGINAL["restore"](self, data, index)
     self.state["snapshots"] = {}
 
 

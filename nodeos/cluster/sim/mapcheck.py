@@ -19,7 +19,8 @@ Every simulated node applies the committed entries to its own `ClusterMap`. Chec
   (labels as applied), a clone on its ready snapshot's nodes, and no pool holds more than its
   size of volumes under the simulator's thick accounting (`_check_pool_room`); a snapshot turns ready only
   when every replica node reports it ready and, for a replicated volume, while its primary
-  reports the writes frozen for it; a volume's freeze and its snapshot's phase go together.
+  reports the writes frozen for it; a volume's freeze and its snapshot's phase go together;
+- the failover invariants (epochs, the in-sync set, hand-overs): epochcheck.py.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from nodeos.cluster import placement
 from nodeos.cluster.map import MAX_REJECTED
 from nodeos.cluster.storage_map import VOLUME_STATES, replica_view
 
+from . import epochcheck
 from .invariants import Violation
 
 POOL_STATES = ("creating", "ready", "deleting", "failed")
@@ -375,6 +377,8 @@ class MapChecker:
             self.stats["map_rejected"] += "error" in result
             check_state(st)
             check_transition(old, st, index, cmd, rid)
+            epochcheck.check_state(st)
+            epochcheck.check_transition(old, st, cmd)
             self._count(old, st)
         self.same_state(nid, index, st, "applying")
 

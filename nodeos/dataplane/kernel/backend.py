@@ -7,6 +7,7 @@ import os
 import platform
 from collections.abc import Callable, Sequence
 
+from nodeos.bounded_run import all_at_once
 from nodeos.dataplane.base import (
     MadeVolume,
     MirrorCaps,
@@ -27,6 +28,10 @@ from nodeos.dataplane.kernel.mirror import MdMirrors
 from nodeos.dataplane.kernel.nvmet import Nvmet
 from nodeos.dataplane.mirror_names import MIRROR_DATA_OFFSET
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, OperationFailed
+
+# How long a round of leg cuts may take: md takes its lock for each failure (a superblock write
+# on a lost leg holds it until that leg's I/O fails), the kernel ends a reconnect attempt first.
+CUT_WAIT_S = 20.0
 
 
 class KernelDataPlane(KernelExports):
@@ -261,9 +266,25 @@ class KernelDataPlane(KernelExports):
 
     def drop_mirror_leg(self, mirror_id: str, nqn: str) -> None:
         dev = next((r.device for r in self.initiator.remotes() if r.nqn == nqn and r.device), None)
+        self.initiator.bound_loss(nqn)  # its I/O fails from here on instead of queueing for ever
         if dev is not None:
             self.mirrors.fail_member(mirror_id, dev)  # first: md then fails the held writes' leg only
         self.initiator.cut(nqn)
+
+    def cut_mirror_legs(self, mirror_id: str, nqns: Sequence[str]) -> list[str]:
+        """Every leg of `nqns` out of the mirror in one round: their loss bounded first (a leg
+        whose replica goes meanwhile fails its I/O instead of queueing it for ever), then all
+        failed in md and all controllers deleted, each in a thread of its own, so no leg waits
+        behind another (issue 25: md's superblock write for the first failure blocked on the
+        second leg, whose replica had gone). The NQNs that were attached."""
+        attached = {r.nqn: r.device for r in self.initiator.remotes()}
+        legs = [n for n in dict.fromkeys(nqns) if n in attached]
+        for nqn in legs:
+            self.initiator.bound_loss(nqn)
+        devices = [d for d in (attached[n] for n in legs) if d]
+        all_at_once(lambda d: self.mirrors.fail_member(mirror_id, d), devices, CUT_WAIT_S, "mark faulty")
+        all_at_once(self.initiator.cut, legs, CUT_WAIT_S, "delete the controllers of")
+        return legs
 
     def assemble_mirror(self, spec: MirrorSpec) -> MirrorInfo:
         return self.mirrors.assemble(spec)

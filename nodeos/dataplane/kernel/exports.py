@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Sequence
 
 from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
-from nodeos.dataplane.kernel import lvm
+from nodeos.dataplane.kernel import lvm, tlskeys
 from nodeos.dataplane.kernel.configfs import ConfigFs
 from nodeos.dataplane.kernel.nvmet import DEFAULT_ANA_GROUP, Nvmet, PortAddr, discovery_addrs, find_port
 from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec, check_listener
-from nodeos.errors import BadInput, NodeosError, NotFound, NotSupported
+from nodeos.errors import BadInput, NodeosError, NotFound, NotSupported, OperationFailed
 
 LOG = logging.getLogger("nodeosd.dataplane")
 QOS_UNSUPPORTED = "per-volume QoS is not supported by the kernel data plane"
@@ -28,6 +29,19 @@ class KernelExports:
     nvmet: Nvmet
     lvm: lvm.LvmRunner
     discovery_svcid: str | None
+    keyring: tlskeys.Keyring | None = None  # made on the first TLS host (a kernel without TLS never needs it)
+
+    def _tls_key(self, nqn: str, host: str, key: str | None) -> None:
+        """The host's TLS PSK on subsystem `nqn` in the .nvme keyring (tlshd finds it there);
+        without a key, any it had is invalidated."""
+        if key is None and self.keyring is None:
+            return
+        self.keyring = self.keyring or tlskeys.Keyring()
+        if key is None:
+            for n in (32, 48):
+                self.keyring.drop(tlskeys.identity(host, nqn, n))
+            return
+        self.keyring.put(*tlskeys.tls_psk(key, host, nqn))
 
     def _active(self, pool_id: str, lv: lvm.Lv) -> lvm.Lv:
         raise NotImplementedError
@@ -59,6 +73,9 @@ class KernelExports:
             # A mirror or a linear view: the device must be there, it is not ours to make here.
             if not os.path.exists(spec.device):
                 raise NotFound(f"device {spec.device} does not exist", field="device")
+            if not stat.S_ISBLK(os.stat(spec.device).st_mode):
+                # nvmet would serve it through its file backend: the host's writes in a file.
+                raise OperationFailed(f"{spec.device} is not a block device", field="device")
             device = spec.device
         else:
             if have is None:
@@ -83,9 +100,11 @@ class KernelExports:
             wanted_hosts = {h.host_nqn: h for h in spec.hosts}
             for h in spec.hosts:
                 n.ensure_host(h.host_nqn, h.dhchap_key)
+                self._tls_key(nqn, h.host_nqn, h.tls_key)
                 n.allow_host(nqn, h.host_nqn)
             for host in n.allowed_hosts(nqn):
                 if host not in wanted_hosts:
+                    self._tls_key(nqn, host, None)
                     n.disallow_host(nqn, host)
                     n.disconnect_host(nqn, host)
                     n.gc_host(host)

@@ -27,6 +27,8 @@ from nodeos.sysfs import read_attr
 FABRICS_DEV = Path("/dev/nvme-fabrics")
 SYS_CLASS_NVME = Path("/sys/class/nvme")
 SYS_BLOCK = Path("/sys/block")
+# A leg about to be cut gives up a lost path after this long (ctrl_loss_tmo, seconds).
+LOSS_BOUND_S = 1
 _DISK_RE = re.compile(r"^nvme\d+n\d+$")  # multipath heads and plain namespaces, not nvmeXcYnZ paths
 
 
@@ -268,6 +270,20 @@ class Initiator:
                 raise OperationFailed(
                     f"could not delete controller {c.name} of {nqn}: {e.strerror}"
                 ) from None
+
+    def bound_loss(self, nqn: str, loss_s: int = LOSS_BOUND_S) -> None:
+        """Bound how long the controllers to `nqn` may hold I/O from now on: fail it at once when
+        a path is lost (fast_io_fail_tmo 0) and give up reconnecting after `loss_s`
+        (ctrl_loss_tmo; a controller reconnecting already stops at its next attempt). Legs are
+        attached without either (a leg md drops silently needs a full resync), so this comes
+        just before a leg is cut, in case its replica goes first. Both are run-time attributes
+        of nvme-fabrics controllers (Linux >= 5.13); where one cannot be written the cut that
+        follows still fails the I/O."""
+        check_nqn(nqn)
+        for c in controllers_of(self.controllers(), nqn):
+            for attr, value in (("fast_io_fail_tmo", "0"), ("ctrl_loss_tmo", str(loss_s))):
+                with contextlib.suppress(OSError):
+                    (self.sys_nvme / c.name / attr).write_text(value)
 
     def remotes(self) -> list[RemoteInfo]:
         return remote_infos(self.controllers(), self.disks())

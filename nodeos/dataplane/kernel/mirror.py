@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -23,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nodeos.bounded_run import run_bounded
 from nodeos.dataplane.base import MirrorInfo, MirrorSpec
 from nodeos.dataplane.kernel import md_serial, md_super
 from nodeos.dataplane.kernel.md_commands import (
@@ -51,7 +53,7 @@ from nodeos.dataplane.kernel.md_commands import (
     writes_frozen,
 )
 from nodeos.dataplane.mirror_names import MIRROR_PREFIX, check_mirror_id, check_volume_size, mirror_uuid
-from nodeos.errors import BadInput, EnvironmentProblem, NotFound, OperationFailed
+from nodeos.errors import BadInput, NotFound, OperationFailed
 from nodeos.sysfs import read_attr
 
 RAID_SPEED_MAX = Path("/proc/sys/dev/raid/speed_limit_max")
@@ -61,20 +63,8 @@ FAIL_WAIT_S = 3.0  # how long drop_mirror_leg waits for md to mark a blocked leg
 
 
 def run(cmd: Sequence[str], timeout_s: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-    try:
-        p = subprocess.run(
-            list(cmd),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            env=dict(os.environ, LC_ALL="C"),
-        )
-    except FileNotFoundError:
-        pkg = "mdadm" if cmd[0] == "mdadm" else "dmsetup"
-        raise EnvironmentProblem(f"{cmd[0]} is not installed (package {pkg})") from None
-    except subprocess.TimeoutExpired:
-        raise OperationFailed(f"{' '.join(cmd[:2])} did not finish within {timeout_s:.0f} s") from None
+    pkg = "mdadm" if cmd[0] == "mdadm" else "dmsetup"
+    p = run_bounded(cmd, timeout_s, dict(os.environ, LC_ALL="C"), package=pkg)
     if check and p.returncode != 0:
         lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
         raise OperationFailed(f"{' '.join(cmd[:3])} failed: {'; '.join(lines[-3:]) or p.returncode}")
@@ -87,6 +77,20 @@ def _mark_faulty(state: Path, done: threading.Event) -> None:
     done.set()
 
 
+# md block nodes of our own, where /dev/<mdN> is not the device (see _block_node).
+NODE_DIR = Path("/run/nodeos/md-nodes")
+
+
+def _is_node(path: Path, majmin: str) -> bool:
+    """`path` is the block device `majmin` ("9:127"), not a file or another device."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    rdev = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    return stat.S_ISBLK(st.st_mode) and rdev == majmin
+
+
 class MdMirrors:
     def __init__(
         self,
@@ -95,10 +99,12 @@ class MdMirrors:
         dev_dir: Path = Path("/dev"),
         runner: Callable[..., subprocess.CompletedProcess[str]] = run,
         sleep: Callable[[float], None] = time.sleep,
+        node_dir: Path = NODE_DIR,
     ) -> None:
         self.md_dir = md_dir
         self.sys_block = sys_block
         self.dev_dir = dev_dir
+        self.node_dir = node_dir
         self.run = runner
         self.sleep = sleep
         self.serializer = md_serial.WriteSerializer()
@@ -119,9 +125,32 @@ class MdMirrors:
 
     def _md_device(self, mirror_id: str, kname: str) -> str:
         link = self.md_dir / mirror_id
-        if os.path.realpath(link) == f"/dev/{kname}":
+        node = self._block_node(kname)
+        if os.path.realpath(link) == os.path.realpath(node) == f"/dev/{kname}":
             return str(link)
-        return f"/dev/{kname}"  # udev has not made the link (yet)
+        return node  # udev has not made the link (yet), or /dev/<kname> is not md's node
+
+    def _block_node(self, kname: str) -> str:
+        """A path that is md's own block device `kname`: /dev/<kname> when it is that device
+        (major:minor as sysfs says), else a node of our own under node_dir. Seen in the lab: a
+        `dd of=/dev/md127` that outlived its array left a regular file there, devtmpfs could not
+        make the next md127's node, nvmet exported the file (its file backend: the host's
+        writes never reached md) and `mdadm --stop /dev/md127` failed, so the volume's delete
+        retried for ever."""
+        want = read_attr(self.sys_block / kname / "dev")  # "9:127"
+        path = self.dev_dir / kname
+        if not want:
+            return f"/dev/{kname}"
+        if _is_node(path, want):
+            return str(path)
+        own = self.node_dir / kname
+        if not _is_node(own, want):
+            own.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with contextlib.suppress(FileNotFoundError):
+                own.unlink()
+            major, minor = (int(x) for x in want.split(":"))
+            os.mknod(own, 0o600 | stat.S_IFBLK, os.makedev(major, minor))
+        return str(own)
 
     def _dev_name(self, kname: str) -> str:
         dm = read_attr(self.sys_block / kname / "dm" / "name")
@@ -195,7 +224,7 @@ class MdMirrors:
         kname = self._kname(mirror_id)
         if kname is None:
             return
-        self.run(cmd_stop(f"/dev/{kname}"))
+        self.run(cmd_stop(self._block_node(kname)))
 
     def grow(self, mirror_id: str, size_bytes: int) -> MirrorInfo:
         """The running array grown to `size_bytes` of data (nothing to do when it is that big)."""
@@ -271,7 +300,7 @@ class MdMirrors:
         if info is None:
             kname = self._kname(spec.mirror_id)
             if kname is not None:
-                self.run(cmd_stop(f"/dev/{kname}"), check=False)  # an inactive leftover holds members
+                self.run(cmd_stop(self._block_node(kname)), check=False)  # an inactive leftover holds members
             if spec.create and self._create_is_new(spec, present):
                 self.run(cmd_create(spec, present))
             else:

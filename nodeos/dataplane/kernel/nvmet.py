@@ -2,7 +2,8 @@
 
 Layout (kernel 6.12): subsystems/<nqn>/{attr_*, allowed_hosts/<hostnqn> -> hosts/<hostnqn>,
 namespaces/<nsid>/{device_path, device_uuid, device_nguid, ana_grpid, enable, revalidate_size}},
-ports/<id>/{addr_*, subsystems/<nqn> -> subsystems/<nqn>, ana_groups/<grp>/ana_state},
+ports/<id>/{addr_*, subsystems/<nqn> -> subsystems/<nqn>, ana_groups/<grp>/ana_state} (the TLS
+port: addr_tsas tls1.3, addr_treq required; hosts' PSKs are in the .nvme keyring: tlskeys.py),
 hosts/<hostnqn>/{dhchap_key, dhchap_ctrl_key, dhchap_hash, dhchap_dhgroup}.
 
 The pure helpers at the top decide (which port serves a listener, which id a new port
@@ -16,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodeos.dataplane.base import Listener
+from nodeos.dataplane.base import Listener, is_tls
 from nodeos.dataplane.kernel.configfs import ConfigFs
 from nodeos.errors import EnvironmentProblem, OperationFailed
 
@@ -72,12 +73,17 @@ def discovery_addrs(listeners: tuple[Listener, ...], svcid: str | None) -> list[
 
     nvmet serves a discovery controller on every port and its log page lists only the
     subsystems linked to that port that the asking host is allowed to see, so the 8009
-    ports carry the same subsystem links as the I/O ports.
+    ports carry the same subsystem links as the I/O ports. Which makes each of them an I/O
+    port too: a TLS listener gets none, or a volume whose hosts require TLS would take a
+    plain-text connect on 8009 (the lab found it). Such a volume is not in 8009's log; the
+    host connects to the TLS port itself (docs/operations.md, "TLS on NVMe/TCP").
     """
     if not svcid:
         return []
     seen: list[PortAddr] = []
     for li in listeners:
+        if is_tls(li):
+            continue
         a = PortAddr(li.trtype, li.adrfam, li.traddr, svcid)
         if a not in seen and str(li.trsvcid) != svcid:
             seen.append(a)
@@ -122,10 +128,24 @@ class Nvmet:
             self.fs.write(addr.trtype, "ports", p, "addr_trtype")
             self.fs.write(addr.traddr, "ports", p, "addr_traddr")
             self.fs.write(addr.trsvcid, "ports", p, "addr_trsvcid")
+            if is_tls(addr.listener()):
+                self._tls_port(p)
         except OperationFailed:
             self.fs.rmdir("ports", p)
             raise
         return pid
+
+    def _tls_port(self, p: str) -> None:
+        """TLS 1.3 required on port `p` (before a subsystem is linked: the port is enabled then)."""
+        try:
+            self.fs.write("tls1.3", "ports", p, "addr_tsas")
+            self.fs.write("required", "ports", p, "addr_treq")
+        except OperationFailed as err:
+            raise OperationFailed(
+                f"nvmet refused TLS on a port ({err.message}): the kernel needs "
+                "CONFIG_NVME_TARGET_TCP_TLS (Linux 6.7+), and tlshd must run",
+                field="listeners",
+            ) from None
 
     def port_subsystems(self, pid: int) -> list[str]:
         return self.fs.listdir("ports", str(pid), "subsystems")

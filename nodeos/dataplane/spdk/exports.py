@@ -25,6 +25,7 @@ from nodeos.dataplane.spdk.freeze import home_group, is_freeze_group
 from nodeos.dataplane.spdk.mirror import SpdkMirrors
 from nodeos.dataplane.spdk.mirror_plan import is_stand_in, raid_of
 from nodeos.dataplane.spdk.names import LVS_PREFIX, alias
+from nodeos.dataplane.spdk.tls import PskTable, Table
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, NotSupported, OperationFailed
 
@@ -57,6 +58,7 @@ class SpdkExports(SpdkMirrors):
     front_ends: dict[str, str]
     _discovery_on: tuple[int, set[Listener]]  # discovery listeners made, and on which connection
     _queue: list[rq.Request] | None = None  # a re-export's planned changes of one export
+    _psks: PskTable | None = None  # hosts' TLS PSK key names (spdk/tls.py)
 
     def _require(self, pool_id: str, vol_id: str, field: str = "vol_id") -> dict[str, Any]:
         raise NotImplementedError
@@ -85,6 +87,10 @@ class SpdkExports(SpdkMirrors):
         with contextlib.suppress(AlreadyExists):
             self.call(rq.keyring_add(name, str(path)))
         return name
+
+    def _psk_table(self) -> Table:
+        self._psks = self._psks or PskTable()
+        return self._psks.get(self.rpc.connections, lambda: self._maybe(rq.get_config("nvmf")))
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
         info = self._apply_export(spec, None)
@@ -163,6 +169,8 @@ class SpdkExports(SpdkMirrors):
             if err is not None:
                 failed[spec.nqn] = map_error(err.method, err.params, err.code, err.message)
         if failed:
+            if self._psks is not None:
+                self._psks.forget()
             sent = {spec.nqn for spec, q in plans if q}
             for nqn in failed:
                 if nqn in sent and nqn not in subs:
@@ -250,6 +258,8 @@ class SpdkExports(SpdkMirrors):
         try:
             changed = self._apply_into(spec, sub, bdev, str(b.get("name")))
         except Exception:
+            if self._psks is not None:
+                self._psks.forget()  # a PSK change may or may not have been made
             if fresh:
                 self._maybe(rq.delete_subsystem(nqn))  # nothing half-made is left behind
             raise
@@ -291,18 +301,25 @@ class SpdkExports(SpdkMirrors):
             changed = True
         # Hosts before listeners: the subsystem is never reachable with a stale host list.
         have_hosts = parse.subsystem_hosts(sub)
+        psks = self._psk_table() if have_hosts or any(h.tls_key for h in spec.hosts) else {}
         for h in spec.hosts:
             key = self._ensure_key(h.host_nqn, h.dhchap_key) if h.dhchap_key else None
-            if h.host_nqn in have_hosts and have_hosts[h.host_nqn] != key:
+            psk = self._ensure_key(h.host_nqn, h.tls_key) if h.tls_key else None
+            have = (have_hosts.get(h.host_nqn), psks.get((nqn, h.host_nqn)))
+            if h.host_nqn in have_hosts and have != (key, psk):
                 self._send(rq.remove_host(nqn, h.host_nqn))
                 del have_hosts[h.host_nqn]
+                psks.pop((nqn, h.host_nqn), None)
             if h.host_nqn not in have_hosts:
-                self._send(rq.add_host(nqn, h.host_nqn, key))
+                self._send(rq.add_host(nqn, h.host_nqn, key, psk))
+                if psk:
+                    psks[(nqn, h.host_nqn)] = psk
                 changed = True
         wanted = {h.host_nqn for h in spec.hosts}
         for host in have_hosts:
             if host not in wanted:
                 self._send(rq.remove_host(nqn, host))  # SPDK disconnects the host's controllers
+                psks.pop((nqn, host), None)
                 changed = True
         have_l = {parse.listener_of(a) for a in sub.get("listen_addresses") or []}
         for li in spec.listeners:
@@ -347,9 +364,10 @@ class SpdkExports(SpdkMirrors):
         )
 
     def set_referrals(self, port: Listener, referrals: tuple[Listener, ...]) -> None:
-        """The target's discovery log page refers to exactly `referrals` (see list_referrals)."""
-        want = {_norm(r) for r in referrals}
-        have = set(self.list_referrals(port))
+        """The target's discovery log page refers to exactly `referrals` among those of the
+        port's transport (SPDK's are the discovery subsystem's: TCP's and RDMA's are set apart)."""
+        want = {_norm(r) for r in referrals if r.trtype == port.trtype}
+        have = {r for r in self.list_referrals(port) if r.trtype == port.trtype}
         for r in sorted(want - have, key=str):
             self.call(rq.add_referral(r))
         for r in sorted(have - want, key=str):
@@ -459,10 +477,11 @@ class SpdkExports(SpdkMirrors):
                 self.call(rq.set_ana_state(nqn, parse.listener_of(a), "inaccessible", g))
         if drop_hosts:
             connected = {str(c.get("hostnqn")) for c in self._maybe(rq.get_controllers(nqn)) or []}
+            psks = self._psk_table()
             for host, key in parse.subsystem_hosts(sub).items():
                 if host in connected:
                     self.call(rq.remove_host(nqn, host))
-                    self.call(rq.add_host(nqn, host, key))
+                    self.call(rq.add_host(nqn, host, key, psks.get((nqn, host))))
         return True
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 import uuid as uuidlib
+from collections.abc import Sequence
 from typing import Any
 
 from nodeos.dataplane.base import MirrorInfo, MirrorSpec, RemoteInfo, RemoteSpec
@@ -149,6 +150,23 @@ class SpdkMirrors(SpdkFreeze, NoMirrors):
             if time.monotonic() > deadline:
                 raise OperationFailed(f"mirror {mirror_id} still holds the leg of {nqn}", field="nqn")
             time.sleep(0.1)
+
+    def cut_mirror_legs(self, mirror_id: str, nqns: Sequence[str]) -> list[str]:
+        """Every leg of `nqns` detached first, then waited for together (SPDK's detach does not
+        block; the raid drops each leg once its bdev is gone)."""
+        check_mirror_id(mirror_id)
+        legs = [n for n in dict.fromkeys(nqns) if self._maybe(nvme_get_controllers(ctrl_name(n)))]
+        for nqn in legs:
+            self.call(nvme_detach(ctrl_name(nqn)))
+        gone = {ctrl_name(n) + "n1" for n in legs}
+        deadline = time.monotonic() + 30.0
+        while (info := self.mirror_status(mirror_id)) is not None and gone & {m.device for m in info.members}:
+            if time.monotonic() > deadline:
+                raise OperationFailed(
+                    f"mirror {mirror_id} still holds legs of {', '.join(legs)}", field="nqn"
+                )
+            time.sleep(0.1)
+        return legs
 
     def _blocked_legs(self, mirror_id: str) -> list[str]:
         """The mirror's remote legs whose controller is not connected: their writes wait."""

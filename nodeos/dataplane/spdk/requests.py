@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeos.dataplane.base import Listener
+from nodeos.dataplane.base import Listener, is_tls
 
 Request = tuple[str, dict[str, Any]]
 DISCOVERY_NQN = "nqn.2014-08.org.nvmexpress.discovery"
@@ -210,9 +210,10 @@ def remove_ns(nqn: str, nsid: int = 1) -> Request:
 def add_listener(nqn: str, li: Listener, ana_state: str | None = None) -> Request:
     """`ana_state`: the listener's state in every ANA group from the start (SPDK's default:
     optimized), which spares a set_ana_state after it."""
-    return "nvmf_subsystem_add_listener", _clean(
-        {"nqn": nqn, "listen_address": listen_address(li), "ana_state": ANA_TO_SPDK.get(ana_state or "")}
-    )
+    req = {"nqn": nqn, "listen_address": listen_address(li), "ana_state": ANA_TO_SPDK.get(ana_state or "")}
+    if is_tls(li):  # TLS 1.3 required on this address and port (SPDK's ssl socket)
+        req["secure_channel"] = True
+    return "nvmf_subsystem_add_listener", _clean(req)
 
 
 def remove_listener(nqn: str, li: Listener) -> Request:
@@ -252,8 +253,9 @@ def set_ns_ana_group(nqn: str, nsid: int, anagrpid: int) -> Request:
     return "nvmf_subsystem_set_ns_ana_group", {"nqn": nqn, "nsid": nsid, "anagrpid": anagrpid}
 
 
-def add_host(nqn: str, host: str, dhchap_key: str | None = None) -> Request:
-    return "nvmf_subsystem_add_host", _clean({"nqn": nqn, "host": host, "dhchap_key": dhchap_key})
+def add_host(nqn: str, host: str, dhchap_key: str | None = None, psk: str | None = None) -> Request:
+    """`dhchap_key`, `psk`: keyring key names (the TLS PSK of the host on this subsystem)."""
+    return "nvmf_subsystem_add_host", _clean({"nqn": nqn, "host": host, "dhchap_key": dhchap_key, "psk": psk})
 
 
 def remove_host(nqn: str, host: str) -> Request:
@@ -274,6 +276,12 @@ def keyring_remove(name: str) -> Request:
 
 def keyring_get_keys() -> Request:
     return "keyring_get_keys", {}
+
+
+def get_config(subsystem: str) -> Request:
+    """What SPDK would replay to rebuild `subsystem` ("nvmf": the only place it says which
+    TLS PSK a subsystem's host has; nvmf_get_subsystems does not)."""
+    return "framework_get_config", {"name": subsystem}
 
 
 # ---- mirrors (spdk/mirror.py) -------------------------------------------------------------

@@ -45,10 +45,22 @@ storage_address = ["${ip%/*}"]
 # The lab has one network, so no management address: /metrics on loopback inside the VM
 # (nodeosd refuses to serve it on a storage address).
 metrics_listen = "127.0.0.1:9810"
+# For the same reason the discovery controller's mDNS records (TP8009, for nvme-stas on the
+# hosts) go out on eth0 although it carries the peer address (docs/network.md, "mDNS").
+mdns_management = true
 # Under TCG a VM can stall for seconds: a longer primary lease than hardware's 3 s default,
 # so a busy but live node is not fenced (lab timings are context, not hardware figures).
 lease_s = 8.0
+# For the same reason a slower Raft tick: elections after 3-6 s of silence rather than 1-2 s (a
+# starved VM's loop stalls that long and its followers campaigned: leadership churned, and each
+# new leader counted leases afresh), and a third of the heartbeats on the starved cores.
+raft_tick_ms = 300
 CONF
+  # The VM's identity (node name, peers, storage address, eth0's address) is then applied from
+  # the words nodeos-lab put on the kernel command line by the appliance's own first-boot
+  # provisioning (nodeos-provision.service, ordered after this unit; docs/provisioning.md),
+  # merged over this file. The file holds the same values, so a provisioning that fails (said
+  # on the console) leaves the lab as it was.
 fi
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev eth0

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from nodeos.cli.nodes import retry_not_leader
 from nodeos.cluster.errors import NotLeader
 from nodeos.errors import NotFound, error_from_dict
+from nodeos.rpc.client import retry_not_leader
 
 
 class Clock:

@@ -17,7 +17,7 @@ import pytest
 
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader
-from nodeos.cluster.map import encode_command
+from nodeos.cluster.map import ClusterMap, encode_command
 from nodeos.cluster.raft import Message, MessageType, StateRole, bootstrap_storage, from_wire
 from nodeos.cluster.raft_storage import LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
@@ -57,7 +57,7 @@ class Member:
         self.votes_granted = 0
         self.sent: list[Message] = []
         self.transport = PeerTransport(nid, "c", SECRET, self._on_raft, self._on_request)
-        self.driver: RaftDriver | None = None
+        self.driver: RaftDriver[ClusterMap] | None = None
 
     def _on_raft(self, frm: int, msg: dict[str, Any]) -> None:
         if self.driver is not None:
@@ -104,7 +104,14 @@ async def make_cluster(tmp: Path, n: int = 3) -> list[Member]:
         await m.transport.listen("127.0.0.1", 0)
     for m in members:
         m.watch_sends()
-        m.driver = RaftDriver(m.nid, m.storage, m.transport, tick_s=0.02, election_tick=10)  # type: ignore[arg-type]
+        m.driver = RaftDriver(
+            m.nid,
+            m.storage,
+            m.transport,  # type: ignore[arg-type]
+            state_machine=ClusterMap(),
+            tick_s=0.02,
+            election_tick=10,
+        )
         for other in members:
             if other is not m:
                 m.transport.set_peer(other.nid, other.transport.advertise)

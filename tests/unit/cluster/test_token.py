@@ -70,3 +70,14 @@ def test_bad_tokens_name_the_token_field(text: str) -> None:
     with pytest.raises(BadInput) as exc:
         decode_token(text)
     assert exc.value.field == "token"
+
+
+@pytest.mark.parametrize(
+    "ca", [b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", b"not pem", b"\xff\xfe"]
+)
+def test_a_token_whose_ca_was_damaged_is_the_operators_bad_token(ca: bytes) -> None:
+    """Probe 7's kin: before, the join failed later in ssl and blamed the node's state (exit 1)."""
+    t = JoinToken("c1", b"i" * 16, b"k" * 32, "10.0.0.1:7100", 1e9, ca=ca)
+    with pytest.raises(BadInput) as e:
+        decode_token(t.encode())
+    assert e.value.field == "token" and e.value.exit_code == 2 and "damaged" in e.value.message

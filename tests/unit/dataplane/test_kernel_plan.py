@@ -113,5 +113,13 @@ def test_discovery_ports_one_per_address_and_transport() -> None:
     assert discovery_addrs(ls, None) == []
 
 
+def test_a_tls_only_export_gets_no_plain_discovery_port() -> None:
+    # Linked to 8009, a volume whose hosts require TLS would take plain-text I/O connects there.
+    ls = (Listener("tcp", "10.0.0.1", "4421"), Listener("tcp", "10.0.0.2", "4421"))
+    assert discovery_addrs(ls, "8009") == []
+    allowed = (Listener("tcp", "10.0.0.1", "4421"), Listener("tcp", "10.0.0.1"))
+    assert discovery_addrs(allowed, "8009") == [PortAddr("tcp", "ipv4", "10.0.0.1", "8009")]
+
+
 def test_nguid_written_in_the_form_configfs_prints() -> None:
     assert nguid_for_configfs("5b0e6f0a2c1d4e8f9a3b7c6d5e4f3a21") == "5b0e6f0a-2c1d-4e8f-9a3b-7c6d5e4f3a21"

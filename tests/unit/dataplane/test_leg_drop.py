@@ -77,3 +77,52 @@ def test_marking_faulty_never_waits_longer_than_its_bound(tmp_path: Path) -> Non
     # let the parked writer go
     fd = os.open(tmp_path / "md127" / "md" / "dev-nvme3n1" / "state", os.O_RDONLY | os.O_NONBLOCK)
     os.close(fd)
+
+
+def _leg(sys_nvme: Path, sys_block: Path, n: int, nqn: str, state: str) -> None:
+    c = sys_nvme / f"nvme{n}"
+    c.mkdir(parents=True)
+    for k, v in {"subsysnqn": nqn, "transport": "tcp", "address": f"traddr=10.0.0.{n},trsvcid=4420"}.items():
+        (c / k).write_text(v + "\n")
+    (c / "state").write_text(state + "\n")
+    for k, v in {"delete_controller": "", "fast_io_fail_tmo": "off", "ctrl_loss_tmo": "off"}.items():
+        (c / k).write_text(v)
+    disk = sys_block / f"nvme{n}n1"
+    (disk / "holders" / "md127").mkdir(parents=True)
+    (disk / "device").mkdir()
+    (disk / "device" / "subsysnqn").write_text(nqn + "\n")
+
+
+def test_a_mirror_going_away_cuts_every_leg_in_one_round_each_loss_bounded_first(tmp_path: Path) -> None:
+    """Issue 25: md's superblock write for one leg's failure held md's lock while it waited on the
+    other leg, whose replica had gone; that leg was never cut. Now each leg's loss is bounded
+    (fast fail, controller loss) and every leg is failed and cut at once: a leg whose md failure
+    blocks (md's lock held) does not keep the other's controller from going."""
+    from nodeos.dataplane.kernel.backend import KernelDataPlane
+
+    sys_nvme, sys_block = tmp_path / "class", tmp_path / "block"
+    a, b = mn.replica_nqn(VOL, "2"), mn.replica_nqn(VOL, "3")
+    _leg(sys_nvme, sys_block, 2, a, "live")
+    _leg(sys_nvme, sys_block, 3, b, "connecting")
+    md_root = tmp_path / "mdsys"
+    _md(md_root, "nvme2n1", state_fifo=True)  # the first leg's failure waits on md's lock
+    dev_b = md_root / "md127" / "md" / "dev-nvme3n1"
+    dev_b.mkdir(parents=True)
+    (dev_b / "state").write_text("in_sync\n")
+    dp = KernelDataPlane(
+        initiator=ini.Initiator(fabrics=tmp_path / "fab", sys_nvme=sys_nvme, sys_block=sys_block),
+        mirrors=md.MdMirrors(sys_block=md_root),
+    )
+    t = time.monotonic()
+    assert sorted(dp.cut_mirror_legs(mn.mirror_id_for(VOL), [a, b, mn.replica_nqn(VOL, "4")])) == sorted(
+        [a, b]
+    )
+    assert time.monotonic() - t < 10  # md's wait for its lock is bounded (FAIL_WAIT_S), not for ever
+    for n in (2, 3):
+        c = sys_nvme / f"nvme{n}"
+        assert (c / "fast_io_fail_tmo").read_text() == "0"
+        assert (c / "ctrl_loss_tmo").read_text() == str(ini.LOSS_BOUND_S)
+        assert (c / "delete_controller").read_text() == "1"
+    assert (dev_b / "state").read_text() == "faulty"
+    fd = os.open(md_root / "md127" / "md" / "dev-nvme2n1" / "state", os.O_RDONLY | os.O_NONBLOCK)
+    os.close(fd)

@@ -89,6 +89,8 @@ def test_config_file_then_flags(tmp_path: Path) -> None:
         ("log_level = 'loud'\n", "log_level"),
         ("storage_address = ['1.2.3']\n", "storage_address"),
         ("replace_after_s = 0\n", "replace_after_s"),
+        ("raft_tick_ms = 5\n", "raft_tick_ms"),
+        ("raft_tick_ms = 300.5\n", "raft_tick_ms"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path: Path, text: str, field: str) -> None:

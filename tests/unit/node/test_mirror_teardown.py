@@ -3,7 +3,8 @@
 Replica legs block on a lost path (no fast-fail, no controller loss). While a volume is deleted
 its secondaries remove their replica exports at the same time, so a leg that is live when the
 primary's teardown starts can block a moment later and hold md's stop for ever. The teardown
-drops every attached leg first, live or not, before anything that waits for md's I/O. The data
+cuts every attached leg first, live or not, in one round (each leg's loss bounded first, none
+waiting behind another: issue 25), before anything that waits for md's I/O. The data
 plane here records the calls in order: the kernel target and md cannot run on this host (the
 lab runs the real ones).
 """
@@ -29,6 +30,8 @@ class RecordingOps:
 
     async def call(self, method: str, *args: Any) -> Any:
         self.calls.append((method, args))
+        if method == "cut_mirror_legs":
+            return list(args[1])
         return self.remotes if method == "list_remotes" else None
 
 
@@ -51,7 +54,9 @@ def test_delete_on_the_primary_drops_every_attached_leg_live_or_not_before_stopp
     ops = RecordingOps([live, blocked])
     asyncio.run(MirrorOps(ops).teardown(_primary([2, 3, 4])))  # node 4's leg is not attached
     order = [m for m, _ in ops.calls]
-    dropped = [args[1] for m, args in ops.calls if m == "drop_mirror_leg"]
-    assert sorted(dropped) == sorted([live.nqn, blocked.nqn])
-    assert max(i for i, m in enumerate(order) if m == "drop_mirror_leg") < order.index("stop_mirror")
+    # one round for every attached leg (issue 25): no leg's cut waits behind another's
+    cuts = [args[1] for m, args in ops.calls if m == "cut_mirror_legs"]
+    assert len(cuts) == 1 and sorted(cuts[0]) == sorted([live.nqn, blocked.nqn])
+    assert "drop_mirror_leg" not in order
+    assert order.index("cut_mirror_legs") < order.index("stop_mirror")
     assert order.index("stop_mirror") > order.index("remove_view")

@@ -54,7 +54,7 @@ def full() -> dict[str, Any]:
         "daemon": {
             "version": "0.1.0",
             "start_time": 1000.0,
-            "dataplane": {"name": "kernel", "up": True},
+            "dataplane": {"name": "kernel", "up": True, "stuck": ["stop_mirror"], "stuck_total": 1},
             "api_requests": 10,
             "api_errors": {"bad_input": 2, "not_found": 1},
             "api_refused": {"permission": 1, "idle": 0, "busy": 0},

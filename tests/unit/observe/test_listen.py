@@ -40,3 +40,13 @@ def test_bad_config_names_the_field(key: str, value: object) -> None:
     with pytest.raises(BadInput) as e:
         configmod.check(cfg)
     assert e.value.field == key
+
+
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "::"])
+def test_a_wildcard_peer_address_puts_metrics_on_loopback_not_everywhere(wildcard: str) -> None:
+    assert listen_address({}, (wildcard, 7000)) == ("127.0.0.1", DEFAULT_PORT)
+    # The operator may still choose every address, explicitly.
+    assert listen_address({"metrics_listen": f"0.0.0.0:{DEFAULT_PORT}"}, (wildcard, 7000)) == (
+        "0.0.0.0",
+        DEFAULT_PORT,
+    )

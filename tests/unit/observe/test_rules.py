@@ -62,5 +62,6 @@ def test_rules_name_only_exported_metrics_and_cover_the_issue() -> None:
         "NodeosPfcPauseStorm",
         "NodeosNetworkDrift",
         "NodeosDataplaneDown",
+        "NodeosDataplaneCallStuck",
     }
     assert wanted <= alerts

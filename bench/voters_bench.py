@@ -1,0 +1,271 @@
+"""Few voters, many members (issue 30): what a member costs the leader, on loopback and in the
+simulator, side by side in one run.
+
+    .venv/bin/python bench/voters_bench.py [--sizes 3,10,30] [--sim-sizes 100,300,1000] [--seconds 10]
+
+Real processes (`nodeosd --dataplane none` on 127.0.0.1, two members a rack (3 members: one), 3 voters kept by
+the leader, the rest learners), one cluster per size in turn:
+- commit latency p50/p99 of `cluster.kv.put`, one client on the leader's API socket;
+- the leader's CPU per second of wall time meanwhile (utime + stime from /proc), and a learner's;
+- heal time: a voter SIGKILLed (voter-down-after 3 s) until 3 voters on 3 racks are back.
+The simulator's voters workload (1 seed each, 3 voters, 40 racks): wall time, events, and the
+virtual time from a rack lost for good to the voter set whole again.
+Figures go to docs/benchmarks.md, section "Voters and learners". Not a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+from benchdoc import add_no_write, publish  # noqa: E402
+from raft_bench import Conn, pct  # noqa: E402
+
+from nodeos.cluster.localcluster import LocalNode  # noqa: E402
+from nodeos.cluster.sim import run_seed  # noqa: E402
+from nodeos.cluster.sim.voters_sim import voters_config  # noqa: E402
+from nodeos.errors import NodeosError  # noqa: E402
+
+SECTION = "## Voters and learners"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def fsync_totals(n: LocalNode) -> tuple[float, float]:
+    """(seconds, count) of the member's synced Raft writes so far, from its /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{n.metrics_address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    vals = {}
+    for line in text.splitlines():
+        if line.startswith(("nodeos_cluster_fsync_seconds_sum", "nodeos_cluster_fsync_seconds_count")):
+            name, value = line.rsplit(" ", 1)
+            vals[name.split("{")[0].rsplit("_", 1)[1]] = float(value)
+    return vals.get("sum", 0.0), vals.get("count", 0.0)
+
+
+def leader_status(nodes: list[LocalNode]) -> dict[str, Any] | None:
+    for n in nodes:
+        if not n.running:
+            continue
+        try:
+            st = n.call("cluster.status", timeout=10)
+        except NodeosError:
+            continue
+        if st.get("leader") == st.get("node_id"):
+            return dict(st)
+    return None
+
+
+def spread(st: dict[str, Any] | None, dead: set[int]) -> bool:
+    if st is None:
+        return False
+    vs = [m for m in st["members"] if m["raft"] == "voter"]
+    racks = {m["labels"].get("rack") for m in vs}
+    return (
+        len(vs) == min(3, len(st["members"]))
+        and len(racks) == len(vs)
+        and not {m["node_id"] for m in vs} & dead
+    )
+
+
+def wait_spread(nodes: list[LocalNode], dead: set[int], timeout: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    st = None
+    while time.monotonic() < deadline:
+        st = leader_status(nodes) or st
+        if st is not None and spread(st, dead):
+            return st
+        time.sleep(0.2)
+    seen = st and [(m["node_id"], m["raft"], m["labels"]) for m in st["members"]]
+    raise TimeoutError(f"voter set not spread within {timeout} s: {seen}")
+
+
+def join(n: LocalNode, address: str, token: str) -> None:
+    """A join whose outcome is unknown (the leader changed meanwhile) is asked again: the same
+    node joining twice is taken once."""
+    for attempt in range(5):
+        try:
+            n.call("cluster.join", {"address": address, "token": token, "node_id": n.raft_id}, timeout=120)
+            return
+        except NodeosError:
+            if attempt == 4:
+                raise
+            time.sleep(2)
+
+
+def one_size(size: int, seconds: float) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix=f"voters-bench-{size}-"))
+    nodes = [LocalNode(root, i) for i in range(1, size + 1)]
+    try:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda n: n.start(timeout=180), nodes))
+        first = nodes[0]
+        token = first.call("cluster.init", {"node_id": 1})["token"]
+        first.call("cluster.set", {"voter_down_s": 3.0})
+        for n in nodes[1:]:
+            join(n, first.address, token)
+        per_rack = 2 if size >= 6 else 1  # 3 members: a rack each, else there are not 3 racks
+        for n in nodes:
+            rack = f"r{(n.index - 1) // per_rack}"
+            first.call("node.label", {"node": f"n{n.index}", "set": {"rack": rack}}, timeout=60)
+        st = wait_spread(nodes, set())
+        formed_s = time.monotonic() - t0
+        leader = next(n for n in nodes if n.raft_id == st["leader"])
+        learner = next((n for n in nodes if n.raft_id not in st["voters"]["voters"]), None)
+        assert leader.proc is not None
+        pids = {"leader": leader.proc.pid, "learner": learner.proc.pid if learner and learner.proc else None}
+        voter = next(n for n in nodes if n.raft_id in st["voters"]["voters"] and n is not leader)
+        syncs = {"leader": leader, "voter": voter}
+        syncs0 = {k: fsync_totals(n) for k, n in syncs.items()}
+        before = {k: cpu_s(p) for k, p in pids.items() if p}
+        c = Conn(leader)
+        lat: list[float] = []
+        w0 = time.monotonic()
+        end = w0 + seconds
+        i = 0
+        while time.monotonic() < end:
+            i += 1
+            t1 = time.perf_counter()
+            r = c.call("cluster.kv.put", {"key": "lat", "value": i})
+            assert "result" in r, r
+            lat.append(time.perf_counter() - t1)
+        wall = time.monotonic() - w0
+        c.close()
+        cpu = {k: (cpu_s(p) - before[k]) / wall for k, p in pids.items() if p}
+        fsync_ms = {}
+        for k, n in syncs.items():
+            total, count = (a - b for a, b in zip(fsync_totals(n), syncs0[k], strict=True))
+            fsync_ms[k] = total / count * 1e3 if count else 0.0
+        heal = None
+        if size > 3:
+            victim = next(n for n in nodes if n.raft_id in st["voters"]["voters"] and n is not leader)
+            victim.kill(signal.SIGKILL)
+            t2 = time.monotonic()
+            wait_spread(nodes, {victim.raft_id})
+            heal = time.monotonic() - t2
+        return {
+            "size": size,
+            "formed_s": formed_s,
+            "n": len(lat),
+            "p50_ms": pct(lat, 50) * 1e3,
+            "p99_ms": pct(lat, 99) * 1e3,
+            "leader_cpu": cpu["leader"],
+            "learner_cpu": cpu.get("learner"),
+            "heal_s": heal,
+            "fsync_ms": fsync_ms,
+        }
+    finally:
+        for n in nodes:
+            n.kill()
+
+
+def one_sim(members: int) -> dict[str, Any]:
+    t0 = time.monotonic()
+    res = run_seed(1, voters_config(nodes=members, racks=40, voters=3))
+    wall = time.monotonic() - t0
+    return {
+        "members": members,
+        "ok": res.ok,
+        "violation": res.violation,
+        "wall_s": wall,
+        "events": res.stats.get("events", 0),
+        "virtual_ms": res.time_ms,
+        "rack_heal_ms": res.stats.get("rack_heal_ms"),
+    }
+
+
+def render(r: dict[str, Any]) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"Measured {r['when']} by `bench/voters_bench.py` on {r['host']} (shared 2-core host, other "
+        "work running). Real members: `nodeosd --dataplane none` on 127.0.0.1, Raft tick 100 ms, two "
+        "members a rack (3 members: one), 3 voters kept by the leader (the rest learners), one "
+        "client putting keys through the leader's API socket; CPU is utime + stime per second of "
+        "wall time while it does. "
+        "Heal: a voter that is not the leader SIGKILLed with `cluster set voter-down-after 3`, until "
+        "3 voters on 3 racks are back (the bound, an election timeout of contact checks, a "
+        "promotion and a demotion).",
+        "",
+        "| members | formed + labelled | puts | commit p50 | commit p99 | leader CPU | a learner's CPU "
+        "| synced write, leader / a voter (mean) | heal |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in r["procs"]:
+        learner = "-" if p["learner_cpu"] is None else f"{p['learner_cpu'] * 100:.0f} %"
+        heal = "-" if p["heal_s"] is None else f"{p['heal_s']:.1f} s"
+        lines.append(
+            f"| {p['size']} | {p['formed_s']:.0f} s | {p['n']} | {p['p50_ms']:.1f} ms | {p['p99_ms']:.1f} ms "
+            f"| {p['leader_cpu'] * 100:.0f} % | {learner} "
+            f"| {p['fsync_ms']['leader']:.1f} / {p['fsync_ms']['voter']:.1f} ms | {heal} |"
+        )
+    base = r["procs"][0]
+    for p in r["procs"][1:]:
+        lines.append("")
+        lines.append(
+            f"- {p['size']} members against {base['size']}: commit p50 x{p['p50_ms'] / base['p50_ms']:.2f}, "
+            f"p99 x{p['p99_ms'] / base['p99_ms']:.2f}; "
+            f"leader CPU x{p['leader_cpu'] / max(base['leader_cpu'], 1e-9):.2f}."
+        )
+    lines += [
+        "",
+        "The simulator's voters workload (`nodeos-sim --workload voters --racks 40`, one seed, 3 voters: "
+        "2 s of faults, the heal, a voter's rack lost for good and its return; every Raft message an event):",
+        "",
+        "| members | wall time | events | virtual time | rack lost -> voter set whole (virtual) "
+        "| invariants |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in r["sims"]:
+        lines.append(
+            f"| {s['members']} | {s['wall_s']:.1f} s | {s['events']} | {s['virtual_ms']} ms "
+            f"| {s['rack_heal_ms']} ms | {'held' if s['ok'] else s['violation']} |"
+        )
+    lines += [
+        "",
+        "Virtual time runs elections after 200-400 ms and calls a voter lost after 600 ms; the heal "
+        "is that bound, the new leader's election when the rack held it, a promotion and a demotion. "
+        "A seed's cost grows with the members because every heartbeat round is one message to and "
+        "from each of them.",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="3,10,30", help="real member counts, comma-separated")
+    ap.add_argument("--sim-sizes", default="100,300,1000", help="simulated member counts")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    add_no_write(ap)
+    a = ap.parse_args()
+    r: dict[str, Any] = {
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs",
+        "procs": [one_size(int(s), a.seconds) for s in a.sizes.split(",")],
+        "sims": [one_sim(int(s)) for s in a.sim_sizes.split(",")],
+    }
+    publish(SECTION, render(r), write=not a.no_write)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Every command the cluster map applies, listed once: its name, version, owner and purpose.
+
+A map command travels in a Raft entry as msgpack `{"cmd": name, "v": version, "args": {...}}`
+(nodeos/cluster/map.py, `encode_command`). This table is what a node knows: `ClusterMap.apply`
+looks every committed command up here first. A command whose name this node does not know, or
+whose version (or feature level) is newer than any it knows, is never skipped: the map stops
+applying at that entry and the node says which release it needs (nodeos/cluster/features.py),
+because skipping it while newer members apply it would make the maps differ. Arguments a node
+knows but finds wrong are refused with `bad_input` the same on every node, recorded in the map's
+`rejected` list, and change nothing else (docs/api.md, "Compatibility").
+
+The handlers that apply the commands live beside the state they change (`owner`); map.py
+gathers them in `HANDLERS`, and `check_handlers` (run when map.py is imported, and by
+tests/unit/cluster/test_commands.py) refuses a table that differs from this list, so a command
+cannot be added, removed or versioned in one place only.
+
+Each command (each version) carries `level`, the cluster feature level that introduced it
+(features.LEVELS names the first release of each). The leader never proposes a command above
+the cluster's level, and the level rises only once every member knows it: so a new command is
+used only when every member runs a release that knows it.
+
+Changing a command: an added optional argument keeps the version (an older node ignores it); a
+changed meaning, or an argument a node must not ignore, is a new version (a new `MapCommand` with
+the next version, its own handler and the next feature level). A new command also takes the
+next level. The arguments of
+each version are checked by its handler (the typed request of the API method that proposes it,
+nodeos/api/, is checked before that); typed argument records per command are not defined here yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nodeos.errors import BadInput
+
+Handler = Callable[[dict[str, Any], dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class MapCommand:
+    """One version of one map command. `owner`: the module whose handler applies it; `level`:
+    the cluster feature level that introduced it (nodeos/cluster/features.py)."""
+
+    name: str
+    version: int
+    owner: str
+    summary: str
+    level: int = 1
+
+
+_MAP = "nodeos.cluster.map"
+_STORAGE = "nodeos.cluster.storage_map"
+_HOSTS = "nodeos.cluster.host_map"
+_SNAPS = "nodeos.cluster.snapshot_map"
+_PUBLISH = "nodeos.cluster.publish_map"
+_FAILOVER = "nodeos.cluster.failover_map"
+_FEATURES = "nodeos.cluster.feature_map"
+
+COMMANDS: tuple[MapCommand, ...] = (
+    # membership and cluster-wide settings
+    MapCommand("init_cluster", 1, _MAP, "name the cluster (its id) and the CA's first holder"),
+    MapCommand("add_node", 1, _MAP, "a member joins: id, name, addresses, failure domain, role"),
+    MapCommand("remove_node", 1, _MAP, "a member leaves (refused while it holds pools)"),
+    MapCommand("node_update", 1, _MAP, "a member's new addresses"),
+    MapCommand("set_failure_domain", 1, _MAP, "move a member to another failure domain"),
+    MapCommand("cluster_set", 1, "nodeos.cluster.voters", "the voter count and when a voter is lost"),
+    MapCommand("use_join_token", 1, "nodeos.cluster.token_map", "count one use of a join token"),
+    MapCommand("secret_roll", 1, _MAP, "one step of a cluster secret roll (generation, phase)"),
+    MapCommand("ca_roll", 1, _MAP, "one step of a cluster CA roll (generation, phase, holder)"),
+    MapCommand("set_feature_level", 1, _FEATURES, "raise the cluster's feature level", level=2),
+    # the key/value space (tests, operators)
+    MapCommand("kv_put", 1, _MAP, "set a key"),
+    MapCommand("kv_cas", 1, _MAP, "set a key if its value is the one expected"),
+    MapCommand("kv_get", 1, _MAP, "read a key through the log"),
+    MapCommand("kv_delete", 1, _MAP, "remove a key", level=2),
+    # nodes' storage, pools and volumes
+    MapCommand("node_label", 1, _STORAGE, "set or remove a node's labels"),
+    MapCommand("node_set_state", 1, _STORAGE, "a node's state (active, draining, ...)"),
+    MapCommand("node_report", 1, _STORAGE, "what a node's agent really holds"),
+    MapCommand("pool_create", 1, _STORAGE, "a pool on a node's drives"),
+    MapCommand("pool_delete", 1, _STORAGE, "delete an empty pool"),
+    MapCommand("volume_create", 1, _STORAGE, "a volume with the leader's placement, re-checked"),
+    MapCommand("volume_delete", 1, _STORAGE, "mark a volume deleting"),
+    MapCommand("volume_resize", 1, _STORAGE, "grow a volume"),
+    MapCommand("import_node", 1, "nodeos.cluster.storage_import", "adopt what a node held before"),
+    # hosts and grants
+    MapCommand("volume_hosts", 1, _HOSTS, "grant or revoke a host on a volume"),
+    MapCommand("host_add", 1, _HOSTS, "register a host (or several without secrets)"),
+    MapCommand("host_add", 2, _HOSTS, "register a host with TLS (policy and sealed key)"),
+    MapCommand("host_update", 1, _HOSTS, "a host's TLS policy and sealed key"),
+    MapCommand("host_remove", 1, _HOSTS, "unregister a host"),
+    MapCommand("host_seal", 1, _HOSTS, "hosts' plain-text secrets replaced by sealed ones"),
+    # snapshots and published volumes
+    MapCommand("snapshot_create", 1, _SNAPS, "a snapshot of a ready volume"),
+    MapCommand("snapshot_delete", 1, _SNAPS, "delete a snapshot"),
+    MapCommand("snapshot_abort", 1, _SNAPS, "give up a snapshot whose freeze lasted too long"),
+    MapCommand("volume_publish", 1, _PUBLISH, "publish a volume or snapshot under a name"),
+    MapCommand("volume_unpublish", 1, _PUBLISH, "withdraw a published volume"),
+    MapCommand("publish_hosts", 1, _PUBLISH, "grant or revoke a host on a published volume"),
+    # failover, rebuild and replacement
+    MapCommand("node_health", 1, _FAILOVER, "a node's health as the leader sees it"),
+    MapCommand("node_rebuild_limit", 1, _FAILOVER, "cap a node's mirror rebuilds (MB/s)"),
+    MapCommand("volume_failover", 1, _FAILOVER, "make another replica the primary, at an epoch"),
+    MapCommand("volume_handoff", 1, _FAILOVER, "a planned move: the primary stops serving"),
+    MapCommand("volume_replace_replica", 1, "nodeos.cluster.replace_map", "move a replica elsewhere"),
+    # the event log
+    MapCommand("record_event", 1, "nodeos.cluster.events", "append one event to the cluster's log"),
+)
+
+
+def _index(commands: tuple[MapCommand, ...]) -> dict[str, dict[int, MapCommand]]:
+    out: dict[str, dict[int, MapCommand]] = {}
+    for c in commands:
+        if c.version in out.setdefault(c.name, {}):
+            raise RuntimeError(f"map command {c.name} version {c.version} is listed twice")
+        out[c.name][c.version] = c
+    return out
+
+
+BY_NAME: dict[str, dict[int, MapCommand]] = _index(COMMANDS)
+NAMES: list[str] = sorted(BY_NAME)
+
+
+def lookup(name: str, version: int) -> MapCommand:
+    """The command `name` at `version`; BadInput (field `cmd` or `v`) if this node does not know it."""
+    versions = BY_NAME.get(name)
+    if versions is None:
+        raise BadInput(f"unknown command {name!r}", field="cmd", allowed=list(NAMES))
+    spec = versions.get(version)
+    if spec is None:
+        raise BadInput(f"command {name} has no version {version}", field="v", allowed=sorted(versions))
+    return spec
+
+
+def disagreements(handlers: Mapping[str, Mapping[int, Handler]]) -> list[str]:
+    """How a table of handlers (name -> version -> function) differs from the list (empty: not)."""
+    listed = {(c.name, c.version) for c in COMMANDS}
+    handled = {(name, v) for name, versions in handlers.items() for v in versions}
+    out = [f"{n} v{v} has a handler but is not listed" for n, v in sorted(handled - listed)]
+    out += [f"{n} v{v} is listed but has no handler" for n, v in sorted(listed - handled)]
+    return out
+
+
+def check_handlers(handlers: Mapping[str, Mapping[int, Handler]]) -> None:
+    problems = disagreements(handlers)
+    if problems:
+        raise RuntimeError("map commands and their handlers disagree: " + "; ".join(problems))

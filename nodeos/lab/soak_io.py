@@ -1,0 +1,147 @@
+"""The soak's GPU node: connect a volume on every path, fio with verify in the background, marks
+(random data written with O_DIRECT and fsync, its sha256 kept, read back later), disconnect.
+
+fio writes the first half of a volume as created (`--size`), a mark the 4 MiB after it, so both
+can live on one volume; neither touches space a resize added.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from typing import Any
+
+from nodeos.lab import fio
+from nodeos.lab.lab import Lab
+
+# The host's side of a fast failover (docs/operations.md, "Failover: host settings").
+CONNECT_OPTS = ["--keep-alive-tmo=5", "--ctrl-loss-tmo=60", "--reconnect-delay=2"]
+# --thread: jobs as threads (a forked job killed by SIGPIPE at its end made fio abort, once).
+FIO_FLAGS = (
+    "--rw=randwrite --bs=4k --direct=1 --ioengine=libaio --thread --iodepth=4 --time_based --verify=crc32c "
+    "--do_verify=1 --verify_fatal=1 --verify_backlog=64 --output-format=json"
+)
+
+
+def _tag(name: str) -> str:
+    return f"/root/soak-{name}"
+
+
+def _discover(lab: Lab, host: str, addr: str) -> list[dict[str, Any]]:
+    r = lab.exec(host, ["nvme", "discover", "-t", "tcp", "-a", addr, "-s", "8009", "-o", "json"], 120)
+    if r.rc != 0:
+        return []
+    try:
+        return list(json.loads(r.stdout).get("records", []))
+    except ValueError:
+        return []
+
+
+def paths(lab: Lab, host: str, nqn: str, via_addr: str) -> list[tuple[str, str]]:
+    """(address, port) of every TCP path to `nqn` that discovery at `via_addr` and the discovery
+    controllers it refers to list: what `nvme connect-all` finds (a node lists only what it
+    exports; the others come by its referrals)."""
+    found: set[tuple[str, str]] = set()
+    asked: set[str] = set()
+    todo = [via_addr]
+    while todo:
+        addr = todo.pop()
+        if addr in asked:
+            continue
+        asked.add(addr)
+        for e in _discover(lab, host, addr):
+            if e.get("trtype") != "tcp":
+                continue
+            if e.get("subnqn") == nqn:
+                found.add((e["traddr"], e["trsvcid"]))
+            elif "referral" in str(e.get("subtype")):
+                todo.append(e["traddr"])
+    return sorted(found)
+
+
+def connect(lab: Lab, host: str, nqn: str, via_addr: str, timeout: float = 180) -> str:
+    """Connect every path of `nqn` (only it: a connect-all would take every granted volume, and a
+    revoke must find the host gone) and return the multipath head's device."""
+    found = paths(lab, host, nqn, via_addr)
+    if not found:
+        raise RuntimeError(f"discovery at {via_addr} lists no TCP path to {nqn}")
+    for addr, port in found:
+        # A path already connected answers "already connected": not a failure.
+        lab.exec(
+            host, ["nvme", "connect", "-t", "tcp", "-a", addr, "-s", port, "-n", nqn, *CONNECT_OPTS], 120
+        )
+    return device(lab, host, nqn, timeout)
+
+
+def device(lab: Lab, host: str, nqn: str, timeout: float) -> str:
+    script = f"""
+for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+  [ "$(cat $s/subsysnqn 2>/dev/null)" = {shlex.quote(nqn)} ] || continue
+  for n in $s/nvme*n*; do b=${{n##*/}}; [ -b /dev/$b ] && echo /dev/$b && exit 0; done
+done
+exit 1"""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = lab.sh(host, script, check=False)
+        if r.rc == 0 and r.stdout.strip():
+            return r.stdout.split()[0]
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{host}: no block device for {nqn} after {timeout:.0f} s")
+        time.sleep(2)
+
+
+def disconnect(lab: Lab, host: str, nqn: str) -> None:
+    lab.exec(host, ["nvme", "disconnect", "-n", nqn], 120)
+
+
+def fio_start(lab: Lab, host: str, name: str, dev: str, size_mib: int, runtime_s: int) -> None:
+    """fio random writes with crc32c verify on the first half of the volume, in the background;
+    its pid in <tag>.pid, its JSON report in <tag>.json."""
+    t = _tag(name)
+    fio = f"fio --name=soak-{name} --filename={dev} --size={size_mib // 2}M --runtime={runtime_s} {FIO_FLAGS}"
+    lab.sh(
+        host,
+        f"rm -f {t}.json {t}.pid; setsid -f sh -c 'echo $$ > {t}.pid; exec {fio} --output={t}.json' "
+        "</dev/null >/dev/null 2>&1; "
+        f"for i in $(seq 60); do [ -s {t}.pid ] && break; sleep 1; done; kill -0 $(cat {t}.pid)",
+        timeout=120,
+    )
+
+
+def fio_wait(lab: Lab, host: str, name: str, timeout: float) -> dict[str, Any]:
+    """Wait for the job to end and return its report's job ({"error": ..., ...}); a job that left
+    no report (killed, crashed) answers {"error": "no report", ...}."""
+    t = _tag(name)
+    lab.sh(host, f"while kill -0 $(cat {t}.pid) 2>/dev/null; do sleep 2; done", timeout=timeout)
+    out = lab.sh(host, f"cat {t}.json 2>/dev/null || true").stdout
+    try:
+        return fio.report_job(out)
+    except ValueError:
+        return {"error": "no report", "output": out[-500:]}
+
+
+def fio_kill(lab: Lab, host: str, name: str) -> None:
+    lab.sh(host, f"kill $(cat {_tag(name)}.pid) 2>/dev/null || true", check=False)
+
+
+def write_mark(lab: Lab, host: str, dev: str, offset_mib: int, mib: int) -> str:
+    """Random data at offset_mib, O_DIRECT and fsync'd (acknowledged by the volume); its sha256."""
+    r = lab.sh(
+        host,
+        f"head -c {mib}M /dev/urandom > /tmp/mark && "
+        f"dd if=/tmp/mark of={dev} bs=1M seek={offset_mib} oflag=direct conv=fsync status=none && "
+        "sha256sum < /tmp/mark | cut -d' ' -f1",
+        timeout=300,
+    )
+    return r.stdout.strip()
+
+
+def read_mark(lab: Lab, host: str, dev: str, offset_mib: int, mib: int) -> str:
+    r = lab.sh(
+        host,
+        f"dd if={dev} bs=1M skip={offset_mib} count={mib} iflag=direct status=none"
+        " | sha256sum | cut -d' ' -f1",
+        timeout=300,
+    )
+    return r.stdout.strip()

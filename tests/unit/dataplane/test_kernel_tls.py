@@ -1,0 +1,99 @@
+"""TLS on the kernel data plane: the TLS PSK that goes into the .nvme keyring, and the nvmet port
+attributes of the TLS port.
+
+The vectors in data/tls_psk_spdk_v26.05.json were printed by SPDK v26.05's own derivation
+(nvme_tcp_parse_interchange_psk, nvme_tcp_generate_psk_identity, nvme_tcp_derive_retained_psk,
+nvme_tcp_derive_tls_psk in include/spdk_internal/nvme_tcp.h, compiled into a small C program
+against a local build): hash 01, 02, and 00 with 32- and 48-byte keys, and SPDK's documented
+example key. SPDK's TLS works against Linux hosts, so the same identity and PSK is what a host's
+`nvme connect --tls` sends and what tlshd must find in the keyring."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nodeos.dataplane.base import Listener
+from nodeos.dataplane.kernel import tlskeys
+from nodeos.dataplane.kernel.configfs import ConfigFs
+from nodeos.dataplane.kernel.exports import KernelExports
+from nodeos.dataplane.kernel.nvmet import Nvmet, PortAddr
+from nodeos.tlskey import TLS_SVCID
+
+DATA = Path(__file__).parent / "data" / "tls_psk_spdk_v26.05.json"
+H = "nqn.2014-08.org.nvmexpress:uuid:28282828-1111-4111-8111-111111111111"
+S = "nqn.2014-08.io.nodeos:vol:28e0f0a0-2c1d-4e8f-9a3b-7c6d5e4f3a28"
+
+
+def test_the_tls_psk_is_the_one_spdk_derives() -> None:
+    vectors = json.loads(DATA.read_text())
+    assert len(vectors) == 5
+    for v in vectors:
+        ident, psk = tlskeys.tls_psk(v["key"], H, S)
+        assert (ident, psk.hex()) == (v["identity"], v["tls_psk"]), v["key"][:16]
+    # the PSK depends on both NQNs: another host or subsystem gets another key
+    k = vectors[0]["key"]
+    assert tlskeys.tls_psk(k, H, S)[1] != tlskeys.tls_psk(k, H, S + "x")[1]
+    assert tlskeys.tls_psk(k, H, S)[1] != tlskeys.tls_psk(k, H + "x", S)[1]
+
+
+class DirConfigFs(ConfigFs):
+    """configfs as a plain directory: a made port has its attribute files, as the kernel's has."""
+
+    def mkdir(self, *parts: str) -> None:
+        super().mkdir(*parts)
+        if len(parts) == 2 and parts[0] == "ports":
+            for attr in (
+                "addr_adrfam",
+                "addr_trtype",
+                "addr_traddr",
+                "addr_trsvcid",
+                "addr_tsas",
+                "addr_treq",
+            ):
+                (self.path(*parts) / attr).write_text("")
+
+
+def _nvmet(tmp_path: Path) -> Nvmet:
+    (tmp_path / "ports").mkdir()
+    (tmp_path / "subsystems").mkdir()
+    return Nvmet(DirConfigFs(tmp_path))
+
+
+def test_the_tls_port_requires_tls_13_and_the_plain_port_is_untouched(tmp_path: Path) -> None:
+    n = _nvmet(tmp_path)
+    tls = n.ensure_port(PortAddr.of(Listener("tcp", "10.0.0.1", TLS_SVCID)))
+    plain = n.ensure_port(PortAddr.of(Listener("tcp", "10.0.0.1", "4420")))
+    assert (tmp_path / "ports" / str(tls) / "addr_tsas").read_text() == "tls1.3"
+    assert (tmp_path / "ports" / str(tls) / "addr_treq").read_text() == "required"
+    assert (tmp_path / "ports" / str(plain) / "addr_tsas").read_text() == ""
+    rdma = n.ensure_port(PortAddr.of(Listener("rdma", "10.0.0.1", TLS_SVCID)))  # RDMA has no TLS
+    assert (tmp_path / "ports" / str(rdma) / "addr_tsas").read_text() == ""
+
+
+class RecordingKeyring(tlskeys.Keyring):
+    """The keyring's two calls recorded (this machine's kernel has no .nvme keyring)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, bytes] = {}
+
+    def put(self, ident: str, payload: bytes) -> None:
+        self.keys[ident] = payload
+
+    def drop(self, ident: str) -> None:
+        self.keys.pop(ident, None)
+
+
+def test_a_hosts_key_is_put_per_subsystem_and_dropped_with_tls_off() -> None:
+    ex = KernelExports()
+    ring = RecordingKeyring()
+    ex.keyring = ring
+    key = json.loads(DATA.read_text())[0]["key"]
+    ex._tls_key(S, H, key)
+    assert ring.keys == dict([tlskeys.tls_psk(key, H, S)])
+    ex._tls_key(S, H, None)
+    assert ring.keys == {}
+    # no TLS host yet: the keyring is never opened (a kernel without TLS is left alone)
+    bare = KernelExports()
+    bare._tls_key(S, H, None)
+    assert bare.keyring is None

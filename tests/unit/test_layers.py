@@ -1,0 +1,198 @@
+"""The house (issue 26): the API definitions and the REST endpoint sit in their layer, no import
+circle runs through them or back from the cluster into the control plane, and no module grows
+far past 500 lines. Read from the source (every import, those inside functions too), so a lazy
+import cannot hide a circle that only shows when the code path runs."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+PACKAGE = PROJECT / "nodeos"
+MAX_LINES = 520  # "about 500": the acceptance's bound, with a little room for a docstring
+
+# What the definitions may name at import time: nothing that serves or uses them, so loading them
+# (the console, the reference, the OpenAPI document) pulls in no daemon, cluster or data plane.
+API_AT_IMPORT = ("nodeos.api", "nodeos.errors", "nodeos.validate")
+# Layers above the definitions: they use the API and must never be imported by it, even lazily
+# (a validator the definitions name lives in the domain: nodeos.cluster, nodeos.validate).
+ABOVE_API = ("daemon", "rest", "cli", "control", "agent", "node", "observe", "lab")
+# Who may import the definitions: the ways in (daemon dispatcher, REST, console) and the control
+# plane that implements them. The domain below never imports them back.
+API_USERS = ("api", "daemon", "rest", "cli", "control")
+# The REST endpoint is a way in beside the unix socket: only the daemon starts it.
+REST_USERS = ("rest", "daemon")
+# The cluster (consensus, membership, transport and, for now, the storage map) never imports the
+# control plane, the console or the ways in. Its simulator is test tooling that drives them.
+CLUSTER_NEVER = ("control", "cli", "rest", "api", "lab")
+TEST_TOOLING = ("nodeos.cluster.sim",)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in PACKAGE.rglob("*.py"):
+        parts = list(f.relative_to(PROJECT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ours that `name` (a module, or a name in one) is, if any."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+@functools.cache
+def _imports(mod: str) -> tuple[tuple[str, int, bool], ...]:
+    """(module imported, line, at import time) for every import of ours in `mod`."""
+    return tuple(_read_imports(mod))
+
+
+def _read_imports(mod: str) -> Iterator[tuple[str, int, bool]]:
+    f = MODULES[mod]
+    tree = ast.parse(f.read_text(), str(f))
+    top = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = mod.split(".")
+                base = base[: len(base) - node.level + (1 if f.name == "__init__.py" else 0)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            names = [f"{prefix}.{a.name}" for a in node.names]
+        for n in names:
+            target = _resolve(n) if n.startswith("nodeos") else None
+            if target is not None and target != mod:
+                yield target, node.lineno, id(node) in top
+
+
+GRAPH: dict[str, set[str]] = defaultdict(set)
+for _m in MODULES:
+    for _t, _, _ in _imports(_m):
+        GRAPH[_m].add(_t)
+
+
+def _package(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _in(mod: str, packages: tuple[str, ...]) -> bool:
+    return _package(mod) in packages
+
+
+def _circles() -> list[list[str]]:
+    """Import circles (strongly connected sets of modules, lazy imports included), Tarjan's."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(MODULES):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_definitions_import_only_the_definitions_errors_and_validators_at_load() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in MODULES
+        if _package(m) == "api"
+        for t, line, at_load in _imports(m)
+        if at_load and not t.startswith(API_AT_IMPORT)
+    ]
+    assert bad == []
+
+
+def test_the_definitions_never_import_a_layer_above_them() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in MODULES
+        if _package(m) == "api"
+        for t, line, _ in _imports(m)
+        if _in(t, ABOVE_API)
+    ]
+    assert bad == []
+
+
+def test_nothing_below_imports_the_definitions_or_the_rest_endpoint_back() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in MODULES
+        for t, line, _ in _imports(m)
+        if (_package(t) == "api" and not _in(m, API_USERS))
+        or (_package(t) == "rest" and not _in(m, REST_USERS))
+    ]
+    assert bad == []
+
+
+def test_the_cluster_never_imports_the_control_plane_or_the_ways_in() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in MODULES
+        if _package(m) == "cluster" and not m.startswith(TEST_TOOLING)
+        for t, line, _ in _imports(m)
+        if _in(t, CLUSTER_NEVER)
+    ]
+    assert bad == []
+
+
+def test_no_import_circle_runs_through_the_api_the_rest_endpoint_or_control_and_cluster() -> None:
+    bad = [
+        c
+        for c in _circles()
+        if any(_in(m, ("api", "rest")) for m in c) or {"cluster", "control"} <= {_package(m) for m in c}
+    ]
+    assert bad == []
+
+
+def test_no_module_is_far_over_500_lines() -> None:
+    sizes = {str(f.relative_to(PROJECT)): len(f.read_text().splitlines()) for f in MODULES.values()}
+    over = {f: n for f, n in sizes.items() if n > MAX_LINES}
+    assert over == {}, f"split these (at most {MAX_LINES} lines a module): {over}"
+
+
+def test_the_checks_see_what_they_check() -> None:
+    """The graph is read right: known imports are there, lazy ones included, relative ones resolved."""
+    assert "nodeos.cluster.secretroll" in GRAPH["nodeos.api.rules"]  # inside a function
+    assert "nodeos.api.openapi" in GRAPH["nodeos.rest.service"]
+    assert "nodeos.rest.server" in GRAPH["nodeos.rest.service"]  # `from .server import ...`
+    assert "nodeos.control.decide" in GRAPH["nodeos.cluster.sim.failover_sim"]  # tooling, allowed
+    assert len(MODULES) > 200
