@@ -16,6 +16,14 @@ port on both data planes (SPDK's `secure_channel`, nvmet's `addr_tsas`/`addr_tre
 host, so a volume's exports follow the strictest policy among the hosts it grants
 (`volume_policy`): every replica node computes the same from the same map, and a failover
 never offers a host plain text that its policy refuses.
+
+The derivation says how the host turns its configured key into the TLS PSK (both HKDF, the
+labels `tls13 HostNQN` then `tls13 nvme-tls-psk`): `standard` as NVMe/TCP and RFC 8446 say
+(SPDK, nvme-cli from 2.14 on), or `compat`, the form older nvme-cli/libnvme insert
+(`nvme check-tls-key --insert` and `nvme connect --tls-key` of nvme-cli 2.13, Debian 13's,
+measured in the lab; newer nvme-cli with `--compat`): a little-endian length and no length
+bytes before label and context. Only the kernel target can serve `compat` (SPDK derives the
+standard form itself).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ POLICIES: tuple[Policy, ...] = ("required", "allowed", "off")
 # A TLS listener is a port of its own (TLS is per port on both data planes): the plain one stays
 # 4420, TLS 1.3 (required) listens beside it.
 TLS_SVCID = "4421"
+Derivation = Literal["standard", "compat"]
+DERIVATIONS: tuple[Derivation, ...] = ("standard", "compat")
 
 ALLOWED = (
     "NVMeTLSkey-1:<hash 00|01|02>:<base64 of a 32 or 48 byte key + CRC-32>: (as printed by nvme gen-tls-key)"
@@ -115,3 +125,19 @@ def grant_conflicts(granted: Iterable[str], hosts: Mapping[str, Mapping[str, Any
             "allowed`) or grant them different volumes"
         )
     return None
+
+
+def check_derivation(value: Any, field: str = "tls_derivation") -> Derivation:
+    if value not in DERIVATIONS:
+        raise BadInput(
+            f"{field} {value!r} is not one of {', '.join(DERIVATIONS)}",
+            field=field,
+            allowed=list(DERIVATIONS),
+        )
+    return value  # type: ignore[no-any-return]
+
+
+def host_derivation(rec: Mapping[str, Any] | None) -> Derivation:
+    """A host record's PSK derivation; a record from before the choice (none) is `standard`."""
+    d = (rec or {}).get("tls_derivation") or "standard"
+    return d if d in DERIVATIONS else "standard"

@@ -347,5 +347,8 @@ def secrets_digest(st: dict[str, Any], vol: dict[str, Any]) -> list[Any]:
             out.append(dh)
         else:
             sealed = str(rec.get("tls_key") or "")
-            out.append([dh, tlskey.host_policy(rec), hashlib.sha256(sealed.encode()).hexdigest()[:16]])
+            row = [dh, tlskey.host_policy(rec), hashlib.sha256(sealed.encode()).hexdigest()[:16]]
+            if tlskey.host_derivation(rec) != "standard":  # a host from before the choice: as before
+                row.append(tlskey.host_derivation(rec))
+            out.append(row)
     return out

@@ -26,6 +26,17 @@ class ClusterInit(Request):
     node_id: OwnId | None = None
     failure_domain: FailureDomain | None = None
     ttl: Ttl | None = None
+    feature_level: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                description="the cluster feature level to start at (default: this node's; lower for "
+                "a cluster that nodes of an older release will join)",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class ClusterJoin(Request):

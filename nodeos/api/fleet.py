@@ -30,6 +30,14 @@ TlsKey = Annotated[
         "makes one and answers it once"
     ),
 ]
+TlsDerivation = Annotated[
+    Literal["standard", "compat"],
+    Meta(
+        description="how the host derives its TLS PSK from the key: standard (NVMe/TCP, RFC 8446: SPDK, "
+        "nvme-cli 2.14 and later) or compat (nvme-cli 2.13 and older, e.g. Debian 13's; kernel data "
+        "plane only)"
+    ),
+]
 
 
 class HostAdd(Request):
@@ -47,6 +55,7 @@ class HostAdd(Request):
     ) = None
     tls: TlsPolicy | None = None
     tls_key: TlsKey | None = None
+    tls_derivation: TlsDerivation | None = None
 
 
 class HostUpdate(Request):
@@ -58,6 +67,7 @@ class HostUpdate(Request):
     new_tls_key: Annotated[
         bool, Meta(description="the appliance makes a new TLS key and answers it once (a key rotation)")
     ] = False
+    tls_derivation: TlsDerivation | None = None
 
 
 class HostRemove(Request):

@@ -55,9 +55,11 @@ its own copy of the map until the change is done or `wait` runs out.
 compatible. A changed meaning is a new method or a new version (`since`). A daemon answers
 clients one version older. Map commands (`nodeos/cluster/commands.py`, the one list of them)
 carry the cluster **feature level** that introduced them (`nodeos/cluster/features.py`: level 1,
-release 0.1.0; level 2, release 0.2.0: `set_feature_level`, `kv_delete`). Each member tells the
-map its release and the level it knows (`cluster status --json`: `features`); the cluster's
-level (`feature_level`) rises only by `nodeos cluster set feature-level N`, refused (exit 2,
+release 0.1.0; level 2, release 0.2.0: `set_feature_level`, `kv_delete`, a host's TLS PSK
+derivation: `host_add` v3, `host_update` v2). Each member tells the map its release and the level
+it knows (`cluster status --json`: `features`). A new cluster starts at the level its first member
+knows (`cluster init --feature-level N` starts lower, for a cluster older releases will join);
+the cluster's level (`feature_level`) rises only by `nodeos cluster set feature-level N`, refused (exit 2,
 naming the member and its release) while any member does not know N, and is never lowered:
 raise it at the end of an upgrade, once no node will go back to the older release. Until then a
 command above the level is refused before it reaches the Raft log (`not_supported`, naming the

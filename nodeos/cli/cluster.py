@@ -57,14 +57,28 @@ def cluster() -> None:
 
 @cluster.command()
 @_member_options
+@click.option(
+    "--feature-level",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Start at this cluster feature level (default: this node's; lower when nodes of an older "
+    "release will join; raise it later with `cluster set feature-level`).",
+)
 @json_option
 @click.pass_context
 @command_runner
 def init(
-    ctx: click.Context, node_id: int | None, failure_domain: str | None, as_json: bool
+    ctx: click.Context,
+    node_id: int | None,
+    failure_domain: str | None,
+    feature_level: int | None,
+    as_json: bool,
 ) -> tuple[Any, Any]:
     """Create a new cluster with this node as its only member; prints the join token."""
-    out = _client(ctx).call("cluster.init", _member_params(node_id, failure_domain))
+    params = _member_params(node_id, failure_domain)
+    if feature_level is not None:
+        params["feature_level"] = feature_level
+    out = _client(ctx).call("cluster.init", params)
     return (
         out,
         lambda d: (

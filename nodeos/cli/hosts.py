@@ -32,6 +32,22 @@ def tls_option(f: Any) -> Any:
     )(f)
 
 
+DERIVATION_HELP = (
+    "How the host derives its TLS PSK from the key: standard (SPDK; nvme-cli 2.14 and later) or "
+    "compat (nvme-cli 2.13 and older, e.g. Debian 13's: kernel data plane only). Default standard."
+)
+
+
+def derivation_option(f: Any) -> Any:
+    return click.option(
+        "--tls-derivation",
+        "tls_derivation",
+        type=click.Choice(tlskey.DERIVATIONS),
+        default=None,
+        help=DERIVATION_HELP,
+    )(f)
+
+
 def _shown_once(r: dict[str, Any]) -> str:
     """The key the appliance made, said once: it is never shown again."""
     if not r.get("tls_key"):
@@ -62,6 +78,7 @@ def host() -> None:
 )
 @tls_option
 @click.option("--tls-key-file", default=None, metavar="PATH", help=KEY_FILE_HELP)
+@derivation_option
 @json_option
 @click.pass_context
 @command_runner
@@ -72,6 +89,7 @@ def host_add(
     dhchap_secret_file: str | None,
     tls: str | None,
     tls_key_file: str | None,
+    tls_derivation: str | None,
     as_json: bool,
 ) -> tuple[Any, Any]:
     """Register hosts by NQN (one with an optional DH-HMAC-CHAP secret and TLS, or several
@@ -80,7 +98,8 @@ def host_add(
         raise BadInput("a TLS key file with --tls off", field="tls", allowed=["required", "allowed"])
     secret = secret_input.dhchap_secret(dhchap_secret, dhchap_secret_file)
     if len(hostnqns) > 1:
-        for field, v in (("dhchap_secret", secret), ("tls", tls), ("tls_key_file", tls_key_file)):
+        per_host = (("dhchap_secret", secret), ("tls", tls), ("tls_key_file", tls_key_file))
+        for field, v in (*per_host, ("tls_derivation", tls_derivation)):
             if v is not None:
                 raise BadInput(f"{field} is per host: add such hosts one at a time", field=field)
         nqns = [validate.host_nqn(h, "host") for h in hostnqns]
@@ -94,9 +113,12 @@ def host_add(
         params["tls"] = tls
     if key is not None:
         params["tls_key"] = key
+    if tls_derivation is not None:
+        params["tls_derivation"] = tls_derivation
     r = _client(ctx).call("host.add", params)
     how = ["DH-HMAC-CHAP"] if r.get("dhchap") else []
     how += [f"TLS {r['tls']}"] if r.get("tls") not in (None, "off") else []
+    how += [f"{r['tls_derivation']} PSK derivation"] if r.get("tls_derivation") == "compat" else []
     return r, f"host {hostnqns[0]} added" + (f" with {' and '.join(how)}" if how else "") + _shown_once(r)
 
 
@@ -105,6 +127,7 @@ def host_add(
 @tls_option
 @click.option("--tls-key-file", default=None, metavar="PATH", help=KEY_FILE_HELP)
 @click.option("--new-tls-key", is_flag=True, help="The appliance makes a new TLS key (shown once).")
+@derivation_option
 @json_option
 @click.pass_context
 @command_runner
@@ -114,6 +137,7 @@ def host_update(
     tls: str | None,
     tls_key_file: str | None,
     new_tls_key: bool,
+    tls_derivation: str | None,
     as_json: bool,
 ) -> tuple[Any, Any]:
     """Change a host's TLS: its policy, or its key (a file, or a new one the appliance makes).
@@ -128,15 +152,18 @@ def host_update(
         params["tls_key"] = key
     if new_tls_key:
         params["new_tls_key"] = True
+    if tls_derivation is not None:
+        params["tls_derivation"] = tls_derivation
     if len(params) == 1:
         raise BadInput(
-            "nothing to change: give --tls POLICY, --tls-key-file or --new-tls-key",
+            "nothing to change: give --tls POLICY, --tls-key-file, --new-tls-key or --tls-derivation",
             field="tls",
             allowed=list(tlskey.POLICIES),
         )
     r = _client(ctx).call("host.update", params)
     said = "unchanged" if not r.get("changed") else "updated"
-    return r, f"host {hostnqn}: TLS {r.get('tls')} ({said})" + _shown_once(r)
+    how = f", {r['tls_derivation']} PSK derivation" if r.get("tls_derivation") == "compat" else ""
+    return r, f"host {hostnqn}: TLS {r.get('tls')}{how} ({said})" + _shown_once(r)
 
 
 @host.command("list")

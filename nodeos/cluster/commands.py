@@ -89,7 +89,9 @@ COMMANDS: tuple[MapCommand, ...] = (
     MapCommand("volume_hosts", 1, _HOSTS, "grant or revoke a host on a volume"),
     MapCommand("host_add", 1, _HOSTS, "register a host (or several without secrets)"),
     MapCommand("host_add", 2, _HOSTS, "register a host with TLS (policy and sealed key)"),
+    MapCommand("host_add", 3, _HOSTS, "register a host with TLS and its PSK derivation", level=2),
     MapCommand("host_update", 1, _HOSTS, "a host's TLS policy and sealed key"),
+    MapCommand("host_update", 2, _HOSTS, "a host's TLS policy, sealed key and PSK derivation", level=2),
     MapCommand("host_remove", 1, _HOSTS, "unregister a host"),
     MapCommand("host_seal", 1, _HOSTS, "hosts' plain-text secrets replaced by sealed ones"),
     # snapshots and published volumes

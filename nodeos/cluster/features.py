@@ -74,6 +74,20 @@ def check_report(args: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def check_init_level(level: Any, known_level: int = LEVEL) -> int:
+    """The feature level `cluster init` starts a cluster at: this member's by default, lower
+    when asked (a cluster that members of an older release will join)."""
+    if level is None:
+        return known_level
+    if type(level) is not int or not 1 <= level <= known_level:
+        raise BadInput(
+            f"feature_level {level!r} is not one this node knows (1 to {known_level})",
+            field="feature_level",
+            allowed=list(range(1, known_level + 1)),
+        )
+    return level
+
+
 def cluster_level(st: Mapping[str, Any]) -> int:
     return int(st.get("feature_level") or BASE_LEVEL)
 

@@ -96,8 +96,16 @@ def _tls_args(args: dict[str, Any]) -> tuple[tlskey.Policy, str | None]:
     return policy, key
 
 
+def _derivation(value: Any) -> dict[str, str]:
+    """The record's `tls_derivation` (version 3 of host_add, 2 of host_update): absent when
+    standard, so a host record reads as it did before the choice existed."""
+    d = tlskey.check_derivation(value or "standard")
+    return {} if d == "standard" else {"tls_derivation": d}
+
+
 def host_add_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    """Register a host (`nqn`, optional `dhchap_secret`; version 2 adds `tls` and `tls_key`), or
+    """Register a host (`nqn`, optional `dhchap_secret`; version 2 adds `tls` and `tls_key`,
+    version 3 `tls_derivation`), or
     several without secrets (`nqns`: one map command for a fleet; those already registered
     without a secret are left as they are)."""
     secret = args.get("dhchap_secret")
@@ -122,9 +130,10 @@ def host_add_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     policy, key = _tls_args(args)
     rec = {"nqn": nqn, "dhchap_secret": secret, "added": args.get("added")}
     if policy != "off":
-        rec.update(tls=policy, tls_key=key)
+        rec.update(tls=policy, tls_key=key, **_derivation(args.get("tls_derivation")))
     st["hosts"][nqn] = rec
-    return {"nqn": nqn, "dhchap": bool(secret), "tls": policy, "added": args.get("added")}
+    out = {"nqn": nqn, "dhchap": bool(secret), "tls": policy, "added": args.get("added")}
+    return {**out, "tls_derivation": tlskey.host_derivation(rec)} if policy != "off" else out
 
 
 def host_update_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
@@ -143,20 +152,27 @@ def host_update_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         )
     key = args.get("tls_key") if args.get("tls_key") is not None else old.get("tls_key")
     policy, key = _tls_args({"tls": policy, "tls_key": key if policy != "off" else None})
-    rec = {k: v for k, v in old.items() if k not in ("tls", "tls_key")}
+    derivation = _derivation(args.get("tls_derivation") or tlskey.host_derivation(old))
+    rec = {k: v for k, v in old.items() if k not in ("tls", "tls_key", "tls_derivation")}
     if policy != "off":
-        rec.update(tls=policy, tls_key=key)
+        rec.update(tls=policy, tls_key=key, **derivation)
     hosts = {**st["hosts"], nqn: rec}
     for vol in [*st["volumes"].values(), *(st.get("published") or {}).values()]:
         why = tlskey.grant_conflicts(vol["hosts"], hosts) if nqn in vol["hosts"] else None
         if why:
             raise BadInput(f"volume {vol['name']!r} would be out of reach: {why}", field="tls")
     st["hosts"][nqn] = rec
-    changed = (tlskey.host_policy(old), old.get("tls_key")) != (policy, key)
+    changed = (tlskey.host_policy(old), old.get("tls_key"), tlskey.host_derivation(old)) != (
+        policy,
+        key,
+        tlskey.host_derivation(rec),
+    )
     if changed:
         msg = f"host {nqn} TLS {policy}" + (" with a new key" if key and key != old.get("tls_key") else "")
+        if tlskey.host_derivation(rec) != tlskey.host_derivation(old):
+            msg += f", PSK derivation {tlskey.host_derivation(rec)}"
         map_events.record(st, "host_tls_changed", msg, host=nqn)
-    return {"nqn": nqn, "tls": policy, "changed": changed}
+    return {"nqn": nqn, "tls": policy, "tls_derivation": tlskey.host_derivation(rec), "changed": changed}
 
 
 def host_remove_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
@@ -198,8 +214,8 @@ def host_seal_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] = {
     "volume_hosts": {1: volume_hosts_v1},
-    "host_add": {1: host_add_v1, 2: host_add_v1},
-    "host_update": {1: host_update_v1},
+    "host_add": {1: host_add_v1, 2: host_add_v1, 3: host_add_v1},
+    "host_update": {1: host_update_v1, 2: host_update_v1},
     "host_remove": {1: host_remove_v1},
     "host_seal": {1: host_seal_v1},
 }

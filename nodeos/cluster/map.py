@@ -277,6 +277,11 @@ def _init_cluster_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     st["cluster_id"] = cid
     if "ca_holder" in args:  # the member whose `cluster init` made the cluster CA
         st["ca"] = {**secretroll.empty_section(), "holder": _member_id(args, "ca_holder")}
+    if "feature_level" in args:  # the level a new cluster starts at (its first member's)
+        lvl = args["feature_level"]
+        if type(lvl) is not int or lvl < 1:
+            raise BadInput("feature_level must be a positive integer", field="feature_level")
+        st["feature_level"] = max(lvl, features.cluster_level(st))
     return {"cluster_id": cid}
 
 

@@ -163,7 +163,8 @@ class Membership:
             else:
                 self._replaceable()
                 await self._drop_solo()
-                await self._bootstrap(solo=False, raft_id=raft_id, fd=fd)
+                level = features.check_init_level(params.get("feature_level"), self.known_level)
+                await self._bootstrap(solo=False, raft_id=raft_id, fd=fd, level=level)
             assert self.identity is not None and self.driver is not None
             tok = self._issue_token(ttl)
             return {
@@ -181,6 +182,14 @@ class Membership:
         ident = self.identity
         assert ident is not None
         d = self._drv()
+        level = params.get("feature_level")
+        if level is not None and level != features.cluster_level(d.map.state):
+            raise BadInput(
+                f"this node's own cluster (it holds data) is at feature level "
+                f"{features.cluster_level(d.map.state)}; a level is never lowered, and raised with "
+                "`nodeos cluster set feature-level`",
+                field="feature_level",
+            )
         wanted = params.get("node_id")
         if wanted is not None and wanted != d.id:
             raise BadInput(
@@ -202,7 +211,9 @@ class Membership:
         self._save_identity({k: v for k, v in ident.items() if k != "solo"})
         log.info("cluster %s (of one) is open to other nodes now", ident["cluster_id"])
 
-    async def _bootstrap(self, *, solo: bool, raft_id: int | None = None, fd: str | None = None) -> None:
+    async def _bootstrap(
+        self, *, solo: bool, raft_id: int | None = None, fd: str | None = None, level: int | None = None
+    ) -> None:
         """A new one-voter cluster on this node (at first start: its cluster of one)."""
         raft_id = raft_id or self._default_raft_id()
         cluster_id = uuid.uuid4().hex
@@ -225,7 +236,10 @@ class Membership:
         await self._start_member(extra_peers={})
         assert self.driver is not None
         self.driver.campaign()
-        init = {"cluster_id": cluster_id, "ca_holder": raft_id}
+        # A new cluster starts at the feature level its first member knows (every member that
+        # joins must know it: features.check_join); `cluster init --feature-level` starts lower,
+        # for a cluster that older releases will join.
+        init = {"cluster_id": cluster_id, "ca_holder": raft_id, "feature_level": level or self.known_level}
         await self._at_leader("command", {"cmd": "init_cluster", "args": init}, 10)
         await self._at_leader("command", {"cmd": "add_node", "args": self._node_args(raft_id, fd)}, 10)
         log.info("created cluster %s%s as node %d", cluster_id, " (of one)" if solo else "", raft_id)

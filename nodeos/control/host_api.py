@@ -48,21 +48,47 @@ def _check_tls(st: dict[str, Any], policy: str) -> None:
         )
 
 
+def _standard_dropped(p: dict[str, Any]) -> dict[str, Any]:
+    """`tls_derivation` standard is every host's default: left out, so the command stays at the
+    version an older member knows (command_version)."""
+    return {k: v for k, v in p.items() if not (k == "tls_derivation" and v in (None, "standard"))}
+
+
 def decide_host_add(st: dict[str, Any], p: dict[str, Any]) -> Command:
     _check_tls(st, p.get("tls") or "off")
-    return "host_add", dict(p)
+    if p.get("tls_derivation") not in (None, "standard") and (p.get("tls") or "off") == "off":
+        raise BadInput(
+            "a TLS PSK derivation with TLS off: give --tls required or allowed",
+            field="tls_derivation",
+            allowed=["required", "allowed"],
+        )
+    return "host_add", _standard_dropped(p)
 
 
 def decide_host_update(st: dict[str, Any], p: dict[str, Any]) -> Command:
     if p["nqn"] not in st["hosts"]:
         raise NotFound(f"host {p['nqn']!r} is not registered", field="host")
-    _check_tls(st, p.get("tls") or tlskey.host_policy(st["hosts"][p["nqn"]]))
-    return "host_update", {k: v for k, v in p.items() if k in ("nqn", "tls", "tls_key")}
+    policy = p.get("tls") or tlskey.host_policy(st["hosts"][p["nqn"]])
+    _check_tls(st, policy)
+    if p.get("tls_derivation") is not None and policy == "off":
+        raise BadInput(
+            f"host {p['nqn']!r} has TLS off: a PSK derivation needs --tls required or allowed",
+            field="tls_derivation",
+            allowed=["required", "allowed"],
+        )
+    args = {k: v for k, v in p.items() if k in ("nqn", "tls", "tls_key", "tls_derivation")}
+    old = tlskey.host_derivation(st["hosts"][p["nqn"]])
+    if args.get("tls_derivation") in (None, "standard") and old == "standard":
+        args.pop("tls_derivation", None)  # nothing to change: the version older members know
+    return "host_update", args
 
 
 def command_version(cmd: str, args: dict[str, Any]) -> int:
-    """host_add with TLS is version 2: a member that knows only version 1 refuses it rather
-    than register the host without TLS (docs/api.md, "Compatibility")."""
+    """host_add with TLS is version 2, with a PSK derivation 3; host_update with a derivation
+    2: a member that does not know the version refuses it rather than register the host
+    without TLS or derive its key the other way (docs/api.md, "Compatibility")."""
+    if "tls_derivation" in args:
+        return 3 if cmd == "host_add" else 2
     return 2 if cmd == "host_add" and (args.get("tls") or "off") != "off" else 1
 
 
@@ -98,7 +124,7 @@ class HostApi:
 
     async def host_add(self, params: dict[str, Any]) -> dict[str, Any]:
         if params.get("nqns") is not None:  # several hosts without secrets in one map command
-            for field in ("dhchap_secret", "tls", "tls_key"):
+            for field in ("dhchap_secret", "tls", "tls_key", "tls_derivation"):
                 if params.get(field) is not None:
                     raise BadInput(f"{field} is per host: add such hosts one at a time", field=field)
             nqns = list(dict.fromkeys(params["nqns"]))
@@ -122,7 +148,8 @@ class HostApi:
         made = tls_request(params, req, has_key)
         if len(req) == 1:
             raise BadInput(
-                "nothing to change: give --tls POLICY, --tls-key-file or --new-tls-key", field="tls"
+                "nothing to change: give --tls POLICY, --tls-key-file, --new-tls-key or --tls-derivation",
+                field="tls",
             )
         out = dict(await self.svc._run("host.update", req))
         LOG.info("host %s: TLS %s", nqn, out.get("tls"))
@@ -147,4 +174,6 @@ def tls_request(params: dict[str, Any], req: dict[str, Any], has_key: bool) -> s
         made = key = tlskey.generate()
     if key is not None:
         req["tls_key"] = key
+    if params.get("tls_derivation") is not None:
+        req["tls_derivation"] = params["tls_derivation"]
     return made

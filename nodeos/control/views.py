@@ -236,6 +236,7 @@ def host_rows(st: dict[str, Any]) -> list[dict[str, Any]]:
             "nqn": h["nqn"],
             "dhchap": bool(h.get("dhchap_secret")),
             "tls": tlskey.host_policy(h),
+            "tls_derivation": tlskey.host_derivation(h) if tlskey.host_policy(h) != "off" else None,
             "added": h.get("added"),
             "volumes": sorted(v["name"] for v in vols if h["nqn"] in v["hosts"]),
         }

@@ -55,6 +55,7 @@ class HostAccess:
     host_nqn: str
     dhchap_key: str | None = None  # DH-HMAC-CHAP secret (DHHC-1:...); never logged
     tls_key: str | None = None  # TLS PSK (NVMeTLSkey-1:...) for the TLS listeners; never logged
+    tls_derivation: str = "standard"  # how the host derives its TLS PSK (nodeos/tlskey.py)
 
 
 def is_tls(li: Listener) -> bool:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nodeos import validate
+from nodeos import tlskey, validate
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.mdns.plan import Decision, Facts, Options, decide
 from nodeos.mdns.publisher import Publisher, ZeroconfPublisher
@@ -210,7 +210,7 @@ class MdnsService:
             interfaces=self._ifaces,
             discovery_port=int(svcid) if svcid else None,
             nqn=validate.DISCOVERY_NQN,
-            serving=_serving(node),
+            serving=_serving(node, _plain_discovery_only(dp), _hosts(self.ctx.services.get("cluster"))),
             draining=_draining(self.ctx.services.get("cluster")),
             dataplane_down=_down(node),
             management_addresses=self._mgmt_addrs,
@@ -235,13 +235,30 @@ class MdnsService:
             registry.register(_Metrics(self))
 
 
-def _serving(node: Any) -> bool:
+def _plain_discovery_only(dp: Any) -> bool:
+    """The kernel target links a volume to its plain discovery port only when the volume takes
+    plain text (a TLS-only one would take plain-text I/O there: dataplane/kernel/nvmet.py,
+    discovery_addrs); SPDK's discovery subsystem listens beside every export's ports."""
+    return getattr(dp, "name", None) == "kernel"
+
+
+def _hosts(cluster: Any) -> dict[str, Any]:
+    d = getattr(cluster, "driver", None)
+    return dict(d.map.state.get("hosts") or {}) if d is not None else {}
+
+
+def _serving(node: Any, plain_only: bool = False, hosts: dict[str, Any] | None = None) -> bool:
     """Whether the node keeps its discovery controller: it exports something (an empty node
-    leaves its target without discovery ports: nodeos/agent/agent.py, _referrals)."""
+    leaves its target without discovery ports: nodeos/agent/agent.py, _referrals), and on the
+    kernel target something a host may reach in plain text (`plain_only`: a node whose every
+    volume requires TLS has no discovery port to advertise)."""
     if node is None or not hasattr(node, "records"):
         return False
     try:
-        if node.records()[1]:
+        vols = node.records()[1]
+        if not plain_only and vols:
+            return True
+        if any(tlskey.volume_policy(v.get("hosts") or [], hosts or {}) != "required" for v in vols.values()):
             return True
     except Exception:
         return False

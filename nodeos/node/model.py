@@ -107,7 +107,7 @@ def host_access(granted: list[str], hosts: dict[str, dict[str, Any]]) -> tuple[H
         if rec.get("tls_error") and tlskey.host_policy(rec) != "off":
             raise OperationFailed(str(rec["tls_error"]), field="tls_key")
         tls = rec.get("tls_key") if tlskey.host_policy(rec) != "off" else None
-        out.append(HostAccess(h, rec.get("dhchap_secret"), tls))
+        out.append(HostAccess(h, rec.get("dhchap_secret"), tls, tlskey.host_derivation(rec)))
     return tuple(out)
 
 
@@ -260,5 +260,6 @@ def public_host(h: dict[str, Any]) -> dict[str, Any]:
         "nqn": h["nqn"],
         "dhchap": bool(h.get("dhchap_secret")),
         "tls": tlskey.host_policy(h),
+        "tls_derivation": tlskey.host_derivation(h) if tlskey.host_policy(h) != "off" else None,
         "added": h.get("added"),
     }

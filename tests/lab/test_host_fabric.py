@@ -64,7 +64,9 @@ def volume(lab: Lab) -> Iterator[dict[str, Any]]:
     host = lab.spec("h1").hostnqn
     made: dict[str, Any] = {}
     try:
-        added = ok(lab, "s1", "host", "add", host, "--tls")
+        # h1 runs Debian 13's nvme-cli 2.13, which derives the TLS PSK the older way.
+        added = ok(lab, "s1", "host", "add", host, "--tls", "--tls-derivation", "compat")
+        assert added["tls_derivation"] == "compat", added
         made["host"] = host
         vol = ok(lab, "s1", "volume", "create", "tlsv", "--size", "64MiB")
         made["vol"] = vol
@@ -103,11 +105,9 @@ def test_the_gpu_node_finds_every_exporting_storage_node_over_mdns(lab: Lab, vol
     assert r.rc == 0, r.stdout + r.stderr
 
 
-# The lab (2026-11-30) got this far: tlshd active on both sides, plain text refused on 4420, 8009
-# and 4421, the key in the host's .nvme keyring; then the host's TLS handshake timed out
-# (`queue 0: TLS handshake complete, error -110`): Debian 13's nvme-cli inserts the PSK in
-# libnvme's legacy derivation, nodeos derives the spec's (docs/dataplane.md, "Kernel backend").
-@pytest.mark.skip(reason="issue 28: Debian 13 nvme-cli derives TLS PSKs the legacy way (docs/dataplane.md)")
+# Before the per-host derivation (2026-11-30) this timed out in the handshake: Debian 13's nvme-cli
+# inserts the PSK in libnvme's compat derivation, nodeos derived only the standard one
+# (docs/dataplane.md, "Kernel backend").
 def test_tls_required_a_plain_connect_is_refused_and_the_key_connects_and_carries_data(
     lab: Lab, volume: dict[str, Any]
 ) -> None:

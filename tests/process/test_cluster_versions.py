@@ -83,7 +83,9 @@ def test_a_command_the_older_node_does_not_know_never_commits_while_it_is_a_memb
     nodes += [new, old]
     new.start()
     old.start()
-    init = ok(cli(new, "init", "--node-id", "1"))
+    # Started at level 1 (a new cluster starts at its first member's level, 2 here): the
+    # cluster an older release may still join.
+    init = ok(cli(new, "init", "--node-id", "1", "--feature-level", "1"))
     ok(cli(old, "join", new.address, "--token", init["token"], "--node-id", "2"))
     st = wait_for(new, lambda s: len(s["members"]) == 2 and s["leader"] == 1)
     assert member(st, 2)["knows_level"] == 1 and member(st, 1)["knows_level"] == 2

@@ -94,3 +94,15 @@ def test_a_made_tls_key_is_shown_once_sealed_everywhere_and_unique(nodes: Any, t
         assert secret not in outputs
     for n in (n1, n2):
         assert files_holding(n.root / "state" / "cluster" / "raft", [PREFIX.encode()]), n.raft_id
+
+    # The host's PSK derivation (older nvme-cli: compat), through a follower: a cluster this
+    # release made starts at the feature level that has the command; a bad word is refused
+    # naming the field and the allowed values, nothing changed.
+    rc, bad = run(follower, "host", "update", H1, "--tls-derivation", "legacy")
+    assert rc == 2 and "standard" in bad and "compat" in bad, bad
+    rc, upd = run(follower, "host", "update", H1, "--tls-derivation", "compat")
+    assert rc == 0 and json.loads(upd)["tls_derivation"] == "compat", upd
+    rc, listed = run(follower, "host", "list")
+    assert rc == 0 and json.loads(listed)[0]["tls_derivation"] == "compat", listed
+    rc, st = run(n1, "cluster", "status")
+    assert rc == 0 and json.loads(st)["features"]["feature_level"] == 2, st

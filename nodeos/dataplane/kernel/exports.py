@@ -9,6 +9,7 @@ import os
 import stat
 from collections.abc import Sequence
 
+from nodeos import tlskey
 from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
 from nodeos.dataplane.kernel import lvm, tlskeys
@@ -31,7 +32,9 @@ class KernelExports:
     discovery_svcid: str | None
     keyring: tlskeys.Keyring | None = None  # made on the first TLS host (a kernel without TLS never needs it)
 
-    def _tls_key(self, nqn: str, host: str, key: str | None) -> None:
+    def _tls_key(
+        self, nqn: str, host: str, key: str | None, derivation: tlskey.Derivation = "standard"
+    ) -> None:
         """The host's TLS PSK on subsystem `nqn` in the .nvme keyring (tlshd finds it there);
         without a key, any it had is invalidated."""
         if key is None and self.keyring is None:
@@ -41,7 +44,7 @@ class KernelExports:
             for n in (32, 48):
                 self.keyring.drop(tlskeys.identity(host, nqn, n))
             return
-        self.keyring.put(*tlskeys.tls_psk(key, host, nqn))
+        self.keyring.put(*tlskeys.tls_psk(key, host, nqn, derivation))
 
     def _active(self, pool_id: str, lv: lvm.Lv) -> lvm.Lv:
         raise NotImplementedError
@@ -100,7 +103,7 @@ class KernelExports:
             wanted_hosts = {h.host_nqn: h for h in spec.hosts}
             for h in spec.hosts:
                 n.ensure_host(h.host_nqn, h.dhchap_key)
-                self._tls_key(nqn, h.host_nqn, h.tls_key)
+                self._tls_key(nqn, h.host_nqn, h.tls_key, tlskey.check_derivation(h.tls_derivation))
                 n.allow_host(nqn, h.host_nqn)
             for host in n.allowed_hosts(nqn):
                 if host not in wanted_hosts:

@@ -13,6 +13,9 @@ expand with a TLS 1.3 style label), as SPDK's nvme_tcp.h and libnvme do:
     retained = HKDF(configured, info = len || "tls13 HostNQN" || host NQN)   (hash 00: configured)
     tls_psk  = HKDF(retained,   info = len || "tls13 nvme-tls-psk" || identity)
 
+`compat` (tlskey.py: older nvme-cli) derives the same two steps with another HKDF info:
+little-endian `len`, then label and context with no length bytes before them.
+
 So a key exists per (host, subsystem). Nothing here is ever logged; the payload goes to the
 kernel through add_key(2) (never a command line).
 """
@@ -30,16 +33,19 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from nodeos.errors import EnvironmentProblem, OperationFailed
-from nodeos.tlskey import check_key
+from nodeos.tlskey import Derivation, check_key
 
 KEYRING = ".nvme"
 KEY_TYPE = "psk"
 _HASH = {32: hashes.SHA256, 48: hashes.SHA384}
 
 
-def _hkdf(key: bytes, label: str, context: str, length: int) -> bytes:
-    info = struct.pack(">H", length) + bytes([len(label)]) + label.encode()
-    info += bytes([len(context)]) + context.encode()
+def _hkdf(key: bytes, label: str, context: str, length: int, derivation: Derivation = "standard") -> bytes:
+    if derivation == "compat":
+        info = struct.pack("<H", length) + label.encode() + context.encode()
+    else:
+        info = struct.pack(">H", length) + bytes([len(label)]) + label.encode()
+        info += bytes([len(context)]) + context.encode()
     return HKDF(algorithm=_HASH[length](), length=length, salt=b"", info=info).derive(key)
 
 
@@ -54,12 +60,18 @@ def identity(host: str, subnqn: str, key_len: int) -> str:
     return f"NVMe0R{'01' if key_len == 32 else '02'} {host} {subnqn}"
 
 
-def tls_psk(key: str, host: str, subnqn: str) -> tuple[str, bytes]:
-    """(identity, TLS PSK) of `host` on subsystem `subnqn` for the interchange `key` (pure)."""
+def retained_key(key: str, host: str, derivation: Derivation = "standard") -> bytes:
+    """The retained PSK of `host` for the interchange `key` (hash 00: the configured key itself)."""
     raw, hh = configured(key)
-    retained = raw if hh == "00" else _hkdf(raw, "tls13 HostNQN", host, len(raw))
+    return raw if hh == "00" else _hkdf(raw, "tls13 HostNQN", host, len(raw), derivation)
+
+
+def tls_psk(key: str, host: str, subnqn: str, derivation: Derivation = "standard") -> tuple[str, bytes]:
+    """(identity, TLS PSK) of `host` on subsystem `subnqn` for the interchange `key` (pure)."""
+    raw, _ = configured(key)
+    retained = retained_key(key, host, derivation)
     ident = identity(host, subnqn, len(raw))
-    return ident, _hkdf(retained, "tls13 nvme-tls-psk", ident, len(raw))
+    return ident, _hkdf(retained, "tls13 nvme-tls-psk", ident, len(raw), derivation)
 
 
 # --- the keyring (edge) --------------------------------------------------------------------

@@ -301,6 +301,15 @@ class SpdkExports(SpdkMirrors):
             changed = True
         # Hosts before listeners: the subsystem is never reachable with a stale host list.
         have_hosts = parse.subsystem_hosts(sub)
+        compat = sorted(h.host_nqn for h in spec.hosts if h.tls_key and h.tls_derivation != "standard")
+        if compat:
+            # SPDK derives the standard TLS PSK itself: such a host's handshake could never succeed.
+            raise OperationFailed(
+                f"host {compat[0]} derives its TLS PSK the compat way (older nvme-cli), which SPDK "
+                "cannot serve: upgrade the host's nvme-cli and set `nodeos host update "
+                f"{compat[0]} --tls-derivation standard`",
+                field="tls_derivation",
+            )
         psks = self._psk_table() if have_hosts or any(h.tls_key for h in spec.hosts) else {}
         for h in spec.hosts:
             key = self._ensure_key(h.host_nqn, h.dhchap_key) if h.dhchap_key else None

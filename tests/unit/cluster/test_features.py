@@ -29,6 +29,24 @@ def test_every_command_has_a_known_level_and_the_new_ones_are_level_2() -> None:
     assert features.command_level("set_feature_level", 1) == 2
     assert features.command_level("kv_put", 1) == 1
     assert features.command_level("kv_put", 9) is None and features.command_level("nope", 1) is None
+    assert features.command_level("host_add", 3) == 2 and features.command_level("host_update", 2) == 2
+
+
+def test_a_new_cluster_starts_at_its_first_members_level_or_lower_when_asked() -> None:
+    m = ClusterMap()
+    assert "result" in m.apply(1, encode_command("init_cluster", {"cluster_id": "c", "feature_level": 2}))
+    assert features.cluster_level(m.state) == 2
+    # a map from before the argument: level 1, as before
+    old = ClusterMap()
+    assert "result" in old.apply(1, encode_command("init_cluster", {"cluster_id": "c"}))
+    assert features.cluster_level(old.state) == 1
+    assert features.check_init_level(None) == features.LEVEL
+    assert features.check_init_level(1) == 1
+    for bad in (0, features.LEVEL + 1, "2", True):
+        with pytest.raises(BadInput) as ei:
+            features.check_init_level(bad)
+        assert ei.value.field == "feature_level"
+    assert features.check_init_level(None, known_level=1) == 1
 
 
 def test_members_say_what_they_know_in_add_node_and_node_update() -> None:

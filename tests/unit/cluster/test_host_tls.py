@@ -134,3 +134,50 @@ def test_a_key_is_made_only_when_tls_needs_one() -> None:
     ):
         with pytest.raises(BadInput):
             host_api.tls_request(bad, {}, has_key=False)
+
+
+def test_a_hosts_psk_derivation_is_kept_with_its_tls_and_changes_the_export() -> None:
+    from nodeos.agent.plan import secrets_digest
+
+    m = with_volume()
+    out = m.ok("host_add", 3, nqn=H1, tls="required", tls_key=SEALED, tls_derivation="compat")
+    assert out["tls_derivation"] == "compat" and m.st["hosts"][H1]["tls_derivation"] == "compat"
+    m.ok("volume_hosts", name="v", host=H1, add=True)
+    vol = m.st["volumes"]["u"]
+    compat = secrets_digest(m.st, vol)
+    # a bad word names the field and the allowed values; nothing changed
+    err = m.do("host_update", 2, nqn=H1, tls_derivation="legacy")["error"]
+    assert err["field"] == "tls_derivation" and err["allowed"] == ["standard", "compat"]
+    assert m.st["hosts"][H1]["tls_derivation"] == "compat"
+    # back to standard: the record reads as one from before the choice, the export is re-applied
+    done = m.ok("host_update", 2, nqn=H1, tls_derivation="standard")
+    assert done["changed"] is True and "tls_derivation" not in m.st["hosts"][H1]
+    assert secrets_digest(m.st, vol) != compat
+    assert "PSK derivation standard" in m.st["events"]["log"][-1]["message"]
+    # TLS off drops it with the key
+    m.ok("host_update", 2, nqn=H1, tls="allowed", tls_derivation="compat")
+    m.ok("volume_hosts", name="v", host=H1, add=False)
+    m.ok("host_update", nqn=H1, tls="off")
+    assert "tls_derivation" not in m.st["hosts"][H1]
+
+
+def test_a_derivation_is_a_new_command_version_sent_only_when_it_says_something() -> None:
+    st = with_volume().st
+    st["hosts"][H1] = {"nqn": H1, "tls": "required", "tls_key": SEALED}
+    # standard on a standard host: the field is left out, so older members' versions still serve
+    cmd, args = host_api.decide_host_update(st, {"nqn": H1, "tls_derivation": "standard"})
+    assert "tls_derivation" not in args and host_api.command_version(cmd, args) == 1
+    cmd, args = host_api.decide_host_update(st, {"nqn": H1, "tls_derivation": "compat"})
+    assert host_api.command_version(cmd, args) == 2
+    cmd, args = host_api.decide_host_add(st, {"nqn": H2, "tls": "required", "tls_derivation": "compat"})
+    assert host_api.command_version(cmd, args) == 3
+    cmd, args = host_api.decide_host_add(st, {"nqn": H2, "tls": "required", "tls_derivation": "standard"})
+    assert host_api.command_version(cmd, args) == 2
+    # a derivation means nothing without TLS
+    with pytest.raises(BadInput) as ei:
+        host_api.decide_host_add(st, {"nqn": H2, "tls_derivation": "compat"})
+    assert ei.value.field == "tls_derivation"
+    st["hosts"][H2] = {"nqn": H2}
+    with pytest.raises(BadInput) as ei:
+        host_api.decide_host_update(st, {"nqn": H2, "tls_derivation": "compat"})
+    assert ei.value.field == "tls_derivation"

@@ -97,3 +97,47 @@ def test_a_hosts_key_is_put_per_subsystem_and_dropped_with_tls_off() -> None:
     bare = KernelExports()
     bare._tls_key(S, H, None)
     assert bare.keyring is None
+
+
+# libnvme's own test vectors (test/psk.c, "identity" and "identity_compat"): the TLS identity of
+# version 1 ends in base64(HMAC(retained key, "<host> <subsystem> NVMe-over-Fabrics")), so it
+# names the retained key of each derivation. The configured key is libnvme's test key.
+LIBNVME_KEY = bytes.fromhex("5512dbb6737d0106f65975b773dfb011ffc344bcf442e2dd6d8bc4870b5d5b03")
+LIBNVME_DIGESTS = {
+    (32, "standard"): "iSbjiStwJ/1TrTvDlt2fjFmzvsytOJelidNnA+X5lEU=",
+    (32, "compat"): "66GuqV08TsAGII39teWUfwQwizjv06Jy8jOcX3NAAzM=",
+    (48, "standard"): "QhW2+Rp6RzHlNtCslyRxMnwJ11tKKhz8JCAQpQ+XUD8f9td1VeH5h53yz2wKJG1a",
+    (48, "compat"): "RsKmYJ3nAn1ApjjMloJFbAkLPivONDAX/xW327YBUsn2eGShXSjCZvBaOxscLqmz",
+}
+
+
+def test_both_derivations_make_the_retained_key_libnvme_makes() -> None:
+    import base64
+    import hashlib
+    import hmac
+
+    from nodeos.tlskey import make_key
+
+    host, sub = "nqn.psk-test-host", "nqn.psk-test-subsys"
+    for (n, derivation), want in LIBNVME_DIGESTS.items():
+        raw = LIBNVME_KEY if n == 32 else LIBNVME_KEY + LIBNVME_KEY[16:]
+        key = make_key(raw, 1 if n == 32 else 2)
+        retained = tlskeys.retained_key(key, host, derivation)  # type: ignore[arg-type]
+        digest = hmac.new(
+            retained, f"{host} {sub} NVMe-over-Fabrics".encode(), getattr(hashlib, f"sha{n * 8}")
+        )
+        assert base64.b64encode(digest.digest()).decode() == want, (n, derivation)
+    # the two forms differ in the TLS PSK too (the second step has the same info layout), and the
+    # identity tlshd looks up is the same for both: only the key under it changes
+    key = json.loads(DATA.read_text())[0]["key"]
+    std, compat = tlskeys.tls_psk(key, H, S), tlskeys.tls_psk(key, H, S, "compat")
+    assert std[0] == compat[0] and std[1] != compat[1]
+
+
+def test_a_compat_hosts_key_goes_into_the_keyring_in_the_compat_form() -> None:
+    ex = KernelExports()
+    ring = RecordingKeyring()
+    ex.keyring = ring
+    key = json.loads(DATA.read_text())[0]["key"]
+    ex._tls_key(S, H, key, "compat")
+    assert ring.keys == dict([tlskeys.tls_psk(key, H, S, "compat")])

@@ -175,3 +175,31 @@ def test_a_publisher_that_raises_is_a_failed_change_not_a_crash() -> None:
         await pub.close()
 
     asyncio.run(run())
+
+
+def test_a_kernel_node_whose_every_volume_requires_tls_advertises_nothing() -> None:
+    """The kernel target keeps no plain discovery port for a TLS-only volume (nvmet would take
+    plain-text I/O there), so there is no controller to advertise; SPDK keeps one beside every
+    export."""
+    h = "nqn.2014-08.com.example:h1"
+
+    async def run() -> None:
+        svc, pub, ctx = make([])
+        ctx.services["node"].records = lambda: ({}, {"v1": {"hosts": [h]}}, {})
+        ctx.services["cluster"].driver.map.state["hosts"] = {h: {"nqn": h, "tls": "required", "tls_key": "s"}}
+        ctx.dataplane = SimpleNamespace(discovery_svcid="8009", name="kernel")
+        await svc.start()
+        try:
+            await svc.reconcile()
+            assert pub.done == frozenset()
+            ctx.services["cluster"].driver.map.state["hosts"][h]["tls"] = "allowed"  # plain text too
+            await svc.reconcile()
+            assert len(pub.done) == 1
+            ctx.services["cluster"].driver.map.state["hosts"][h]["tls"] = "required"
+            ctx.dataplane = SimpleNamespace(discovery_svcid="8009", name="spdk")
+            await svc.reconcile()
+            assert len(pub.done) == 1
+        finally:
+            await svc.stop()
+
+    asyncio.run(run())

@@ -111,9 +111,9 @@ def test_pick_drives() -> None:
 
 def test_public_host_hides_the_secret() -> None:
     h = model.public_host({"nqn": "h1", "dhchap_secret": "DHHC-1:00:abc:", "added": 1.0})
-    assert h == {"nqn": "h1", "dhchap": True, "tls": "off", "added": 1.0}
+    assert h == {"nqn": "h1", "dhchap": True, "tls": "off", "tls_derivation": None, "added": 1.0}
     h = model.public_host({"nqn": "h1", "tls": "required", "tls_key": "nodeos-sealed-1:x:y", "added": 1.0})
-    assert h == {"nqn": "h1", "dhchap": False, "tls": "required", "added": 1.0}
+    assert h == {"nqn": "h1", "dhchap": False, "tls": "required", "tls_derivation": "standard", "added": 1.0}
 
 
 def test_every_recoverable_operation_has_crash_points_and_a_policy() -> None:
