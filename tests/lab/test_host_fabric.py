@@ -166,3 +166,26 @@ def test_tls_required_a_plain_connect_is_refused_and_the_key_connects_and_carrie
     ).stdout.split()
     assert out[0] == out[2], out
     lab.sh("h1", f"nvme disconnect -n {nqn}", timeout=120)
+    # The same key inserted under identity version 1 (`--identity=1`, as some vendors' guides
+    # say): the node holds that name too, so the host connects again with it alone.
+    lab.sh("h1", "keyctl clear %:.nvme", timeout=60)
+    lab.exec(
+        "h1",
+        [
+            "sh",
+            "-ec",
+            f'KEY=$(cat); nvme check-tls-key --keydata="$KEY" --hostnqn={host} --subsysnqn={nqn} '
+            "--identity=1 --insert",
+        ],
+        120,
+        input=volume["tls_key"],
+        check=True,
+    )
+    assert "NVMe1R01" in lab.sh("h1", "cat /proc/keys").stdout
+    r = lab.exec(
+        "h1",
+        ["nvme", "connect", "-t", "tcp", "-a", addr, "-s", "4421", "-n", nqn, "--tls", *CONNECT_OPTS],
+        180,
+    )
+    assert r.rc == 0, r.stdout + r.stderr
+    lab.sh("h1", f"nvme disconnect -n {nqn}", timeout=120)

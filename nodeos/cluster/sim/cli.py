@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -95,7 +96,9 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
         return
     # Chunks of 8 keep the order close to seed order, so the first failure is found early.
     chunks = [list(seeds[i : i + CHUNK]) for i in range(0, len(seeds), CHUNK)]
-    with multiprocessing.get_context("fork").Pool(jobs, initializer=_exit_on_sigterm) as pool:
+    pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_exit_on_sigterm)
+    done = False
+    try:
         results = pool.imap(_run_chunk, ((c, cfg) for c in chunks))
         for chunk in chunks:
             try:
@@ -106,6 +109,30 @@ def run_seeds(seeds: range, cfg: SimConfig, jobs: int) -> Iterator[SeedResult]:
                     f"(a worker's stack is on stderr past {SEED_STACK_DUMP_S:.0f} s); run them alone: "
                     f"--seeds {chunk[0]}..{chunk[-1]}"
                 ) from None
+        done = True
+    finally:
+        _end_pool(pool, done)
+
+
+POOL_END_BOUND_S = 30.0
+
+
+def _end_pool(pool: Any, done: bool) -> None:
+    """Every seed answered: the workers are told to stop (close: each takes the end marker and
+    exits); else they are terminated (SIGTERM). Either within POOL_END_BOUND_S, then killed.
+
+    `with Pool(...)` terminates even after the last result; in CI a worker once stayed idle on
+    the pool's queue lock after that SIGTERM, and the pool's join (so the run and its test)
+    waited for ever (CI of 2026-11-30, a `--jobs 0` run: both processes asleep, no CPU for
+    34 min)."""
+    end = threading.Thread(
+        target=(lambda: (pool.close(), pool.join())) if done else pool.terminate, daemon=True
+    )
+    end.start()
+    end.join(POOL_END_BOUND_S)
+    for p in multiprocessing.active_children():
+        p.kill()
+    end.join(POOL_END_BOUND_S)
 
 
 @click.command()

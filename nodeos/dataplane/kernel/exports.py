@@ -43,8 +43,17 @@ class KernelExports:
         if key is None:
             for n in (32, 48):
                 self.keyring.drop(tlskeys.identity(host, nqn, n))
+                self.keyring.drop_prefix(tlskeys.identity_v1_prefix(host, nqn, n))
             return
-        self.keyring.put(*tlskeys.tls_psk(key, host, nqn, derivation))
+        psks = tlskeys.tls_psks(key, host, nqn, derivation)
+        for ident, psk in psks:
+            self.keyring.put(ident, psk)
+        # An old key's names that the new one does not overwrite (a version-1 identity ends in
+        # the key's digest; another hash, another version-0 name) are never left usable.
+        for n in (32, 48):
+            if tlskeys.identity(host, nqn, n) != psks[0][0]:
+                self.keyring.drop(tlskeys.identity(host, nqn, n))
+            self.keyring.drop_prefix(tlskeys.identity_v1_prefix(host, nqn, n), keep=psks[1][0])
 
     def _active(self, pool_id: str, lv: lvm.Lv) -> lvm.Lv:
         raise NotImplementedError

@@ -16,6 +16,13 @@ expand with a TLS 1.3 style label), as SPDK's nvme_tcp.h and libnvme do:
 `compat` (tlskey.py: older nvme-cli) derives the same two steps with another HKDF info:
 little-endian `len`, then label and context with no length bytes before them.
 
+Identity version 1 (NVMe/TCP 1.0c, TP8018; `nvme check-tls-key --identity=1`, what some vendors'
+guides use) ends in a digest of the retained key, and that digest is the TLS PSK's context:
+
+    NVMe1R<hh> <host NQN> <subsystem NQN> <base64(HMAC(retained, host " " subsystem " NVMe-over-Fabrics"))>
+    tls_psk  = HKDF(retained,   info = len || "tls13 nvme-tls-psk" || "<hh> <digest>")
+
+The host picks which identity it offers, so both are put under their own names (`tls_psks`).
 So a key exists per (host, subsystem). Nothing here is ever logged; the payload goes to the
 kernel through add_key(2) (never a command line).
 """
@@ -25,6 +32,8 @@ from __future__ import annotations
 import base64
 import ctypes
 import ctypes.util
+import hashlib
+import hmac
 import re
 import struct
 from pathlib import Path
@@ -38,6 +47,7 @@ from nodeos.tlskey import Derivation, check_key
 KEYRING = ".nvme"
 KEY_TYPE = "psk"
 _HASH = {32: hashes.SHA256, 48: hashes.SHA384}
+_HASH_LIB = {32: hashlib.sha256, 48: hashlib.sha384}
 
 
 def _hkdf(key: bytes, label: str, context: str, length: int, derivation: Derivation = "standard") -> bytes:
@@ -72,6 +82,29 @@ def tls_psk(key: str, host: str, subnqn: str, derivation: Derivation = "standard
     retained = retained_key(key, host, derivation)
     ident = identity(host, subnqn, len(raw))
     return ident, _hkdf(retained, "tls13 nvme-tls-psk", ident, len(raw), derivation)
+
+
+def identity_v1_prefix(host: str, subnqn: str, key_len: int) -> str:
+    """What every version-1 identity of `host` on `subnqn` starts with (its digest follows)."""
+    return f"NVMe1R{'01' if key_len == 32 else '02'} {host} {subnqn} "
+
+
+def tls_psk_v1(key: str, host: str, subnqn: str, derivation: Derivation = "standard") -> tuple[str, bytes]:
+    """(identity version 1, its TLS PSK): the identity ends in the retained key's digest (pure)."""
+    raw, _ = configured(key)
+    retained = retained_key(key, host, derivation)
+    hh = "01" if len(raw) == 32 else "02"
+    mac = hmac.new(retained, f"{host} {subnqn} NVMe-over-Fabrics".encode(), _HASH_LIB[len(raw)])
+    digest = base64.b64encode(mac.digest()).decode()
+    ident = identity_v1_prefix(host, subnqn, len(raw)) + digest
+    return ident, _hkdf(retained, "tls13 nvme-tls-psk", f"{hh} {digest}", len(raw), derivation)
+
+
+def tls_psks(
+    key: str, host: str, subnqn: str, derivation: Derivation = "standard"
+) -> list[tuple[str, bytes]]:
+    """Both identities' TLS PSKs: the host offers the one its nvme-cli inserted (pure)."""
+    return [tls_psk(key, host, subnqn, derivation), tls_psk_v1(key, host, subnqn, derivation)]
 
 
 # --- the keyring (edge) --------------------------------------------------------------------
@@ -131,3 +164,26 @@ class Keyring:
         )
         if found > 0:
             libc.syscall(_SYS_KEYCTL, _KEYCTL_INVALIDATE, ctypes.c_int32(found))
+
+    def drop_prefix(self, prefix: str, keep: str | None = None) -> None:
+        """Invalidate every `psk` key whose identity starts with `prefix` but `keep` (a version-1
+        identity ends in a digest of the key: an old key's stays behind under another name)."""
+        try:
+            text = self.proc_keys.read_text()
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot read {self.proc_keys}: {exc.strerror}") from None
+        for serial, ident in psk_keys(text):
+            if ident.startswith(prefix) and ident != keep:
+                self._libc.syscall.restype = ctypes.c_long
+                self._libc.syscall(_SYS_KEYCTL, _KEYCTL_INVALIDATE, ctypes.c_int32(serial))
+
+
+def psk_keys(proc_keys: str) -> list[tuple[int, str]]:
+    """(serial, identity) of each `psk` key in /proc/keys' text (pure)."""
+    out = []
+    for line in proc_keys.splitlines():
+        # "<serial hex> <flags> <usage> <timeout> <perm> <uid> <gid> psk  <identity>: <len>"
+        parts = line.split(None, 8)
+        if len(parts) == 9 and parts[7] == KEY_TYPE:
+            out.append((int(parts[0], 16), parts[8].rsplit(": ", 1)[0]))
+    return out

@@ -83,6 +83,10 @@ class RecordingKeyring(tlskeys.Keyring):
     def drop(self, ident: str) -> None:
         self.keys.pop(ident, None)
 
+    def drop_prefix(self, prefix: str, keep: str | None = None) -> None:
+        for ident in [i for i in self.keys if i.startswith(prefix) and i != keep]:
+            del self.keys[ident]
+
 
 def test_a_hosts_key_is_put_per_subsystem_and_dropped_with_tls_off() -> None:
     ex = KernelExports()
@@ -90,7 +94,13 @@ def test_a_hosts_key_is_put_per_subsystem_and_dropped_with_tls_off() -> None:
     ex.keyring = ring
     key = json.loads(DATA.read_text())[0]["key"]
     ex._tls_key(S, H, key)
-    assert ring.keys == dict([tlskeys.tls_psk(key, H, S)])
+    # both identities: the host offers version 0 or 1, as its nvme-cli inserted the key
+    assert ring.keys == dict(tlskeys.tls_psks(key, H, S))
+    assert sorted(i[:8] for i in ring.keys) == ["NVMe0R01", "NVMe1R01"]
+    # a new key: the old one's version-1 name (its digest) is gone, not left usable
+    other = json.loads(DATA.read_text())[1]["key"]
+    ex._tls_key(S, H, other)
+    assert ring.keys == dict(tlskeys.tls_psks(other, H, S))
     ex._tls_key(S, H, None)
     assert ring.keys == {}
     # no TLS host yet: the keyring is never opened (a kernel without TLS is left alone)
@@ -140,4 +150,35 @@ def test_a_compat_hosts_key_goes_into_the_keyring_in_the_compat_form() -> None:
     ex.keyring = ring
     key = json.loads(DATA.read_text())[0]["key"]
     ex._tls_key(S, H, key, "compat")
-    assert ring.keys == dict([tlskeys.tls_psk(key, H, S, "compat")])
+    assert ring.keys == dict(tlskeys.tls_psks(key, H, S, "compat"))
+    assert not set(ring.keys.values()) & {p for _, p in tlskeys.tls_psks(key, H, S)}
+
+
+LIBNVME_IDENTITIES_V1 = {  # the same vectors' whole identities (version 1)
+    (32, "standard"): "NVMe1R01 nqn.psk-test-host nqn.psk-test-subsys " + LIBNVME_DIGESTS[(32, "standard")],
+    (32, "compat"): "NVMe1R01 nqn.psk-test-host nqn.psk-test-subsys " + LIBNVME_DIGESTS[(32, "compat")],
+    (48, "standard"): "NVMe1R02 nqn.psk-test-host nqn.psk-test-subsys " + LIBNVME_DIGESTS[(48, "standard")],
+    (48, "compat"): "NVMe1R02 nqn.psk-test-host nqn.psk-test-subsys " + LIBNVME_DIGESTS[(48, "compat")],
+}
+
+
+def test_the_version_1_identity_is_libnvmes() -> None:
+    from nodeos.tlskey import make_key
+
+    for (n, derivation), want in LIBNVME_IDENTITIES_V1.items():
+        raw = LIBNVME_KEY if n == 32 else LIBNVME_KEY + LIBNVME_KEY[16:]
+        key = make_key(raw, 1 if n == 32 else 2)
+        ident, psk = tlskeys.tls_psk_v1(key, "nqn.psk-test-host", "nqn.psk-test-subsys", derivation)  # type: ignore[arg-type]
+        assert ident == want and len(psk) == n
+    key = json.loads(DATA.read_text())[0]["key"]
+    assert tlskeys.tls_psk_v1(key, H, S)[1] != tlskeys.tls_psk(key, H, S)[1]  # another context
+
+
+def test_psk_keys_are_read_from_proc_keys() -> None:
+    text = (
+        "1a2b3c4d I--Q---     1 perm 3f010000     0     0 keyring   .nvme: 2\n"
+        f"00000abc I--Q---     1 perm 3f010000     0     0 psk       NVMe0R01 {H} {S}: 32\n"
+        f"00000abd I--Q---     1 perm 3f010000     0     0 psk       NVMe1R01 {H} {S} AbC+/=: 32\n"
+        "00000abe I--Q---     1 perm 3f010000     0     0 user      NVMe0R01 x y: 32\n"
+    )
+    assert tlskeys.psk_keys(text) == [(0xABC, f"NVMe0R01 {H} {S}"), (0xABD, f"NVMe1R01 {H} {S} AbC+/=")]
