@@ -30,6 +30,14 @@ def test_every_command_has_a_known_level_and_the_new_ones_are_level_2() -> None:
     assert features.command_level("kv_put", 1) == 1
     assert features.command_level("kv_put", 9) is None and features.command_level("nope", 1) is None
     assert features.command_level("host_add", 3) == 2 and features.command_level("host_update", 2) == 2
+    # this release knows its newest level: a member never says "release X, knows level N" with X
+    # older than the release the level ships with
+    import nodeos
+
+    def tup(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+
+    assert tup(features.LEVELS[features.LEVEL]) <= tup(nodeos.__version__)
 
 
 def test_a_new_cluster_starts_at_its_first_members_level_or_lower_when_asked() -> None:
