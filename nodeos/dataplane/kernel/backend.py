@@ -166,10 +166,14 @@ class KernelDataPlane(KernelExports):
             self._need_pool(pool_id)
             self.lvm.run(lvm.cmd_create_thin(pool_id, vol_id, size_bytes))
             lv = self.lvm.require(pool_id, vol_id)
-        elif lv.kind != "volume" or lv.size_bytes < size_bytes:
-            raise AlreadyExists(
-                f"{lv.kind} {vol_id!r} already exists with size {lv.size_bytes}", field="vol_id"
-            )
+        elif lv.kind != "volume":
+            raise AlreadyExists(f"{lv.kind} {vol_id!r} already exists", field="vol_id")
+        elif lv.size_bytes < size_bytes:
+            # A replica's LV left from before its drive was pulled (the record went, the LV came
+            # back with the drive) while the volume grew: the new replica it becomes is copied
+            # before it counts, so it is grown as a resize would (the soak found a create
+            # refused for ever: "already exists with size").
+            return self.resize_volume(pool_id, vol_id, size_bytes)
         return self._vinfo(pool_id, lv)
 
     def resize_volume(self, pool_id: str, vol_id: str, size_bytes: int) -> VolumeInfo:
