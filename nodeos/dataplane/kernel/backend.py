@@ -172,7 +172,7 @@ class KernelDataPlane(KernelExports):
             # A replica's LV left from before its drive was pulled (the record went, the LV came
             # back with the drive) while the volume grew: the new replica it becomes is copied
             # before it counts, so it is grown as a resize would (the soak found a create
-            # refused for ever: "already exists with size").
+            # refused, every retry too: "already exists with size").
             return self.resize_volume(pool_id, vol_id, size_bytes)
         return self._vinfo(pool_id, lv)
 

@@ -1,7 +1,7 @@
 """A replica's LV left on a node from before its drive was pulled (its record went with the drive,
 the LV came back with it) while the volume grew: the soak of 2026-11-30 saw the new replica's
-create refused for ever ("already exists with size 41943040"). The create now grows it, as a
-resize would; a snapshot of the same id is still refused."""
+create refused ("already exists with size 41943040"), and every retry with it. The create now
+grows it, as a resize would; a snapshot of the same id is still refused."""
 
 from __future__ import annotations
 
