@@ -396,7 +396,17 @@ class Soak:
         if not o.mark:
             raise Skip(f"no mark was written on {a.target}")
         dev = self._connect(o)
-        got = soak_io.read_mark(self.lab, self.host, dev, o.size_mib // 2, MARK_MIB)
+        try:
+            got = soak_io.read_mark(self.lab, self.host, dev, o.size_mib // 2, MARK_MIB)
+        except soak_io.ReadFailed as err:
+            # Not a lost write (nothing was read back to compare): the host's I/O failed, which
+            # a fault must not cause either (the soak of 2026-11-30 took one for a lost write).
+            soak_io.disconnect(self.lab, self.host, o.nqn)
+            o.mark = ""
+            self.report.violate(
+                a.step, a.describe(), f"host read failed on {a.target}: {err}", self._running()
+            )
+            return "failed"
         soak_io.disconnect(self.lab, self.host, o.nqn)
         want, o.mark = o.mark, ""
         if got != want:

@@ -137,6 +137,14 @@ def write_mark(lab: Lab, host: str, dev: str, offset_mib: int, mib: int) -> str:
     return r.stdout.strip()
 
 
+# What sha256sum says of no bytes at all: the read failed (the pipe's status is cut's).
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+class ReadFailed(RuntimeError):
+    """The host's read of a mark returned no data: an I/O error, not other data."""
+
+
 def read_mark(lab: Lab, host: str, dev: str, offset_mib: int, mib: int) -> str:
     r = lab.sh(
         host,
@@ -144,4 +152,7 @@ def read_mark(lab: Lab, host: str, dev: str, offset_mib: int, mib: int) -> str:
         " | sha256sum | cut -d' ' -f1",
         timeout=300,
     )
-    return r.stdout.strip()
+    got = r.stdout.strip()
+    if got == EMPTY_SHA256:
+        raise ReadFailed(f"reading {dev} gave no data: {(r.stderr or '').strip()[-300:] or 'no error text'}")
+    return got

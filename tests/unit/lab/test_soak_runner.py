@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from nodeos.lab import soak as soak_mod
-from nodeos.lab import soak_end
+from nodeos.lab import soak_end, soak_io
 from nodeos.lab.qga import ExecResult
 from nodeos.lab.soak import Soak
 from nodeos.lab.soak_report import Report
@@ -35,7 +35,9 @@ def _res(rc: int, out: str = "", err: str = "") -> ExecResult:
 class FakeLab:
     """A cluster of s1..s3 and h1 that answers the soak's console commands and scripts."""
 
-    def __init__(self, tmp: Path, *, fio_error: int = 0, lose_marks: bool = False) -> None:
+    def __init__(
+        self, tmp: Path, *, fio_error: int = 0, lose_marks: bool = False, read_fails: bool = False
+    ) -> None:
         self.name = "fake"
         self.storage_vms = ["s1", "s2", "s3"]
         self.host_vms = ["h1"]
@@ -53,7 +55,7 @@ class FakeLab:
         self.hosts: set[str] = set()
         self.off: set[str] = set()
         self.cut_off: set[str] = set()
-        self.fio_error, self.lose_marks = fio_error, lose_marks
+        self.fio_error, self.lose_marks, self.read_fails = fio_error, lose_marks, read_fails
         self.marks: dict[str, str] = {}
         self.sick: set[str] = set()  # names whose health stays short
         self.calls: list[tuple[str, str]] = []
@@ -203,6 +205,10 @@ class FakeLab:
         if "sha256sum" in script:
             m = re.search(r"skip=(\d+)", script)
             got = self.marks.get(f"{self.connected}@{m.group(1) if m else ''}", "none")
+            if self.read_fails:  # dd failed: sha256sum of nothing, the pipe's status cut's
+                return _res(
+                    0, soak_io.EMPTY_SHA256 + "\n", "dd: error reading '/dev/nvme0n1': Input/output error"
+                )
             return _res(0, "lost\n" if self.lose_marks else got + "\n")
         if "ls /sys/class/nvme" in script:
             return _res(0, "")
@@ -249,6 +255,13 @@ def test_a_fio_error_is_a_violation_naming_its_step_and_the_replay(tmp_path: Pat
 def test_a_mark_read_back_different_is_an_acknowledged_write_lost(tmp_path: Path) -> None:
     r = _soak(FakeLab(tmp_path, lose_marks=True), seed=1)
     assert any("acknowledged write lost" in v.what for v in r.violations), r.render()
+
+
+def test_a_read_that_returns_nothing_is_a_failed_host_read_not_a_lost_write(tmp_path: Path) -> None:
+    r = _soak(FakeLab(tmp_path, read_fails=True), seed=1)
+    failed = [v for v in r.violations if "host read failed" in v.what]
+    assert failed and "Input/output error" in failed[0].what, r.render()
+    assert not any("acknowledged write lost" in v.what for v in r.violations), r.render()
 
 
 def test_a_command_past_its_bound_is_a_violation_with_what_was_running(
