@@ -299,7 +299,7 @@ def soak(seed: int, minutes: float, lab_name: str | None, hog: bool, steps: int 
     changed and deleted through the console while VMs lose power, network or their daemon and a
     drive is pulled, fio with verify running on the GPU node; exit 0 only with no violation."""
     from nodeos.lab import soak as soak_mod
-    from nodeos.lab import soak_plan
+    from nodeos.lab import soak_lab, soak_plan
 
     seed, minutes, steps, kinds, bound_scale = _run(
         lambda: soak_plan.check_args(seed, minutes, steps, faults, bound_scale)
@@ -313,7 +313,7 @@ def soak(seed: int, minutes: float, lab_name: str | None, hog: bool, steps: int 
         else:
             click.echo("\n".join(a.describe() for a in actions))
         return
-    report = _run(lambda: soak_mod.soak_lab(seed, minutes, lab_name, hog=hog, steps=steps, faults=kinds,
+    report = _run(lambda: soak_lab.soak_lab(seed, minutes, lab_name, hog=hog, steps=steps, faults=kinds,
                                             bound_scale=bound_scale, keep=keep))  # fmt: skip
     click.echo(json.dumps(report.to_json(), indent=1) if as_json else report.render())
     sys.exit(0 if report.ok else EXIT_FAILED)
