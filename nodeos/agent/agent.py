@@ -186,7 +186,7 @@ class Agent(Reporting):
             async with self.node.lock:
                 st = d.map.state
                 recs = self.node.records()
-                self._forget_errors(st)
+                self._forget_errors(st, me)
                 retry |= await self._referrals(st, me)
                 # Freezes first: a thaw must never wait behind a step (a delete stops the mirror).
                 aborts = await self._freezes(st, me, recs[1])
@@ -361,13 +361,13 @@ class Agent(Reporting):
             raise bug
         return [(step, err) for step, err in zip(group, errors, strict=True) if isinstance(err, NodeosError)]
 
-    def _forget_errors(self, st: dict[str, Any]) -> None:
+    def _forget_errors(self, st: dict[str, Any], me: int) -> None:
         for key, err in list(self.errors.items()):
-            if not error_still_wanted(st, key, err):
+            if not error_still_wanted(st, key, err, me):
                 del self.errors[key]
 
 
-def error_still_wanted(st: dict[str, Any], key: str, err: dict[str, Any]) -> bool:
+def error_still_wanted(st: dict[str, Any], key: str, err: dict[str, Any], me: int | None = None) -> bool:
     """An error is kept (reported, its step not retried) while the map still wants the same
     object in the same way. A snapshot or volume the map deletes is no longer wanted as it was:
     its error kept would be reported as a failed snapshot or replica on this node, which the map's
@@ -382,6 +382,8 @@ def error_still_wanted(st: dict[str, Any], key: str, err: dict[str, Any]) -> boo
     if err["step"] in RETRIED_STEPS:
         return False  # exports, resizes and role changes are retried at the next pass
     obj = st["snapshots" if kind == "snapshot" else "volumes"].get(err["uuid"])
+    if obj is not None and me is not None and all(s["node"] != me for s in obj.get("placement") or ()):
+        return False  # placed elsewhere since (a new volume's replica this node failed to make)
     return obj is None or obj["state"] != "deleting"
 
 

@@ -64,10 +64,11 @@ def local_volume(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str, 
     }
 
 
-def _exported(st: dict[str, Any], vol: dict[str, Any], nid: int) -> bool:
-    """A secondary's replica is exported (its own report says syncing or in-sync)."""
+def _exported(st: dict[str, Any], vol: dict[str, Any], nid: int, epoch: int) -> bool:
+    """A secondary's replica is exported (its own report says syncing or in-sync) to the primary
+    of `epoch` (a new volume's primary re-placed: the others retarget to it first)."""
     rep = ((st["reports"].get(nid) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
-    return rep.get("state") in ("syncing", "in-sync")
+    return rep.get("state") in ("syncing", "in-sync") and int(rep.get("epoch") or 1) == epoch
 
 
 def plan(
@@ -147,7 +148,7 @@ def plan(
             if w["primary"] != me:
                 rec = dict(have, **replicas.record_fields(st, w, me), state="exporting")
                 steps.append(Step("volume.replica", name, {"name": name, "me": me}, rec, "volumes"))
-            elif all(_exported(st, w, s["node"]) for s in w["placement"] if s["node"] != me):
+            elif all(_exported(st, w, s["node"], int(w["epoch"])) for s in w["placement"] if s["node"] != me):
                 rec = dict(have, **replicas.record_fields(st, w, me), state="assembling")
                 steps.append(Step("volume.mirror", name, {"name": name, "me": me}, rec, "volumes"))
             continue

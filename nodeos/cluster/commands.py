@@ -57,6 +57,7 @@ _SNAPS = "nodeos.cluster.snapshot_map"
 _PUBLISH = "nodeos.cluster.publish_map"
 _FAILOVER = "nodeos.cluster.failover_map"
 _FEATURES = "nodeos.cluster.feature_map"
+_CREATE = "nodeos.cluster.create_replace_map"
 
 COMMANDS: tuple[MapCommand, ...] = (
     # membership and cluster-wide settings
@@ -107,6 +108,8 @@ COMMANDS: tuple[MapCommand, ...] = (
     MapCommand("volume_failover", 1, _FAILOVER, "make another replica the primary, at an epoch"),
     MapCommand("volume_handoff", 1, _FAILOVER, "a planned move: the primary stops serving"),
     MapCommand("volume_replace_replica", 1, "nodeos.cluster.replace_map", "move a replica elsewhere"),
+    MapCommand("volume_create_replace", 1, _CREATE, "a new volume's failed replica, made elsewhere", level=3),
+    MapCommand("volume_create_fail", 1, _CREATE, "fail a new volume no other node can take", level=3),
     # the event log
     MapCommand("record_event", 1, "nodeos.cluster.events", "append one event to the cluster's log"),
 )

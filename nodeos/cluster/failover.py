@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeos.cluster.create_replace import create_replace_commands
 from nodeos.cluster.failover_map import handed_off, health_of, in_sync_of
 from nodeos.cluster.replace import Refusals, ReplacePolicy, replace_commands, track_down, troubled_pools
 from nodeos.errors import BadInput
@@ -361,7 +362,8 @@ def decide(
     policy: ReplacePolicy = ReplacePolicy(),  # noqa: B008 (frozen)
 ) -> list[Command]:
     """Health changes first: a failover is decided only on a `down` the map has applied;
-    re-placements last, only once no primary is left to move."""
+    re-placements last, only once no primary is left to move (with them, the replicas of new
+    volumes a node failed to make)."""
     track_down(st, leases.down_since, now)
     out = (
         health_commands(st, leases, now, timing)
@@ -371,7 +373,7 @@ def decide(
     if out:
         return out
     out, leases.refused = replace_commands(st, leases.down_since, now, policy)
-    return out
+    return out + create_replace_commands(st)
 
 
 def unavailable(st: dict[str, Any]) -> list[str]:

@@ -30,8 +30,9 @@ from nodeos.cluster import commands
 from nodeos.errors import BadInput, NotSupported
 
 # The first release that knows each level. Level 1: the commands of 0.1.0, before levels.
-# Level 2: `set_feature_level` and `kv_delete` (ships with the next release, 0.2.0).
-LEVELS: dict[int, str] = {1: "0.1.0", 2: "0.2.0"}
+# Level 2: `set_feature_level` and `kv_delete` (0.2.0). Level 3: a create a node fails goes on
+# elsewhere (`volume_create_replace`, `volume_create_fail`: nodeos/cluster/create_replace_map.py).
+LEVELS: dict[int, str] = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0"}
 LEVEL = max(LEVELS)  # what this release knows
 BASE_LEVEL = 1  # what a member that reports nothing knows
 RAISE_COMMAND = "set_feature_level"

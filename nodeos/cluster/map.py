@@ -28,6 +28,7 @@ import msgpack
 
 from nodeos.cluster import (
     commands,
+    create_replace_map,
     failover_map,
     feature_map,
     features,
@@ -465,6 +466,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     **publish_map.HANDLERS,
     **failover_map.HANDLERS,
     **replace_map.HANDLERS,
+    **create_replace_map.HANDLERS,
     **storage_import.HANDLERS,
     **token_map.HANDLERS,
     **voters.HANDLERS,  # cluster_set: how many voters, when one is lost

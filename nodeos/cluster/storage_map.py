@@ -252,7 +252,11 @@ def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
         return
     if vol["state"] == "creating":
         failed = [(n, v) for n, v in views.items() if v["state"] == "failed"]
-        if failed:
+        from nodeos.cluster import create_replace_map  # it builds on this module
+
+        if failed and create_replace_map.retries_create(st, vol):
+            create_replace_map.note_create_failures(st, vol, failed)  # the leader places it elsewhere
+        elif failed:
             n, v = failed[0]
             vol["state"] = "failed"
             name = st["nodes"].get(n, {}).get("name", f"node-{n}")

@@ -53,6 +53,7 @@ KINDS = (
     "replica_in_sync",
     "replica_out_of_sync",
     "replica_replaced",
+    "replica_create_failed",
     "replica_orphan_removed",
     "pool_created",
     "pool_failed",

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from nodeos.cluster.feature_member import TEST_KNOWN_LEVEL_ENV
+from nodeos.cluster.features import LEVEL
 from nodeos.cluster.localcluster import LocalNode
 from tests.process.cluster_cli import NODEOS, cli, ok
 
@@ -83,12 +84,12 @@ def test_a_command_the_older_node_does_not_know_never_commits_while_it_is_a_memb
     nodes += [new, old]
     new.start()
     old.start()
-    # Started at level 1 (a new cluster starts at its first member's level, 2 here): the
+    # Started at level 1 (a new cluster starts at its first member's level, this release's): the
     # cluster an older release may still join.
     init = ok(cli(new, "init", "--node-id", "1", "--feature-level", "1"))
     ok(cli(old, "join", new.address, "--token", init["token"], "--node-id", "2"))
     st = wait_for(new, lambda s: len(s["members"]) == 2 and s["leader"] == 1)
-    assert member(st, 2)["knows_level"] == 1 and member(st, 1)["knows_level"] == 2
+    assert member(st, 2)["knows_level"] == 1 and member(st, 1)["knows_level"] == LEVEL
     assert st["features"]["feature_level"] == 1
     settled(new, "kv", "put", "k", "v")
 
@@ -112,7 +113,7 @@ def test_a_command_the_older_node_does_not_know_never_commits_while_it_is_a_memb
     old.kill()
     del old.env[TEST_KNOWN_LEVEL_ENV]
     old.start()
-    wait_for(new, lambda s: member(s, 2)["knows_level"] == 2)
+    wait_for(new, lambda s: member(s, 2)["knows_level"] == LEVEL)
     raised = settled(new, "set", "feature-level", "2")
     assert raised["feature_level"] == 2
     # Now a node whose release knows less is refused at join, naming the level.

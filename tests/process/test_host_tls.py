@@ -17,6 +17,7 @@ import pytest
 
 from nodeos import tlskey
 from nodeos.cluster.datakey import PREFIX
+from nodeos.cluster.features import LEVEL
 from nodeos.cluster.localcluster import LocalNode
 
 from .test_cluster_membership import cli_json, voters, wait_status
@@ -105,4 +106,4 @@ def test_a_made_tls_key_is_shown_once_sealed_everywhere_and_unique(nodes: Any, t
     rc, listed = run(follower, "host", "list")
     assert rc == 0 and json.loads(listed)[0]["tls_derivation"] == "compat", listed
     rc, st = run(n1, "cluster", "status")
-    assert rc == 0 and json.loads(st)["features"]["feature_level"] == 2, st
+    assert rc == 0 and json.loads(st)["features"]["feature_level"] == LEVEL, st

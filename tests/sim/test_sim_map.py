@@ -28,8 +28,9 @@ def test_map_workload_seeds_no_violation() -> None:
         for k, v in res.stats.items():
             totals[k] = totals.get(k, 0) + v
     # The runs reached what the checks are about: replicated volumes made ready by reports,
-    # deleted and their names reused, failed creates, snapshots, clones, grants, refusals at
-    # the leader and at apply, snapshot installs and restarts of the map, under crashes.
+    # deleted and their names reused, failed creates (and creates a node failed, made
+    # elsewhere), snapshots, clones, grants, refusals at the leader and at apply, snapshot
+    # installs and restarts of the map, under crashes.
     for key in (
         "volumes_ready",
         "replicated_ready",
@@ -45,6 +46,7 @@ def test_map_workload_seeds_no_violation() -> None:
         "map_restores",
         "crashes",
         "map_repeats",
+        "creates_replaced",
     ):
         assert totals.get(key, 0) > 0, (key, totals)
     assert totals["map_applied"] > 1000, totals
@@ -65,6 +67,7 @@ CAUGHT_BY = {
     "map_freeze_never_cleared": "map invariant",
     "map_create_ignores_room": "map invariant",
     "map_request_applied_twice": "map invariant",
+    "map_create_replace_keeps_epoch": "map invariant",
 }
 
 
@@ -102,11 +105,11 @@ def test_cli_map_workload_ok_and_failing_seed_reproduces() -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "no invariant violated" in ok.stdout and "volumes_ready=" in ok.stdout
     bad = subprocess.run(
-        [*cmd, "--seeds", "1..6", "--broken", "map_create_ignores_room", "--trace-lines", "5"],
+        [*cmd, "--seeds", "1..7", "--broken", "map_create_ignores_room", "--trace-lines", "5"],
         capture_output=True,
         text=True,
         timeout=1200,
     )
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "seed 6: INVARIANT VIOLATED" in bad.stdout and "overcommits pool" in bad.stdout
+    assert "seed 7: INVARIANT VIOLATED" in bad.stdout and "overcommits pool" in bad.stdout
     assert "--workload map --broken map_create_ignores_room" in bad.stdout

@@ -93,6 +93,13 @@ def _check_primary_move(
         )
     if not moved:
         return
+    if was["state"] == "creating":
+        # A new volume holds no data: its primary's slot moves off a node that failed to make
+        # its replica to one outside the set (create_replace_map.py), and only then.
+        failed = {int(f["node"]) for f in vol.get("create_failed") or ()}
+        if old_p not in failed or any(s["node"] == old_p for s in vol["placement"]):
+            _fail(f"volume {name!r}: new volume's primary {old_p} -> {new_p}, {old_p} never failed it")
+        return
     if new_p not in before or health_of(st, new_p) == "down":
         _fail(
             f"volume {name!r}: node {new_p} promoted from the in-sync set {before} "

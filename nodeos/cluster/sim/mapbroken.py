@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from nodeos.cluster import create_replace_map, request_log, snapshot_map
 from nodeos.cluster import map as map_mod
-from nodeos.cluster import request_log, snapshot_map
 from nodeos.cluster import storage_map as sm
 from nodeos.cluster.placement import CapacityIndex
 
@@ -28,7 +28,17 @@ MAP_BROKEN_VARIANTS = {
     "map_freeze_never_cleared": "a snapshot dropped, deleted or made ready leaves its volume frozen",
     "map_create_ignores_room": "volume_create applies without re-checking its pools' room",
     "map_request_applied_twice": "a console's repeated request is applied again (not answered from the map)",
+    "map_create_replace_keeps_epoch": "a new volume's primary slot re-placed without a new epoch",
 }
+
+
+def _create_replace_keeps_epoch(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    vol = st["volumes"].get(args.get("uuid"))
+    epoch = None if vol is None else vol["epoch"]
+    out = _ORIGINAL["create_replace"](st, args)
+    if vol is not None:
+        vol["epoch"] = epoch  # the secondaries never learn to follow the new primary
+    return out
 
 
 def _drop_volume_keeps_name(st: dict[str, Any], vol: dict[str, Any]) -> None:
@@ -81,6 +91,7 @@ _ORIGINAL: dict[str, Any] = {
     "settle_volume": sm._settle_volume,
     "place": CapacityIndex.place,
     "restore": map_mod.ClusterMap.restore,
+    "create_replace": create_replace_map.volume_create_replace_v1,
 }
 
 
@@ -104,6 +115,8 @@ def map_bug(variant: str | None) -> Iterator[None]:
         patches.append((snapshot_map, "clear_freeze", lambda st, snap: None))
     elif variant == "map_create_ignores_room":
         patches.append((sm, "check_room", lambda st, name, size, slots: None))
+    elif variant == "map_create_replace_keeps_epoch":
+        patches.append((map_mod.HANDLERS["volume_create_replace"], 1, _create_replace_keeps_epoch))
     elif variant == "map_request_applied_twice":
         patches.append((request_log, "recorded", lambda st, rid: None))
     elif variant == "map_restore_drops_snapshots":

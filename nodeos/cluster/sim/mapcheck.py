@@ -248,6 +248,8 @@ def check_transition(
             _fail(f"a node report changed volume {vol['name']!r}'s desired {changed}")
         if vol["state"] != was["state"]:
             _check_volume_step(st, was, vol)
+        if vol["placement"] != was["placement"] and was["state"] == "creating":
+            _check_create_replaced(st, was, vol)
     for uuid, vol in st["volumes"].items():
         if uuid not in old["volumes"]:
             _check_new_volume(st, vol)
@@ -292,6 +294,21 @@ def _check_volume_step(st: dict[str, Any], was: dict[str, Any], vol: dict[str, A
             _fail(f"volume {vol['name']!r} turned ready with replicas {views}")
 
 
+def _check_create_replaced(st: dict[str, Any], was: dict[str, Any], vol: dict[str, Any]) -> None:
+    """A new volume's slot moves only off a node that failed to make it, never onto one that
+    did, one slot at a time, and the placement still spreads (create_replace_map.py)."""
+    failed = {int(f["node"]) for f in vol.get("create_failed") or ()}
+    pairs = zip(was["placement"], vol["placement"], strict=True)
+    moved = [(a["node"], b["node"]) for a, b in pairs if a != b]
+    if len(moved) != 1 or moved[0][0] not in failed or moved[0][1] in failed:
+        why = f"nodes that failed it: {sorted(failed)}"
+        _fail(f"volume {vol['name']!r} re-placed {moved} while creating; {why}")
+    if was["primary"] == moved[0][0] and (vol["primary"] != moved[0][1] or vol["epoch"] <= was["epoch"]):
+        _fail(f"volume {vol['name']!r}: its primary's slot moved without the primary and a new epoch")
+    _check_spread_of(st, vol)
+    _check_pool_room(st, vol)
+
+
 def _check_new_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
     if vol["state"] == "ready":
         _check_volume_step(st, {**vol, "state": "creating"}, vol)
@@ -302,6 +319,10 @@ def _check_new_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
             _fail(f"clone {vol['name']!r} of {vol['origin']!r} is not on its ready snapshot's nodes")
         return
     _check_pool_room(st, vol)
+    _check_spread_of(st, vol)
+
+
+def _check_spread_of(st: dict[str, Any], vol: dict[str, Any]) -> None:
     spread = vol["spread"]
     domains = []
     for s in vol["placement"]:
@@ -349,6 +370,7 @@ class MapChecker:
             "map_restores": 0,
             "volumes_ready": 0,
             "volumes_failed": 0,
+            "creates_replaced": 0,
             "volumes_dropped": 0,
             "replicated_ready": 0,
             "snapshots_ready": 0,
@@ -390,6 +412,9 @@ class MapChecker:
             if vol["state"] != (prev or {}).get("state") and vol["state"] in ("ready", "failed"):
                 s["volumes_" + vol["state"]] += 1
                 s["replicated_ready"] += vol["state"] == "ready" and vol["replicas"] > 1
+            s["creates_replaced"] += (
+                prev is not None and prev["placement"] != vol["placement"] and vol["state"] == "creating"
+            )
             s["clones"] += prev is None and vol["kind"] == "clone"
             s["grants"] += prev is not None and len(vol["hosts"]) > len(prev["hosts"])
         s["volumes_dropped"] += len(set(was) - set(st["volumes"]))

@@ -19,9 +19,11 @@ size of the Raft group (voters are few, members are many).
 from __future__ import annotations
 
 import random
+import zlib
 from typing import Any
 
-from nodeos.cluster import placement
+from nodeos.cluster import features, placement
+from nodeos.cluster.create_replace import create_replace_commands
 from nodeos.cluster.map import encode_command
 from nodeos.control import decide
 from nodeos.errors import NodeosError
@@ -29,11 +31,15 @@ from nodeos.errors import NodeosError
 MAP_MEMBERS = 5
 RACKS = ("a", "b", "c")
 GIB = 1024**3
-POOL_SIZE = 16 * GIB
+# Small enough that pools fill up: creates a node failed no longer stay as failed volumes holding
+# room (level 3 makes them elsewhere), and room is what the capacity checks are about.
+POOL_SIZE = 12 * GIB
 VOLUME_NAMES = tuple(f"v{i}" for i in range(6))  # few names: reuse after delete is exercised
 SNAPSHOT_NAMES = tuple(f"s{i}" for i in range(3))
 HOSTS = tuple(f"nqn.2014-08.org.example:gpu{i}" for i in range(3))
 FAIL_P = 0.04  # a pool, replica or snapshot create fails on its node
+DOOMED_EVERY = 16  # and one volume in 16 (by its uuid) fails on every node: no node is left for it
+LEADER_COMMANDS = ("volume_create_replace", "volume_create_fail")  # the leader's own, not a console's
 
 
 class DecisionViolation(Exception):
@@ -107,7 +113,8 @@ class SimAgent:
         for v in st["volumes"].values():
             if v["state"] == "deleting" or all(s["node"] != me for s in v["placement"]):
                 continue
-            n = self._step(v["uuid"])
+            doomed = v["kind"] != "clone" and zlib.crc32(v["uuid"].encode()) % DOOMED_EVERY == 0
+            n = None if doomed else self._step(v["uuid"])
             if n is None:
                 replicas[v["uuid"]] = {"state": "failed", "step": "volume.create", "error": "sim: no space"}
                 continue
@@ -162,7 +169,7 @@ class SimAgent:
 # Console requests carry a request id (nodeos/cluster/request_log.py); agents' reports and the
 # bootstrap do not. Now and then a request is proposed again, as the console's node does after
 # an unknown outcome.
-NOT_CONSOLE = ("node_report", "init_cluster", "add_node")
+NOT_CONSOLE = ("node_report", "init_cluster", "add_node", *LEADER_COMMANDS)
 REPEAT_P = 0.2
 ASKED_KEPT = 16
 
@@ -218,12 +225,21 @@ class MapWorkload:
         if booting and r.random() < 0.7:
             return None  # the map trails the log: do not flood it with the same bootstrap
         if st["cluster_id"] is None:
-            return "init_cluster", {"cluster_id": "sim-cluster"}
+            # At this release's level, as `nodeos cluster init` starts one (level 3: a create a
+            # node fails is placed elsewhere by the leader).
+            return "init_cluster", {"cluster_id": "sim-cluster", "feature_level": features.LEVEL}
         missing = [nid for nid in self._members() if nid not in st["nodes"]]
         if missing:
             nid = missing[0]
-            return "add_node", {"node_id": nid, "addresses": {"peer": f"10.0.0.{nid}:7100"}}
+            addresses = {"peer": f"10.0.0.{nid}:7100"}
+            return "add_node", {"node_id": nid, "addresses": addresses, **features.member_report()}
         x = r.random()
+        if x < 0.05:
+            # The leader's controller: a new volume's replica a node failed to make goes elsewhere
+            # (nodeos/cluster/create_replace.py), decided on this node's copy of the map.
+            cmds = create_replace_commands(st)
+            if cmds:
+                return cmds[0]
         if x < 0.4:
             # As real agents do, an agent reports when what it has changed (and now and then
             # anyway): the first of them, in a random order, with something new to say.

@@ -62,3 +62,17 @@ def test_a_failed_create_is_forgotten_once_the_map_deletes_the_volume() -> None:
     assert error_still_wanted(st, "volume:v", err)
     st["volumes"]["v-1"]["state"] = "deleting"
     assert not error_still_wanted(st, "volume:v", err)
+
+
+def test_a_failed_create_is_forgotten_once_the_replica_is_placed_elsewhere() -> None:
+    """Level 3: the leader gives the slot of a node that failed to make its replica to another
+    node; the failed node must stop reporting that replica failed (nodeos/cluster/create_replace_map.py)."""
+    st = _st("ready")
+    st["names"]["v"] = {"kind": "volume", "uuid": "v-1"}
+    vol = {"uuid": "v-1", "name": "v", "state": "creating", "placement": [{"node": 1}, {"node": 2}]}
+    st["volumes"]["v-1"] = vol
+    err = {"step": "volume.create", "error": "no pool 'p1'", "uuid": "v-1"}
+    assert error_still_wanted(st, "volume:v", err, me=1)
+    vol["placement"] = [{"node": 3}, {"node": 2}]
+    assert not error_still_wanted(st, "volume:v", err, me=1)
+    assert error_still_wanted(st, "volume:v", err, me=2)
