@@ -417,11 +417,13 @@ class Soak:
 
     # ---- faults -----------------------------------------------------------------------
     def _in_sync_first(self, a: Action) -> None:
-        """Before a fault: every volume under fio back to every replica in sync (bounded). A
-        fault while a replica is still being copied is a double fault, which may rightly stop
-        the volume (no in-sync copy left) and would make fio's errors no finding. Missing the
-        bound is one: a replica that never comes back in sync after a heal."""
-        fio = {n for n, o in self.live.items() if o.fio}
+        """Before a fault: every volume whose data the soak checks (fio running, or a mark to
+        read back) back to every replica in sync (bounded). A fault while a replica is still
+        being copied is a double fault, which may rightly stop the volume or lose what only the
+        faulted copy held (seed 7's 60-minute run: a mark written just after a heal, then the
+        other node's drive pulled) and would make fio's errors or the mark no finding. Missing
+        the bound is one: a replica that never comes back in sync after a heal."""
+        fio = {n for n, o in self.live.items() if o.fio or o.mark}
         if not fio:
             return
         limit = FAULT_BOUNDS_S["ready"] * self.scale
