@@ -28,7 +28,8 @@ from nodeos.cluster import events as map_events
 from nodeos.cluster import features
 from nodeos.cluster.capacity import check_room
 from nodeos.cluster.failover_map import health_of, volume_of
-from nodeos.errors import BadInput, NotFound, OperationFailed
+from nodeos.cluster.replace_map import slot_move
+from nodeos.errors import OperationFailed
 
 LEVEL = 3  # the feature level that brings it (nodeos/cluster/features.py)
 MAX_ERROR = 256
@@ -83,13 +84,7 @@ def volume_create_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     from nodeos.cluster.storage_map import _check_placement, _check_spread, set_paths
 
     vol = _creating(st, args)
-    old, new, pool_id = args.get("old"), args.get("node"), args.get("pool_id")
-    if type(old) is not int:
-        raise BadInput("old must be a node id", field="old")
-    if type(new) is not int or new not in st["nodes"]:
-        raise NotFound(f"node {new!r} is not a member", field="node")
-    if not isinstance(pool_id, str):
-        raise BadInput("pool_id must be a string", field="pool_id")
+    old, new, pool_id = slot_move(st, args)
     name, failed = vol["name"], failed_nodes(vol)
     if args.get("epoch") != vol["epoch"]:
         decided = repr(args.get("epoch"))[:32]

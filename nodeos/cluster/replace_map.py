@@ -32,11 +32,8 @@ def _refuse(msg: str, field: str, **kw: Any) -> OperationFailed:
     return OperationFailed(msg, field=field, **kw)
 
 
-def volume_replace_replica_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    """Move the replica of volume `uuid` on node `old` to `node`/`pool_id`, decided at `epoch`."""
-    from nodeos.cluster.storage_map import _check_placement, _check_spread, set_paths
-
-    vol = volume_of(st, args)
+def slot_move(st: dict[str, Any], args: dict[str, Any]) -> tuple[int, int, str]:
+    """The checked `old` node, new `node` (a member) and its `pool_id` of a decision to move a slot."""
     old, new, pool_id = args.get("old"), args.get("node"), args.get("pool_id")
     if type(old) is not int:
         raise BadInput("old must be a node id", field="old")
@@ -44,6 +41,15 @@ def volume_replace_replica_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         raise NotFound(f"node {new!r} is not a member", field="node")
     if not isinstance(pool_id, str):
         raise BadInput("pool_id must be a string", field="pool_id")
+    return old, new, pool_id
+
+
+def volume_replace_replica_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Move the replica of volume `uuid` on node `old` to `node`/`pool_id`, decided at `epoch`."""
+    from nodeos.cluster.storage_map import _check_placement, _check_spread, set_paths
+
+    vol = volume_of(st, args)
+    old, new, pool_id = slot_move(st, args)
     name = vol["name"]
     if int(vol.get("replicas") or 1) <= 1:
         raise _refuse(f"volume {name} has one replica: there is nothing to copy from", "uuid")
