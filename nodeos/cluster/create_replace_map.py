@@ -40,6 +40,10 @@ def retries_create(st: dict[str, Any], vol: dict[str, Any]) -> bool:
     return features.cluster_level(st) >= LEVEL and vol.get("kind") != "clone"
 
 
+def _name(st: dict[str, Any], nid: int) -> str:
+    return str((st["nodes"].get(nid) or {}).get("name") or f"node-{nid}")
+
+
 def failed_nodes(vol: dict[str, Any]) -> set[int]:
     return {int(f["node"]) for f in vol.get("create_failed") or ()}
 
@@ -52,7 +56,7 @@ def note_create_failures(
     for nid, view in failed:
         if nid in seen:
             continue
-        name = (st["nodes"].get(nid) or {}).get("name") or f"node-{nid}"
+        name = _name(st, nid)
         step = str(view.get("step") or "create")
         error = f"node {name}: {step}: {view.get('error') or 'failed'}"[:MAX_ERROR]
         vol.setdefault("create_failed", []).append({"node": nid, "error": error})
@@ -113,7 +117,8 @@ def volume_create_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     map_events.record(
         st,
         "replica_replaced",
-        f"volume {name}: node {old} could not make its replica; it is made on node {new} instead",
+        f"volume {name}: node {_name(st, old)} could not make its replica; it is made on node "
+        f"{_name(st, new)} instead",
         severity="warning",
         volume=vol["uuid"],
         node=new,

@@ -46,6 +46,8 @@ def test_a_secondary_a_node_failed_to_make_is_made_elsewhere_and_the_volume_turn
     ]
     apply_all(m, cmds)
     assert nodes_of(vol) == [1, 3] and (vol["primary"], vol["epoch"]) == (1, 1)
+    (ev,) = [e for e in map_events.list_events(m.st, mark) if e["kind"] == "replica_replaced"]
+    assert "node s2 could not make its replica" in ev["message"] and "on node s3" in ev["message"]
     assert m.st["paths"][uuid] == {1: "optimized", 3: "inaccessible"}
     assert create_replace_commands(m.st) == []  # node 3 is making it: nothing more to decide
     ready(m, uuid, 1, 3)
