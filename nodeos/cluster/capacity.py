@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nodeos.cluster import placement
+from nodeos.cluster.failover_map import health_of
 from nodeos.cluster.placement.model import PlacementRefused, human_size
 
 PoolRef = tuple[int, str]  # (node id, pool id)
@@ -120,7 +121,11 @@ def candidates(st: dict[str, Any], net_of_pending: bool = False) -> list[placeme
                 node_id=nid,
                 name=str(n.get("name")),
                 labels=dict(n.get("labels") or {}),
-                schedulable=n.get("role") == "storage" and n.get("state", "active") == "active" and dp_ok,
+                # A node the leader holds down gets nothing new: a create placed there waits for it.
+                schedulable=n.get("role") == "storage"
+                and n.get("state", "active") == "active"
+                and dp_ok
+                and health_of(st, nid) != "down",
                 pools=tuple(pools),
             )
         )

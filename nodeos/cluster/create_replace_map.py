@@ -8,7 +8,8 @@ snapshot's blocks are):
 
 - the node's failure is noted in the volume (`create_failed`: node and error, once each, with a
   `replica_create_failed` event) and the volume stays `creating`;
-- the leader (nodeos/cluster/create_replace.py) gives the slot to another node,
+- the leader (nodeos/cluster/create_replace.py) gives the slot to another node (so too the slot
+  of a node that went down: it is noted then, and not tried again for this volume),
   `volume_create_replace`: never a node that failed it before, nor one of the other slots'
   failure domains; the primary's slot moves with the primary role and a new epoch (secondaries
   that exported to the old primary retarget, as after a failover);
@@ -95,8 +96,8 @@ def volume_create_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         msg = f"volume {name} is at epoch {vol['epoch']}, the re-placement was decided at {decided}"
         raise OperationFailed(msg, field="epoch")
     nodes = [int(s["node"]) for s in vol["placement"]]
-    if old not in nodes or old not in failed:
-        msg = f"node {old} holds no failed replica of {name}"
+    if old not in nodes or (old not in failed and health_of(st, old) != "down"):
+        msg = f"node {old} holds no failed replica of {name} and is not down"
         raise OperationFailed(msg, field="old", allowed=sorted(failed))
     if new in nodes or new in failed:
         raise OperationFailed(f"node {new} holds a replica of {name} or failed to make one", field="node")
@@ -108,6 +109,10 @@ def volume_create_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     placement = _check_placement(st, placement)
     _check_spread(st, placement, vol.get("spread", "node"))
     check_room(st, name, int(vol["size_bytes"]), [placement[idx]])
+    why = "create failed" if old in failed else "node down"
+    if old not in failed:  # down: never tried again for this volume either
+        error = f"node {_name(st, old)} is down"
+        vol.setdefault("create_failed", []).append({"node": old, "error": error})
     vol["placement"] = placement
     vol["in_sync"] = [int(s["node"]) for s in placement]  # nothing written yet: every replica is whole
     if vol["primary"] == old:
@@ -117,13 +122,13 @@ def volume_create_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     map_events.record(
         st,
         "replica_replaced",
-        f"volume {name}: node {_name(st, old)} could not make its replica; it is made on node "
-        f"{_name(st, new)} instead",
+        f"volume {name}: node {_name(st, old)} could not make its replica ({why}); it is made on "
+        f"node {_name(st, new)} instead",
         severity="warning",
         volume=vol["uuid"],
         node=new,
         epoch=vol["epoch"],
-        reason="create failed",
+        reason=why,
     )
     return {"uuid": vol["uuid"], "name": name, "old": old, "node": new, "pool_id": pool_id}
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from nodeos.cluster import events as map_events
 from nodeos.cluster.create_replace import create_replace_commands
+from nodeos.cluster.placement.model import PlacementRefused
+from nodeos.control.decide import place
 
 from .test_failover import apply_all, ready
 from .test_storage_map import M, cluster, create
@@ -123,3 +127,42 @@ def test_stale_or_unsafe_re_placements_are_refused_at_apply_and_change_nothing()
     m.ok("volume_create_replace", **dict(ok, old=4, node=5, pool_id="pool5"))
     ready(m, uuid, 1, 5, 3)
     _refused(m, "volume_create_fail", "uuid", uuid=uuid, reason="x")  # ready: never failed after
+
+
+def test_a_new_volume_waiting_for_a_node_that_went_down_is_made_elsewhere() -> None:
+    """The 60-minute soak's refused creates: placed on a node just cut off, they waited past the
+    console's 300 s for it. A new volume holds no data: its slot on a `down` node moves at once
+    (that node is noted and not tried again), and nothing new is placed on a down node."""
+    m = level3(4)
+    uuid = create(m, "v", 1, 2)
+    vol = m.st["volumes"][uuid]
+    m.report(1, replicas={uuid: {"state": "in-sync"}})
+    assert create_replace_commands(m.st) == []  # node 2 is up (a slow node keeps its slot)
+    m.ok("node_health", node_id=2, health="down")
+    ((cmd, args),) = create_replace_commands(m.st)
+    assert cmd == "volume_create_replace" and args["old"] == 2 and args["node"] in (3, 4)
+    apply_all(m, [(cmd, args)])
+    assert vol["create_failed"] == [{"node": 2, "error": "node s2 is down"}]
+    assert (vol["primary"], vol["epoch"]) == (1, 1)
+    ready(m, uuid, 1, args["node"])
+    # Nothing new goes to the down node, whatever its free space.
+    with pytest.raises(PlacementRefused) as refused:
+        place(m.st, "k", 1 << 30, 3, "node", None)
+    assert "s2 (not schedulable)" in refused.value.message
+
+
+def test_a_down_node_whose_slot_has_nowhere_to_go_keeps_it_and_the_volume_waits() -> None:
+    m = level3(2)
+    uuid = create(m, "v", 1, 2)
+    m.ok("node_health", node_id=1, health="down")
+    assert create_replace_commands(m.st) == []  # no third node: it waits, it does not fail
+    assert m.st["volumes"][uuid]["state"] == "creating"
+    # The primary's slot on a down node is re-placed like any other when there is room.
+    m2 = level3(3)
+    uuid = create(m2, "v", 1, 2)
+    m2.ok("node_health", node_id=1, health="down")
+    apply_all(m2, create_replace_commands(m2.st))
+    vol = m2.st["volumes"][uuid]
+    assert nodes_of(vol) == [3, 2] and (vol["primary"], vol["epoch"]) == (3, 2)
+    m2.ok("node_health", node_id=1, health="up")  # back: it holds nothing of v, gets nothing of it
+    assert create_replace_commands(m2.st) == []
