@@ -352,11 +352,14 @@ class Soak:
 
     def _connect(self, o: Live) -> str:
         """Connect every path, waiting (bounded) for the volume to be ready: right after a heal a
-        volume may still be re-exported."""
+        volume may still be re-exported. Discovery at every storage VM that is up, as a GPU
+        node's discovery.conf would name them: a node that exports nothing (drained, say) has
+        no discovery controller, and asking it alone found nothing for 600 s (seed 7)."""
         deadline = time.monotonic() + FAULT_BOUNDS_S["ready"] * self.scale
         while True:
             try:
-                return soak_io.connect(self.lab, self.host, o.nqn, self.lab.addr(self.up_vm()))
+                vias = [self.lab.addr(vm) for vm in self.shape.storage if vm not in self.down]
+                return soak_io.connect(self.lab, self.host, o.nqn, vias)
             except (RuntimeError, OperationFailed):
                 if time.monotonic() > deadline:
                     raise

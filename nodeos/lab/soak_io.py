@@ -38,13 +38,14 @@ def _discover(lab: Lab, host: str, addr: str) -> list[dict[str, Any]]:
         return []
 
 
-def paths(lab: Lab, host: str, nqn: str, via_addr: str) -> list[tuple[str, str]]:
-    """(address, port) of every TCP path to `nqn` that discovery at `via_addr` and the discovery
-    controllers it refers to list: what `nvme connect-all` finds (a node lists only what it
-    exports; the others come by its referrals)."""
+def paths(lab: Lab, host: str, nqn: str, via_addrs: list[str]) -> list[tuple[str, str]]:
+    """(address, port) of every TCP path to `nqn` that discovery at `via_addrs` (a host's
+    discovery.conf naming every storage node) and the discovery controllers they refer to list:
+    what `nvme connect-all` finds (a node lists only what it exports; the others come by its
+    referrals; a node that exports nothing serves no discovery controller at all)."""
     found: set[tuple[str, str]] = set()
     asked: set[str] = set()
-    todo = [via_addr]
+    todo = list(reversed(via_addrs))
     while todo:
         addr = todo.pop()
         if addr in asked:
@@ -60,12 +61,12 @@ def paths(lab: Lab, host: str, nqn: str, via_addr: str) -> list[tuple[str, str]]
     return sorted(found)
 
 
-def connect(lab: Lab, host: str, nqn: str, via_addr: str, timeout: float = 180) -> str:
+def connect(lab: Lab, host: str, nqn: str, via_addrs: list[str], timeout: float = 180) -> str:
     """Connect every path of `nqn` (only it: a connect-all would take every granted volume, and a
     revoke must find the host gone) and return the multipath head's device."""
-    found = paths(lab, host, nqn, via_addr)
+    found = paths(lab, host, nqn, via_addrs)
     if not found:
-        raise RuntimeError(f"discovery at {via_addr} lists no TCP path to {nqn}")
+        raise RuntimeError(f"discovery at {', '.join(via_addrs)} lists no TCP path to {nqn}")
     for addr, port in found:
         # A path already connected answers "already connected": not a failure.
         lab.exec(

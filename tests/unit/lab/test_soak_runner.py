@@ -406,3 +406,26 @@ def test_no_fault_while_a_volume_holding_a_mark_is_out_of_sync(tmp_path: Path) -
         r = _soak(lab, seed)
         assert r.ok, r.render()
     assert lab.marks  # marks were written, and faults followed them
+
+
+class OneNodeExportsNothingLab(FakeLab):
+    """s1 exports nothing, so it serves no discovery controller (nvmet listens on a port only
+    once a subsystem is linked to it): discovery there is refused; s2 and s3 answer."""
+
+    def _nvme(self, argv: list[str]) -> ExecResult:
+        if argv[1] == "discover" and argv[argv.index("-a") + 1] == self.addr("s1"):
+            return _res(1, "", "failed to connect socket: Connection refused")
+        return super()._nvme(argv)
+
+
+def test_the_host_finds_its_paths_though_the_first_node_serves_no_discovery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 7: after a drain moved every volume off s1, the soak's readback asked s1 alone
+    for discovery and found nothing for 600 s. A GPU node names every storage node."""
+    monkeypatch.setitem(soak_mod.FAULT_BOUNDS_S, "ready", 0)
+    lab = OneNodeExportsNothingLab(tmp_path)
+    r = _soak(lab, seed=1, steps=60)
+    assert r.ok, r.render()
+    assert r.counts["readback"]["ok"] >= 1
+    assert any("discover" in c and lab.addr("s2") in c for _, c in lab.calls)
