@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeos.errors import OperationFailed
-from nodeos.lab import soak_end, soak_io
+from nodeos.lab import soak_end, soak_evidence, soak_io
 from nodeos.lab.lab import Lab
 from nodeos.lab.leftovers import leftovers
 from nodeos.lab.soak_faults import Faults, NotInForce, cpu_hog
@@ -51,6 +51,7 @@ BOUNDS_S: dict[str, float] = {
 }  # fmt: skip
 FAULT_BOUNDS_S: dict[str, float] = {"daemon_back": 900, "fio_grace": 900, "ready": 600}
 RETRIED = ("not_leader", "unknown_outcome")
+DATA_ACTIONS = ("write", "readback", "fio_start", "fio_check")  # a violation in one keeps evidence
 FAULT_OF = {heal: fault for fault, heal in HEAL_OF.items()}
 MIB = 1024 * 1024
 
@@ -174,10 +175,23 @@ class Soak:
             self.log(f"  skipped: {e}")
             outcome = "skipped"
         except Exception as e:
-            self.report.violate(a.step, a.describe(), f"{type(e).__name__}: {str(e)[:1500]}", self._running())
+            what = f"{type(e).__name__}: {str(e)[:1500]}"
+            if a.kind in DATA_ACTIONS:
+                what += self.evidence(a)
+            self.report.violate(a.step, a.describe(), what, self._running())
             outcome = "failed"
         self.report.count(a.kind, outcome, time.monotonic() - t0)
         self.recent.append(a.describe())
+
+    def evidence(self, a: Action) -> str:
+        """Keep what the cluster and the VMs show about a data violation's volume (soak_evidence.py)."""
+        up = [vm for vm in self.shape.storage if vm not in self.down]
+        dest = soak_evidence.evidence_dir(self.lab, self.report.started, a.step)
+        try:
+            kept = soak_evidence.collect(self.lab, self.up_vm(), self.host, a.target, dest, up)
+            return f" (evidence: {kept})"
+        except Exception as e:  # best effort: the violation stands without it
+            return f" (no evidence: {type(e).__name__}: {e})"
 
     def _running(self) -> str:
         parts = []
@@ -383,6 +397,7 @@ class Soak:
         soak_io.disconnect(self.lab, self.host, o.nqn)
         if job.get("error") != 0:
             what = f"fio on {a.target}: error {job.get('error')} (verify or I/O): {str(job)[-600:]}"
+            what += self.evidence(a)
             self.report.violate(a.step, a.describe(), what, self._running())
             return "failed"
         return "ok"
@@ -404,16 +419,14 @@ class Soak:
         except soak_io.ReadFailed as err:
             # Not a lost write (nothing was read back to compare): the host's I/O failed, which
             # a fault must not cause either (the soak of 2026-11-30 took one for a lost write).
-            soak_io.disconnect(self.lab, self.host, o.nqn)
-            o.mark = ""
-            self.report.violate(
-                a.step, a.describe(), f"host read failed on {a.target}: {err}", self._running()
-            )
-            return "failed"
-        soak_io.disconnect(self.lab, self.host, o.nqn)
+            got, what = "", f"host read failed on {a.target}: {err}"
         want, o.mark = o.mark, ""
-        if got != want:
+        if got and got != want:
             what = f"acknowledged write lost: {a.target}'s mark reads back {got[:16]}, written {want[:16]}"
+        if got != want:
+            what += self.evidence(a)  # while the host still holds its paths
+        soak_io.disconnect(self.lab, self.host, o.nqn)
+        if got != want:
             self.report.violate(a.step, a.describe(), what, self._running())
             return "failed"
         return "ok"

@@ -39,6 +39,7 @@ class FakeLab:
         self, tmp: Path, *, fio_error: int = 0, lose_marks: bool = False, read_fails: bool = False
     ) -> None:
         self.name = "fake"
+        self.root = tmp / "labs"
         self.storage_vms = ["s1", "s2", "s3"]
         self.host_vms = ["h1"]
         self.specs: dict[str, Spec] = {}
@@ -253,8 +254,23 @@ def test_a_fio_error_is_a_violation_naming_its_step_and_the_replay(tmp_path: Pat
 
 
 def test_a_mark_read_back_different_is_an_acknowledged_write_lost(tmp_path: Path) -> None:
-    r = _soak(FakeLab(tmp_path, lose_marks=True), seed=1)
-    assert any("acknowledged write lost" in v.what for v in r.violations), r.render()
+    lab = FakeLab(tmp_path, lose_marks=True)
+    r = _soak(lab, seed=1)
+    lost = [v for v in r.violations if "acknowledged write lost" in v.what]
+    assert lost, r.render()
+    # What the cluster and the VMs showed is kept, taken while the host still held its paths.
+    kept = Path(re.search(r"\(evidence: ([^)]+)\)", lost[0].what).group(1))  # type: ignore[union-attr]
+    assert kept.parent.parent == lab.root / "soak-evidence" and kept.name == f"step-{lost[0].step}"
+    name = lost[0].action.split()[-1]
+    assert json.loads((kept / "volume.json").read_text())["name"] == name
+    assert {"events.json", "h1-paths.txt", "s1-dataplane.txt", "s3-journal.txt"} <= {
+        f.name for f in kept.iterdir()
+    }
+    calls = [c for _, c in lab.calls]
+    shown = calls.index(f"nodeos volume show {name} --json")
+    read = max(i for i, c in enumerate(calls[:shown]) if "sha256sum" in c)
+    assert not any(c.startswith("nvme disconnect") for c in calls[read:shown]), "disconnected first"
+    assert any(c.startswith("nvme disconnect") for c in calls[shown:])
 
 
 def test_a_read_that_returns_nothing_is_a_failed_host_read_not_a_lost_write(tmp_path: Path) -> None:
