@@ -188,7 +188,9 @@ class Soak:
         up = [vm for vm in self.shape.storage if vm not in self.down]
         dest = soak_evidence.evidence_dir(self.lab, self.report.started, a.step)
         try:
-            kept = soak_evidence.collect(self.lab, self.up_vm(), self.host, a.target, dest, up)
+            o = self.live.get(a.target)
+            mark = (o.size_mib // 2, MARK_MIB) if o is not None and o.size_mib else None
+            kept = soak_evidence.collect(self.lab, self.up_vm(), self.host, a.target, dest, up, mark)
             return f" (evidence: {kept})"
         except Exception as e:  # best effort: the violation stands without it
             return f" (no evidence: {type(e).__name__}: {e})"

@@ -37,6 +37,20 @@ done
 echo "== nvme list-subsys"; nvme list-subsys 2>&1
 echo "== lvs"; lvs -a -o lv_name,vg_name,lv_size,data_percent,lv_attr 2>&1
 """
+# Each LV's copy of the mark (replicated volumes keep their data MIRROR_DATA_OFFSET into the LV;
+# a 1-replica volume's LV is the data itself), and each md array's: which leg lacks it.
+LEG_SCRIPT = r"""
+echo "== the mark's {mib} MiB at {off} MiB, per LV (at +8 MiB: a mirror leg) and per md array"
+for lv in $(lvs --noheadings -o vg_name,lv_name -S 'segtype=thin&&lv_active=active' | awk '{{print $1"/"$2}}')
+do
+  for skip in {off} $(({off} + 8)); do
+    echo "$lv @$skip: $(dd if=/dev/$lv bs=1M skip=$skip count={mib} iflag=direct status=none | sha256sum)"
+  done
+done
+for md in /dev/md/*; do [ -e "$md" ] || continue
+  echo "$md @{off}: $(dd if=$md bs=1M skip={off} count={mib} iflag=direct status=none | sha256sum)"
+done
+"""
 HOST_SCRIPT = "nvme list-subsys 2>&1; echo '== dmesg'; dmesg | tail -n 150"
 
 
@@ -44,15 +58,25 @@ def evidence_dir(lab: Lab, started: float, step: int) -> Path:
     return lab.root / EVIDENCE_ROOT / f"{lab.name}-{int(started)}" / f"step-{step}"
 
 
-def collect(lab: Lab, via: str, host: str, volume: str, dest: Path, up: Sequence[str]) -> Path:
+def collect(
+    lab: Lab,
+    via: str,
+    host: str,
+    volume: str,
+    dest: Path,
+    up: Sequence[str],
+    mark: tuple[int, int] | None = None,
+) -> Path:
     """Write what the cluster and the VMs show about `volume` into `dest` (best effort: a VM that
-    does not answer gets a file saying why). `via` is a storage VM whose console answers."""
+    does not answer gets a file saying why). `via` is a storage VM whose console answers; `mark`
+    (offset MiB, MiB): where the volume's mark lives, read from every leg."""
     dest.mkdir(parents=True, exist_ok=True)
     _save(lab, dest / "volume.json", via, ["nodeos", "volume", "show", volume, "--json"])
     _save(lab, dest / "events.json", via, ["nodeos", "events", "--json"])
     _save(lab, dest / "status.txt", via, ["nodeos", "status"])
     for vm in up:
-        _save(lab, dest / f"{vm}-dataplane.txt", vm, ["sh", "-c", STORAGE_SCRIPT])
+        script = STORAGE_SCRIPT + (LEG_SCRIPT.format(off=mark[0], mib=mark[1]) if mark else "")
+        _save(lab, dest / f"{vm}-dataplane.txt", vm, ["sh", "-c", script])
         journal = ["journalctl", "-u", "nodeosd", "-n", "3000", "--no-pager"]
         _save(lab, dest / f"{vm}-journal.txt", vm, journal)
     _save(lab, dest / f"{host}-paths.txt", host, ["sh", "-c", HOST_SCRIPT])
