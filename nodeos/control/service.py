@@ -402,21 +402,9 @@ class ControlService:
         out = await self._run(op, {"name": name, **who})
 
         def applied(st: dict[str, Any]) -> Any:
-            # Done once every node exporting the volume says its export carries the new grants.
             if st["names"][name]["kind"] == "published":
                 return publish_api.grants_applied(st, name)
-            vol = st["volumes"][st["names"][name]["uuid"]]
-            want = sorted(vol["hosts"])
-            for s in vol["placement"]:
-                rep = ((st["reports"].get(s["node"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
-                if rep.get("state") == "failed":
-                    raise OperationFailed(
-                        f"volume {name!r} on {views.node_name(st, s['node'])}: {rep.get('error')}",
-                        field="name",
-                    )
-                if sorted(rep.get("hosts") or []) != want:
-                    return None
-            return True
+            return views.grants_in_force(st, st["volumes"][st["names"][name]["uuid"]])
 
         await self._wait(applied, wait, f"{op} {name} {host}")
         LOG.info("%s %s host %s", op, name, host)

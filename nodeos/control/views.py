@@ -12,6 +12,7 @@ from nodeos import tlskey
 from nodeos.cluster.failover_map import health_of, in_sync_of
 from nodeos.cluster.storage_map import replica_view
 from nodeos.dataplane.base import Listener
+from nodeos.errors import OperationFailed
 
 
 def node_name(st: dict[str, Any], nid: int) -> str:
@@ -81,6 +82,24 @@ def rebuild_progress(st: dict[str, Any], vol: dict[str, Any]) -> dict[int, float
         if isinstance(frac, (int, float)) and not isinstance(frac, bool):
             out[int(nid)] = float(frac)
     return out
+
+
+def grants_in_force(st: dict[str, Any], vol: dict[str, Any]) -> bool | None:
+    """A volume's grant or revoke is done once every node of it that is up says its export
+    carries the volume's hosts (None: not yet). A node that is down is not waited for: it is
+    fenced (its paths refuse I/O) and applies the map's hosts when it returns (the soak: every
+    grant during a node's outage failed after the console's 100 s). A replica that failed
+    raises, naming its node."""
+    want = sorted(vol["hosts"])
+    for s in vol["placement"]:
+        rep = ((st["reports"].get(s["node"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+        if rep.get("state") == "failed":
+            raise OperationFailed(
+                f"volume {vol['name']!r} on {node_name(st, s['node'])}: {rep.get('error')}", field="name"
+            )
+        if health_of(st, s["node"]) == "up" and sorted(rep.get("hosts") or []) != want:
+            return None
+    return True
 
 
 def volume_view(st: dict[str, Any], vol: dict[str, Any]) -> dict[str, Any]:
