@@ -134,9 +134,12 @@ def node_health_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
                 _drop_in_sync(st, vol, nid, "its node is down")
     else:
         map_events.record(st, "node_up", f"node {name} is up again", node=nid)
+    from nodeos.cluster.delete_map import settle_deleting_on
     from nodeos.cluster.publish_map import settle_node  # it builds on this module
 
     settle_node(st, nid)  # published copies: a down node feeds none
+    if health == "down":
+        settle_deleting_on(st, nid)  # a delete that waited only for this node finishes
     return {"node_id": nid, "health": health, "changed": True}
 
 

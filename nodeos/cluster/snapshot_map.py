@@ -33,7 +33,11 @@ def _drop(st: dict[str, Any], snap: dict[str, Any], why: str | None = None) -> N
     st["names"].pop(snap["name"], None)
     views = {s["node"]: ((st["reports"].get(s["node"]) or {}).get("snapshots") or {}).get(snap["uuid"])
              for s in snap["placement"]}  # fmt: skip
-    why = why or ("deleted" if snap["state"] == "deleting" else "not taken")
+    if why is None and snap["state"] == "deleting":
+        from nodeos.cluster.delete_map import left_on_down_nodes
+
+        why = "deleted" + left_on_down_nodes(st, snap, "snapshots")
+    why = why or "not taken"
     map_events.snapshot_dropped(st, snap, why, views)
 
 
@@ -54,7 +58,9 @@ def settle_snapshot(st: dict[str, Any], snap: dict[str, Any]) -> None:
         for s in snap["placement"]
     }
     if snap["state"] == "deleting":
-        if all(v is None for v in views.values()):
+        from nodeos.cluster.delete_map import still_holding
+
+        if not still_holding(st, snap, "snapshots"):
             _drop(st, snap)
         return
     if snap["state"] != "creating":

@@ -247,7 +247,9 @@ def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
     settle_in_sync(st, vol)
     views = {s["node"]: replica_view(st, vol, s["node"]) for s in vol["placement"]}
     if vol["state"] == "deleting":
-        if all(vol["uuid"] not in ((st["reports"].get(n) or {}).get("replicas") or {}) for n in views):
+        from nodeos.cluster.delete_map import still_holding  # it builds on this module
+
+        if not still_holding(st, vol, "replicas"):
             _drop_volume(st, vol)
         return
     if vol["state"] == "creating":
@@ -269,11 +271,14 @@ def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
 
 
 def _drop_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
+    from nodeos.cluster.delete_map import left_on_down_nodes  # it builds on this module
+
+    left = left_on_down_nodes(st, vol, "replicas")
     del st["volumes"][vol["uuid"]]
     st["paths"].pop(vol["uuid"], None)
     if (st["names"].get(vol["name"]) or {}).get("uuid") == vol["uuid"]:
         del st["names"][vol["name"]]
-    map_events.record(st, "volume_deleted", f"volume {vol['name']} deleted", volume=vol["uuid"])
+    map_events.record(st, "volume_deleted", f"volume {vol['name']} deleted{left}", volume=vol["uuid"])
 
 
 # --- pools -----------------------------------------------------------------------------------

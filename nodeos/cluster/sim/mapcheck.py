@@ -15,7 +15,7 @@ Every simulated node applies the committed entries to its own `ClusterMap`. Chec
   grows by the entry; epochs and report seqs never go back; a report never changes desired
   state (placement, primary, epoch, grants, size); a volume turns ready only when every
   replica is in-sync; a volume leaves the map only from deleting once no replica node
-  reports it; a new volume's replicas sit in distinct failure domains at its spread level
+  that is up reports it; a new volume's replicas sit in distinct failure domains at its spread level
   (labels as applied), a clone on its ready snapshot's nodes, and no pool holds more than its
   size of volumes under the simulator's thick accounting (`_check_pool_room`); a snapshot turns ready only
   when every replica node reports it ready and, for a replicated volume, while its primary
@@ -236,7 +236,12 @@ def check_transition(
     for uuid, was in old["volumes"].items():
         vol = st["volumes"].get(uuid)
         if vol is None:
-            held = [n for n in {s["node"] for s in was["placement"]} if _reports(st, n, uuid)]
+            # A node that is down is not waited for (nodeos/cluster/delete_map.py).
+            held = [
+                n
+                for n in sorted({s["node"] for s in was["placement"]})
+                if _reports(st, n, uuid) and (st["nodes"].get(n) or {}).get("health", "up") != "down"
+            ]
             # A delete drops at once a volume no node reports (never created anywhere).
             if (was["state"] != "deleting" and cmd != "volume_delete") or held:
                 _fail(f"volume {was['name']!r} left the map while {was['state']}, still on nodes {held}")

@@ -18,6 +18,7 @@ def _st(snap_state: str) -> dict[str, Any]:
         "names": {"snap1": {"kind": "snapshot", "uuid": "s-1"}},
         "snapshots": {"s-1": snap},
         "volumes": {},
+        "nodes": {1: {"name": "s1"}, 2: {"name": "s2"}},
         "pools": {},
         "reports": {1: {"snapshots": {}}, 2: {"snapshots": {}}},
         "events": [],

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from nodeos.cluster import events as map_events
 from nodeos.cluster.map import ClusterMap, encode_command
 
 GiB = 1 << 30
@@ -179,6 +180,34 @@ def test_delete_drops_the_volume_once_no_node_reports_it() -> None:
     assert uuid in m.st["volumes"]  # node 2 still has its replica
     m.report(2, replicas={})
     assert uuid not in m.st["volumes"] and "v" not in m.st["names"] and uuid not in m.st["paths"]
+
+
+def test_a_delete_does_not_wait_for_a_node_that_is_down() -> None:
+    # Down after the others finished: its being called down finishes the delete.
+    m = cluster()
+    uuid = create(m, "v", 1, 2)
+    m.report(1, replicas={uuid: {"state": "in-sync"}})
+    m.report(2, replicas={uuid: {"state": "in-sync"}})
+    m.ok("volume_delete", name="v")
+    m.report(1, replicas={})
+    assert uuid in m.st["volumes"]  # node 2 is up and still has its replica: waited for
+    m.ok("node_health", node_id=2, health="down", reason="lease expired")
+    assert uuid not in m.st["volumes"] and "v" not in m.st["names"]
+    gone = [e for e in map_events.list_events(m.st) if e["kind"] == "volume_deleted"]
+    assert "s2 (down) deletes its copy when it returns" in gone[-1]["message"]
+    # Down before: the last node that is up finishing drops it.
+    uuid = create(m, "w", 1, 3)
+    m.report(1, replicas={uuid: {"state": "in-sync"}})
+    m.report(3, replicas={uuid: {"state": "in-sync"}})
+    m.ok("volume_delete", name="w")
+    m.ok("node_health", node_id=3, health="down", reason="lease expired")
+    assert uuid in m.st["volumes"]  # node 1, up, has not deleted yet
+    m.report(1, replicas={})
+    assert uuid not in m.st["volumes"]
+    # Back up, the node still reports the old replica: nothing of it returns to the map.
+    m.ok("node_health", node_id=3, health="up", reason="renewed")
+    m.report(3, replicas={uuid: {"state": "in-sync"}})
+    assert uuid not in m.st["volumes"] and "w" not in m.st["names"]
 
 
 def test_grants_need_registered_hosts_and_hosts_with_grants_stay() -> None:
