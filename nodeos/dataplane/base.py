@@ -86,6 +86,10 @@ class ExportSpec:
     # Export this block device instead of the volume's LV: the md mirror on a primary, the
     # linear view of the replica LV on a secondary (pool_id/vol_id still name the volume).
     device: str | None = None
+    # False: the subsystem, its hosts and ports stay, its namespace is withheld (hosts see it
+    # leave). A secondary's front end while a grow has it smaller than the primary's: a host
+    # that took its size from such a path would set the optimized one aside for good.
+    ns_enabled: bool = True
 
 
 @dataclass(frozen=True)

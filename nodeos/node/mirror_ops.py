@@ -121,10 +121,14 @@ class MirrorOps:
         at the new size, then md, then the front end (its view too when it has one), revalidated
         so the hosts see the new size; "front" on a secondary, once the primary has grown: its
         view and front end. A secondary's front end grows last so the hosts' multipath device
-        takes its new size from the optimized path (paths of another size are set aside until
-        they match). Each step is idempotent: a crash or failure is rolled forward or retried."""
+        takes its new size from the optimized path, and from "legs" to "front" it withholds its
+        namespace (replicas.front_end): a path of another size a host scans last makes it set the
+        optimized one aside (Linux clears a path whose size differs from the device's) until
+        that path is rescanned. Each step is idempotent: a crash or failure is rolled forward
+        or retried."""
         size, phase = int(d["size_bytes"]), d.get("phase", "legs")
         lv_bytes = replicas.lv_size(dict(vol, size_bytes=size), self.caps)
+        front = size if phase != "legs" else int(vol.get("front_bytes") or vol["size_bytes"])
         if phase in ("legs", "primary"):
             await self.ops.call("resize_volume", vol["pool_id"], vol["vol_id"], lv_bytes)
             crash.point("volume.resize:volume-resized")
@@ -141,10 +145,12 @@ class MirrorOps:
             await self.ops.call(
                 "ensure_view", replicas.view_id(vol), vol["lv_device"], self.caps.data_offset_bytes, size
             )
+        if phase in ("legs", "front"):  # the namespace withheld at "legs", back at the new size at "front"
+            grown = dict(vol, size_bytes=size, front_bytes=front)
+            await self.ops.call("apply_export", self.ops.spec_for(grown))
         if phase in ("primary", "front"):
             await self.ops.call("revalidate_export", vol["nqn"])
             crash.point("volume.resize:export-applied")
-        front = size if phase != "legs" else int(vol.get("front_bytes") or vol["size_bytes"])
         self._finish(d, dict(vol, size_bytes=size, front_bytes=front))
 
     async def back_to_standby(self, d: dict[str, Any]) -> None:

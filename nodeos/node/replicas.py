@@ -61,6 +61,12 @@ def front_end(vol: dict[str, Any], spec: ExportSpec, fenced: bool = False) -> Ex
     inaccessible), in this slot's controller-id range."""
     primary = vol["role"] == "primary" and not fenced
     lo, hi = cntlid_range(int(vol["slot"]))
+    # A secondary's front end smaller than the volume (a grow between its "legs" and "front"
+    # steps, nodeos/agent/grow.py) withholds its namespace: a host whose multipath device took
+    # its size from such a path last sets the primary's path aside until that path is rescanned
+    # (Linux nvme_mpath_revalidate_paths), which nothing does: the host's I/O hangs (the soak).
+    size = int(vol["size_bytes"])
+    lagging = vol["role"] != "primary" and int(vol.get("front_bytes") or size) < size
     return dataclasses.replace(
         spec,
         ana_group=names.ANA_GROUP_OPTIMIZED if primary else names.ANA_GROUP_INACCESSIBLE,
@@ -68,6 +74,7 @@ def front_end(vol: dict[str, Any], spec: ExportSpec, fenced: bool = False) -> Ex
         cntlid_min=lo,
         cntlid_max=hi,
         device=str(vol["device"]),
+        ns_enabled=not lagging,
     )
 
 

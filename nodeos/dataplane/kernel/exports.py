@@ -106,7 +106,12 @@ class KernelExports:
         n.ensure_subsystem(nqn, spec.serial, spec.cntlid_min, spec.cntlid_max)
         try:
             n.ensure_namespace(
-                nqn, device, normalize_uuid(spec.uuid), normalize_nguid(spec.nguid), spec.ana_group
+                nqn,
+                device,
+                normalize_uuid(spec.uuid),
+                normalize_nguid(spec.nguid),
+                spec.ana_group,
+                spec.ns_enabled,
             )
             # Hosts before ports: a subsystem is never reachable with a stale host list.
             wanted_hosts = {h.host_nqn: h for h in spec.hosts}

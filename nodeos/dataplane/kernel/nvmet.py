@@ -254,7 +254,10 @@ class Nvmet:
         if self.fs.read_or("\0", *path) != value:
             self.fs.write(value, *path)
 
-    def ensure_namespace(self, nqn: str, device: str, uuid: str, nguid32: str, ana_grp: int) -> None:
+    def ensure_namespace(
+        self, nqn: str, device: str, uuid: str, nguid32: str, ana_grp: int, enable: bool = True
+    ) -> None:
+        """Namespace 1 as given; `enable` False: configured but withheld from the hosts."""
         ns = ("subsystems", nqn, "namespaces", str(NSID))
         self.fs.mkdir(*ns)
         want = {
@@ -264,6 +267,9 @@ class Nvmet:
         }
         have = {k: self.fs.read_or("", *ns, k) for k in want}
         enabled = self.fs.read_or("0", *ns, "enable") == "1"
+        if enabled and not enable:
+            self.fs.write("0", *ns, "enable")  # the hosts' controllers get a namespace-changed event
+            enabled = False
         if have != want:
             if enabled:
                 # These attributes are refused (EBUSY) while the namespace is enabled.
@@ -273,7 +279,7 @@ class Nvmet:
                 if have[k] != v:
                     self.fs.write(v, *ns, k)
         self.set_namespace_ana_group(nqn, ana_grp)
-        if not enabled:
+        if enable and not enabled:
             self.fs.write("1", *ns, "enable")
 
     def set_namespace_ana_group(self, nqn: str, grp: int) -> None:

@@ -93,6 +93,12 @@ class SpdkExports(SpdkMirrors):
         return self._psks.get(self.rpc.connections, lambda: self._maybe(rq.get_config("nvmf")))
 
     def apply_export(self, spec: ExportSpec) -> ExportInfo:
+        if not spec.ns_enabled:
+            # Only a grow withholds a namespace (a lagging secondary's front end), and SPDK's
+            # mirrors do not grow (SPDK_MIRROR_CAPS.grow is False): never asked here.
+            raise NotSupported(
+                "a withheld namespace (the SPDK data plane does not grow mirrors)", field="ns_enabled"
+            )
         info = self._apply_export(spec, None)
         assert info is not None
         return info

@@ -15,11 +15,12 @@ from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import MirrorCaps, MirrorInfo, RemoteInfo
 from nodeos.dataplane.select import NoDataPlane
 from nodeos.errors import BadInput, NotSupported
+from nodeos.node import model
 from nodeos.node.mirror_ops import MirrorOps
 from nodeos.node.ops import Ops
 from nodeos.store.lmdb_store import Store
 from tests.unit.agent.test_failover_plan import ready, report, steps
-from tests.unit.node.test_replicas import UUID, three_node_map
+from tests.unit.node.test_replicas import LST, UUID, three_node_map
 
 MiB = 1 << 20
 OLD, NEW = 64 * MiB, 96 * MiB  # placement (2, 1, 3): node 2 is the primary
@@ -83,6 +84,9 @@ class GrowOps:
         self.dp = type("DP", (), {"mirror_caps": caps, "name": "kernel"})()
         self.saved: dict[str, Any] = {}
 
+    def spec_for(self, vol: dict[str, Any]) -> Any:
+        return model.export_spec(vol, LST, {})
+
     async def call(self, method: str, *args: Any) -> Any:
         self.calls.append((method, args))
         if method == "list_remotes":
@@ -115,20 +119,23 @@ def test_the_primary_grows_its_lv_then_sees_each_attached_leg_grown_then_md_then
 def test_a_secondary_grows_its_front_end_only_in_the_front_phase() -> None:
     caps = MirrorCaps(8 * MiB, views=True, write_freeze=True, superblock=True, grow=True)
     st = grown_map()
-    rec = dict(ready(st, 1)["v"], size_bytes=OLD)
+    rec = dict(ready(st, 1)["v"], size_bytes=OLD, device="/dev/mapper/front")
     ops = GrowOps([], caps)
     mirrors = MirrorOps(ops)
     done: dict[str, Any] = {}
     mirrors._finish = lambda d, vol: done.update(vol)  # type: ignore[method-assign]
     asyncio.run(mirrors.grow({"name": "v", "size_bytes": NEW, "phase": "legs"}, rec))
-    assert [m for m, _ in ops.calls] == ["resize_volume"]
+    # The LV grows; the front end, still at the old size, withholds its namespace (a host that
+    # took the old size from it would set the primary's grown path aside for good).
+    assert [m for m, _ in ops.calls] == ["resize_volume", "apply_export"]
+    assert ops.calls[1][1][0].ns_enabled is False
     assert done["size_bytes"] == NEW and done["front_bytes"] == OLD
     ops.calls.clear()
     asyncio.run(mirrors.grow({"name": "v", "size_bytes": NEW, "phase": "front"}, dict(done)))
-    assert ops.calls == [
-        ("ensure_view", (names.view_id_for(names.mirror_id_for(UUID)), rec["lv_device"], 8 * MiB, NEW)),
-        ("revalidate_export", (rec["nqn"],)),
-    ]
+    assert [m for m, _ in ops.calls] == ["ensure_view", "apply_export", "revalidate_export"]
+    assert ops.calls[0][1] == (names.view_id_for(names.mirror_id_for(UUID)), rec["lv_device"], 8 * MiB, NEW)
+    assert ops.calls[1][1][0].ns_enabled is True  # back, at the new size
+    assert ops.calls[2][1] == (rec["nqn"],)
     assert done["front_bytes"] == NEW
 
 

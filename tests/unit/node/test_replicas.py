@@ -159,3 +159,20 @@ def test_the_primary_reports_each_leg_by_its_attached_device_with_rebuild_progre
     assert leg_states(info, prim) == ({2: "syncing", 3: "in-sync"}, {2: 0.25})
     # a leg whose controller has not been live for too long (its I/O blocks): failed, whatever md says
     assert leg_states(info, prim, remotes, down={3}) == ({2: "syncing", 3: "failed"}, {2: 0.25})
+
+
+def test_a_secondary_whose_front_end_lags_a_grow_withholds_its_namespace() -> None:
+    """Between a grow's "legs" and "front" steps a secondary's front end is smaller than the
+    volume: a host that scanned that path last would set the primary's path aside for good
+    (Linux clears every path whose size differs from the multipath device's), so its namespace
+    is withheld until it is back at the new size. The primary's never is."""
+    st = three_node_map()
+    hosts = {"nqn.2014-08.com.example:h": {"dhchap_secret": None}}
+    grown = 128 << 20
+    for n in (1, 2, 3):
+        steady = local(st, n, f"/dev/x{n}")
+        assert model.export_spec(steady, LST, hosts).ns_enabled
+        lagging = dict(steady, size_bytes=grown, front_bytes=64 << 20)
+        assert model.export_spec(lagging, LST, hosts).ns_enabled is (n == 2)  # node 2 is the primary
+        caught_up = dict(steady, size_bytes=grown, front_bytes=grown)
+        assert model.export_spec(caught_up, LST, hosts).ns_enabled
