@@ -65,8 +65,8 @@ def front_end(vol: dict[str, Any], spec: ExportSpec, fenced: bool = False) -> Ex
     # steps, nodeos/agent/grow.py) withholds its namespace: a host whose multipath device took
     # its size from such a path last sets the primary's path aside until that path is rescanned
     # (Linux nvme_mpath_revalidate_paths), which nothing does: the host's I/O hangs (the soak).
-    size = int(vol["size_bytes"])
-    lagging = vol["role"] != "primary" and int(vol.get("front_bytes") or size) < size
+    front = vol.get("front_bytes")  # absent: never grown, the front end is the volume's size
+    lagging = vol["role"] != "primary" and front is not None and int(front) < int(vol["size_bytes"])
     return dataclasses.replace(
         spec,
         ana_group=names.ANA_GROUP_OPTIMIZED if primary else names.ANA_GROUP_INACCESSIBLE,
