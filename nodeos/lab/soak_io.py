@@ -76,10 +76,17 @@ def connect(lab: Lab, host: str, nqn: str, via_addrs: list[str], timeout: float 
 
 
 def device(lab: Lab, host: str, nqn: str, timeout: float) -> str:
+    """The multipath head of `nqn`, once its /dev node is the kernel's device of that name: a
+    node udev has not yet replaced (the host disconnected another volume whose head had the same
+    name a moment before) would send the soak's I/O to whatever that device number is now."""
     script = f"""
+udevadm settle -t 30 2>/dev/null || true
 for s in /sys/class/nvme-subsystem/nvme-subsys*; do
   [ "$(cat $s/subsysnqn 2>/dev/null)" = {shlex.quote(nqn)} ] || continue
-  for n in $s/nvme*n*; do b=${{n##*/}}; [ -b /dev/$b ] && echo /dev/$b && exit 0; done
+  for n in $s/nvme*n*; do b=${{n##*/}}
+    [ -b /dev/$b ] && [ "$(cat /sys/block/$b/dev 2>/dev/null)" = "$(stat -c '%Hr:%Lr' /dev/$b)" ] \
+      && echo /dev/$b && exit 0
+  done
 done
 exit 1"""
     deadline = time.monotonic() + timeout
