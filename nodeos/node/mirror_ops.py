@@ -83,9 +83,19 @@ class MirrorOps:
             self.ops.end(txn, d)
 
     async def replica_export(self, d: dict[str, Any]) -> None:
+        """A new secondary's first export of its leg (a new volume's, or a replica re-placed
+        onto this node). Its LV may be one left from an earlier replica of the same volume here
+        (a drive that came back, an orphan not yet collected: create_volume takes it as it is),
+        with that replica's md superblock: the primary's `--re-add` would then take it back by
+        the bitmap (md trusts its event count, which says nothing across the copies made since)
+        and count a leg that lacks later writes in sync. The superblock goes first: a new leg
+        always joins by a full copy. Only before the leg's first export: an export already there
+        (this step rerun after a crash) may be a member of the primary's mirror by now."""
         vol = self._load(d["name"])
         if vol is None:
             return self.ops._drop(d)
+        if await self.ops.call("export_info", names.replica_nqn(vol["uuid"], str(d["me"]))) is None:
+            await self.ops.call("wipe_mirror_member", str(vol["lv_device"]))
         lst = self.ops.listeners()
         await self.ops.call("apply_export", replicas.replica_spec(vol, int(d["me"]), lst))
         crash.point("volume.replica:replica-exported")
