@@ -75,20 +75,33 @@ def connect(lab: Lab, host: str, nqn: str, via_addrs: list[str], timeout: float 
     return device(lab, host, nqn, timeout)
 
 
-def device(lab: Lab, host: str, nqn: str, timeout: float) -> str:
-    """The multipath head of `nqn`, once its /dev node is the kernel's device of that name: a
-    node udev has not yet replaced (the host disconnected another volume whose head had the same
-    name a moment before) would send the soak's I/O to whatever that device number is now."""
-    script = f"""
+def device_script(nqn: str, root: str = "") -> str:
+    """The shell that prints the multipath head of `nqn` (`root`: where /sys and /dev are, for
+    the unit test). Only a head that is there: with the subsystem connected but its namespace
+    not yet scanned, `nvme*n*` matches nothing and an unguarded loop ran with the pattern
+    itself, which `[ -b /dev/$b ]` and `echo /dev/$b` then expanded to whatever head was there:
+    another volume's, the one fio ran on. The marks of two 60-minute soaks went there (and read
+    back as zeros where they belonged). Its /dev node must also be the kernel's device of that
+    name (a node udev has not yet replaced after a disconnect would be another device)."""
+    q = shlex.quote
+    return f"""
 udevadm settle -t 30 2>/dev/null || true
-for s in /sys/class/nvme-subsystem/nvme-subsys*; do
-  [ "$(cat $s/subsysnqn 2>/dev/null)" = {shlex.quote(nqn)} ] || continue
-  for n in $s/nvme*n*; do b=${{n##*/}}
-    [ -b /dev/$b ] && [ "$(cat /sys/block/$b/dev 2>/dev/null)" = "$(stat -c '%Hr:%Lr' /dev/$b)" ] \
-      && echo /dev/$b && exit 0
+for s in {q(root)}/sys/class/nvme-subsystem/nvme-subsys*; do
+  [ "$(cat "$s/subsysnqn" 2>/dev/null)" = {q(nqn)} ] || continue
+  for n in "$s"/nvme*n*; do
+    [ -e "$n" ] || continue
+    b=${{n##*/}}
+    d={q(root)}/dev/"$b"
+    [ -b "$d" ] && [ "$(cat {q(root)}/sys/block/"$b"/dev 2>/dev/null)" = "$(stat -c '%Hr:%Lr' "$d")" ] \
+      && echo "$d" && exit 0
   done
 done
 exit 1"""
+
+
+def device(lab: Lab, host: str, nqn: str, timeout: float) -> str:
+    """The multipath head of `nqn` once the host has it (device_script)."""
+    script = device_script(nqn)
     deadline = time.monotonic() + timeout
     while True:
         r = lab.sh(host, script, check=False)
