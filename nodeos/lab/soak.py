@@ -37,6 +37,7 @@ from nodeos.lab import soak_end, soak_evidence, soak_io
 from nodeos.lab.lab import Lab
 from nodeos.lab.leftovers import leftovers
 from nodeos.lab.soak_faults import Faults, NotInForce, cpu_hog
+from nodeos.lab.soak_paths import PathWatch
 from nodeos.lab.soak_plan import FAULTS, HEAL_OF, MARK_MIB, Action, Planner, Shape
 from nodeos.lab.soak_report import Report
 
@@ -114,12 +115,14 @@ class Soak:
         self.step = 0
         self.deadline = time.monotonic() + minutes * 60
         self.log = log or (lambda msg: print(f"soak: {msg}", file=sys.stderr, flush=True))
+        self.paths = PathWatch(lab, self.host, self._vias, self.log)  # the host learns moved paths
 
     # ---- the run --------------------------------------------------------------------
     def run(self) -> Report:
         r = self.report
         with cpu_hog(r.hog):
             try:
+                self.paths.start()
                 self._setup()
                 deadline = self.deadline = time.monotonic() + self.minutes * 60
                 # Checked before an action is drawn: one drawn is in the planner's model, and the
@@ -134,6 +137,8 @@ class Soak:
             except Exception as e:  # the soak itself broke: say where, then hand the lab back whole
                 r.violate(self.step, "runner", f"the soak stopped: {type(e).__name__}: {e}", self._running())
             finally:
+                self.paths.stop()
+                r.notes.append(f"the host learned {self.paths.connected} path(s) of volumes under fio")
                 self._restore()
                 self._final()
         r.ended = time.time()
@@ -374,12 +379,14 @@ class Soak:
         deadline = time.monotonic() + FAULT_BOUNDS_S["ready"] * self.scale
         while True:
             try:
-                vias = [self.lab.addr(vm) for vm in self.shape.storage if vm not in self.down]
-                return soak_io.connect(self.lab, self.host, o.nqn, vias)
+                return soak_io.connect(self.lab, self.host, o.nqn, self._vias())
             except (RuntimeError, OperationFailed):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(10)
+
+    def _vias(self) -> list[str]:
+        return [self.lab.addr(vm) for vm in self.shape.storage if vm not in dict(self.down)]
 
     def _fio_start(self, a: Action) -> str:
         o = self._usable(a.target)
@@ -388,6 +395,7 @@ class Soak:
         runtime = min(int(a.arg("runtime_s")), max(30, int(self.deadline - time.monotonic())))
         soak_io.fio_start(self.lab, self.host, a.target, dev, o.size_mib, runtime)
         o.fio = True
+        self.paths.watch(o.nqn)
         return "ok"
 
     def _fio_check(self, a: Action) -> str:
@@ -396,6 +404,7 @@ class Soak:
             raise Skip(f"no fio ran on {a.target}")
         job = soak_io.fio_wait(self.lab, self.host, a.target, FAULT_BOUNDS_S["fio_grace"] * self.scale + 300)
         o.fio = False
+        self.paths.unwatch(o.nqn)
         soak_io.disconnect(self.lab, self.host, o.nqn)
         if job.get("error") != 0:
             what = f"fio on {a.target}: error {job.get('error')} (verify or I/O): {str(job)[-600:]}"

@@ -14,6 +14,7 @@ from typing import Any
 
 from nodeos.lab import fio
 from nodeos.lab.lab import Lab
+from nodeos.lab.qga import ExecResult
 
 # The host's side of a fast failover (docs/operations.md, "Failover: host settings").
 CONNECT_OPTS = ["--keep-alive-tmo=5", "--ctrl-loss-tmo=60", "--reconnect-delay=2"]
@@ -69,10 +70,40 @@ def connect(lab: Lab, host: str, nqn: str, via_addrs: list[str], timeout: float 
         raise RuntimeError(f"discovery at {', '.join(via_addrs)} lists no TCP path to {nqn}")
     for addr, port in found:
         # A path already connected answers "already connected": not a failure.
-        lab.exec(
-            host, ["nvme", "connect", "-t", "tcp", "-a", addr, "-s", port, "-n", nqn, *CONNECT_OPTS], 120
-        )
+        connect_path(lab, host, nqn, addr, port)
     return device(lab, host, nqn, timeout)
+
+
+def connect_path(lab: Lab, host: str, nqn: str, addr: str, port: str) -> ExecResult:
+    return lab.exec(
+        host, ["nvme", "connect", "-t", "tcp", "-a", addr, "-s", port, "-n", nqn, *CONNECT_OPTS], 120
+    )
+
+
+def connected_paths(lab: Lab, host: str, nqn: str) -> set[tuple[str, str]]:
+    """(address, port) of every controller the host holds for `nqn`, live or reconnecting."""
+    r = lab.sh(host, connected_script(nqn), check=False)
+    return {p for line in r.stdout.splitlines() if (p := parse_address(line))}
+
+
+def connected_script(nqn: str, root: str = "") -> str:
+    """The shell that prints the sysfs `address` of each controller of `nqn` (`root` as in
+    device_script). A subsystem's entries are its controllers and its heads; a head has no
+    `address`."""
+    q = shlex.quote
+    return (
+        f"for s in {q(root)}/sys/class/nvme-subsystem/nvme-subsys*; do "
+        f'[ "$(cat "$s/subsysnqn" 2>/dev/null)" = {q(nqn)} ] || continue; '
+        'for c in "$s"/nvme[0-9]*; do [ -e "$c/address" ] && cat "$c/address"; done; done; true'
+    )
+
+
+def parse_address(line: str) -> tuple[str, str] | None:
+    """A controller's sysfs `address` ("traddr=10.0.0.1,trsvcid=4420,src_addr=...") as (traddr, trsvcid)."""
+    fields = dict(kv.split("=", 1) for kv in line.strip().split(",") if "=" in kv)
+    if "traddr" not in fields or "trsvcid" not in fields:
+        return None
+    return fields["traddr"], fields["trsvcid"]
 
 
 def device_script(nqn: str, root: str = "") -> str:
