@@ -318,11 +318,9 @@ class Agent(Reporting):
         if not hasattr(node.dp, "set_referrals"):
             return False
         mine = referral_plan.mine(node.listeners_json())
+        # Also while this node exports nothing: its discovery port keeps answering (the kernel
+        # target anchors it, nvmet.ANCHOR_NQN) and refers hosts to the nodes that do.
         others = referral_plan.others(st, me)
-        if not self.node.records()[1] and not self.published.copies:
-            # A node that exports nothing keeps no discovery port (an empty node leaves nvmet
-            # empty): hosts are referred once it holds a volume.
-            others = ()
         want = (mine, others)
         if want == self._referrals_set:
             return False
@@ -342,6 +340,11 @@ class Agent(Reporting):
             return True
         self._referrals_set = want
         return False
+
+    def refers_hosts(self) -> bool:
+        """Whether this node's discovery ports are set to refer hosts to other nodes (so they
+        listen, exporting or not: mDNS advertises them)."""
+        return bool(self._referrals_set and self._referrals_set[0] and self._referrals_set[1])
 
     async def _run_steps(self, group: list[Step]) -> list[tuple[Step, NodeosError]]:
         """One step, or volume creates (one or more) made together (ops.run_creates); the failed

@@ -3,9 +3,11 @@
 was deleted.
 
 On each storage VM, in one round trip: nodeosd active, no pool, volume or host in its records,
-no LV, no nvmet subsystem or port; with `deep`: no md array, no NVMe controller other than the
-VM's own drives (a remote leg or a published copy's source still attached), no pending intent
-and no data plane call stuck past its deadline. On each GPU node: no NVMe controller.
+no LV, no nvmet subsystem or port (but the discovery anchor and the discovery ports only it
+holds: a member's standing discovery service, nodeos/dataplane/kernel/nvmet.py); with `deep`:
+no md array, no NVMe controller other than the VM's own drives (a remote leg or a published
+copy's source still attached), no pending intent and no data plane call stuck past its
+deadline. On each GPU node: no NVMe controller.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nodeos.dataplane.kernel.nvmet import ANCHOR_NQN
 from nodeos.lab.lab import Lab
 
 STORAGE_SCRIPT = """
@@ -26,8 +29,11 @@ nodeos host list --json 2>/dev/null || true
 echo @@
 lvs --noheadings -o vg_name,lv_name 2>/dev/null || true
 echo @@
-cd /sys/kernel/config/nvmet 2>/dev/null && find subsystems ports -mindepth 1 -maxdepth 1 || true
-"""
+cd /sys/kernel/config/nvmet 2>/dev/null && {
+  for s in subsystems/*; do [ -e "$s" ] && [ "${s#*/}" != {anchor} ] && echo "$s"; done
+  for p in ports/*; do [ -e "$p" ] && [ "$(ls "$p/subsystems")" != {anchor} ] && echo "$p"; done
+} || true
+""".replace("{anchor}", ANCHOR_NQN)
 
 # Appended with deep=True: md arrays, fabric controllers (transport not pcie), nodeosd's status.
 DEEP_SCRIPT = """

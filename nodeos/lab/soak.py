@@ -374,8 +374,9 @@ class Soak:
     def _connect(self, o: Live) -> str:
         """Connect every path, waiting (bounded) for the volume to be ready: right after a heal a
         volume may still be re-exported. Discovery at every storage VM that is up, as a GPU
-        node's discovery.conf would name them: a node that exports nothing (drained, say) has
-        no discovery controller, and asking it alone found nothing for 600 s (seed 7)."""
+        node's discovery.conf would name them: one node may answer none (seed 7: a drained node
+        that exported nothing, before the discovery anchor; asking it alone found nothing for
+        600 s)."""
         deadline = time.monotonic() + FAULT_BOUNDS_S["ready"] * self.scale
         while True:
             try:

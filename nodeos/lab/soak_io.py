@@ -43,7 +43,8 @@ def paths(lab: Lab, host: str, nqn: str, via_addrs: list[str]) -> list[tuple[str
     """(address, port) of every TCP path to `nqn` that discovery at `via_addrs` (a host's
     discovery.conf naming every storage node) and the discovery controllers they refer to list:
     what `nvme connect-all` finds (a node lists only what it exports; the others come by its
-    referrals; a node that exports nothing serves no discovery controller at all)."""
+    referrals; a node that is down, or one of a release before the discovery anchor that exports
+    nothing, answers no discovery at all)."""
     found: set[tuple[str, str]] = set()
     asked: set[str] = set()
     todo = list(reversed(via_addrs))

@@ -8,8 +8,8 @@ network A must not resolve the node to its address on network B (nvme-stas conne
 resolves, on the interface it heard it on).
 
 Nothing is advertised while the node is drained, its data plane is down, it keeps no discovery
-controller (it exports nothing: an empty node leaves its target without one, nodeos/agent), or
-mDNS is switched off. A management interface (the network config's `management.interface`, or
+controller (SPDK, or a kernel-target node alone in its cluster, exporting nothing), or mDNS is
+switched off. A management interface (the network config's `management.interface`, or
 one that holds the peer, REST or metrics listen address) is left out unless the operator
 allows it (`mdns_management = true`: sites, like the lab, with one network for everything).
 """
@@ -114,7 +114,10 @@ def decide(facts: Facts, opts: Options) -> Decision:
         (facts.discovery_port is None, "the data plane keeps no discovery controller"),
         (facts.draining, "the node is draining"),
         (facts.dataplane_down, "the data plane is down"),
-        (not facts.serving, "the node exports nothing yet: it keeps no discovery controller"),
+        (
+            not facts.serving,
+            "the node keeps no discovery controller: it exports nothing and refers to no node",
+        ),
     ):
         if cond:
             return Decision(frozenset(), (why,))

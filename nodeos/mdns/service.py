@@ -248,12 +248,16 @@ def _hosts(cluster: Any) -> dict[str, Any]:
 
 
 def _serving(node: Any, plain_only: bool = False, hosts: dict[str, Any] | None = None) -> bool:
-    """Whether the node keeps its discovery controller: it exports something (an empty node
-    leaves its target without discovery ports: nodeos/agent/agent.py, _referrals), and on the
-    kernel target something a host may reach in plain text (`plain_only`: a node whose every
-    volume requires TLS has no discovery port to advertise)."""
+    """Whether the node keeps its discovery controller. On the kernel target (`plain_only`):
+    while its discovery ports refer hosts to other nodes (they are anchored then, exporting or
+    not: nodeos/dataplane/kernel/nvmet.py, ANCHOR_NQN), or while it exports something a host may
+    reach in plain text (a volume that requires TLS is not linked to the plain discovery port).
+    On SPDK: while it exports something."""
     if node is None or not hasattr(node, "records"):
         return False
+    refers = getattr(getattr(node, "agent", None), "refers_hosts", None)
+    if plain_only and callable(refers) and refers():
+        return True
     try:
         vols = node.records()[1]
         if not plain_only and vols:

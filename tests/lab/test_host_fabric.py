@@ -50,6 +50,10 @@ def _browse(lab: Lab, seconds: float = 20) -> dict[str, Any]:
     return dict(json.loads(r.stdout))
 
 
+def _tcp_adverts(found: dict[str, Any], addr: str) -> list[dict[str, Any]]:
+    return [s for s in found.values() if addr in s["addresses"] and s["txt"].get("p") == "tcp"]
+
+
 def _node(vol: dict[str, Any]) -> str:
     return str(vol.get("primary") or vol["replicas"][0]["node"])
 
@@ -87,22 +91,35 @@ def volume(lab: Lab) -> Iterator[dict[str, Any]]:
             nodeos(lab, vm, "pool", "delete", "p")
 
 
-def test_the_gpu_node_finds_every_exporting_storage_node_over_mdns(lab: Lab, volume: dict[str, Any]) -> None:
-    # A node advertises while it keeps a discovery controller: the one exporting the plain volume.
-    node = _node(volume["plain"])
+def test_the_gpu_node_finds_every_storage_node_over_mdns_and_each_answers_discovery(
+    lab: Lab, volume: dict[str, Any]
+) -> None:
+    """Every storage node, exporting or not: one that exports nothing keeps its discovery port
+    anchored (nodeos/dataplane/kernel/nvmet.py, ANCHOR_NQN) and refers the host to the others;
+    the anchor itself is in no host's log. Before, such a node refused the connection, and a
+    host's persistent discovery controller to it was lost."""
+    exporting = _node(volume["plain"])
     deadline = time.monotonic() + 120
     while True:
         found = _browse(lab)
-        mine = [s for s in found.values() if lab.addr(node) in s["addresses"]]
-        if any(s["txt"].get("p") == "tcp" for s in mine) or time.monotonic() > deadline:
+        tcp = {vm: _tcp_adverts(found, lab.addr(vm)) for vm in STORAGE}
+        if all(tcp.values()) or time.monotonic() > deadline:
             break
-    assert mine, f"no _nvme-disc._tcp service with {node}'s address {lab.addr(node)}: {found}"
-    tcp = [s for s in mine if s["txt"].get("p") == "tcp"]
-    assert tcp and all(s["port"] == 8009 and s["txt"].get("nqn") == DISCOVERY_NQN for s in tcp), mine
-    # What it advertises is a discovery controller that answers the host.
-    argv = ["nvme", "discover", "-t", "tcp", "-a", tcp[0]["addresses"][0], "-s", "8009", "-o", "json"]
-    r = lab.exec("h1", argv, 60)
-    assert r.rc == 0, r.stdout + r.stderr
+    missing = [vm for vm, adverts in tcp.items() if not adverts]
+    assert not missing, (
+        f"no _nvme-disc._tcp service of {missing} (the plain volume is on {exporting}): {found}"
+    )
+    for vm, adverts in tcp.items():
+        assert all(s["port"] == 8009 and s["txt"].get("nqn") == DISCOVERY_NQN for s in adverts), adverts
+        # What it advertises is a discovery controller that answers the host: with the plain
+        # volume where it is exported, a referral to the others everywhere, never the anchor.
+        argv = ["nvme", "discover", "-t", "tcp", "-a", lab.addr(vm), "-s", "8009", "-o", "json"]
+        r = lab.exec("h1", argv, 60)
+        assert r.rc == 0, f"{vm}: {r.stdout}{r.stderr}"
+        recs = json.loads(r.stdout).get("records", [])
+        assert not any("discovery-anchor" in str(e.get("subnqn")) for e in recs), recs
+        referred = {e["traddr"] for e in recs if "referral" in str(e.get("subtype"))}
+        assert referred >= {lab.addr(o) for o in STORAGE if o != vm}, f"{vm} refers to {referred}: {recs}"
 
 
 # Before the per-host derivation (2026-11-30) this timed out in the handshake: Debian 13's nvme-cli

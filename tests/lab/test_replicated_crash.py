@@ -106,7 +106,7 @@ def _wait_crashed(lab: Lab, step: str, want: set[str], timeout: float = 600) -> 
 OBJECTS_SCRIPT = """
 lvs --noheadings -o lv_name,segtype 2>/dev/null | awk '$2 == "thin" {print $1}'
 echo @@
-ls /sys/kernel/config/nvmet/subsystems 2>/dev/null || true
+ls /sys/kernel/config/nvmet/subsystems 2>/dev/null | grep -v discovery-anchor || true
 echo @@
 ls /dev/md 2>/dev/null || true
 echo @@

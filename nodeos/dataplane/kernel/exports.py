@@ -14,7 +14,14 @@ from nodeos.dataplane.base import AnaState, ExportInfo, ExportSpec, Listener
 from nodeos.dataplane.ids import check_nqn, normalize_nguid, normalize_uuid
 from nodeos.dataplane.kernel import lvm, tlskeys
 from nodeos.dataplane.kernel.configfs import ConfigFs
-from nodeos.dataplane.kernel.nvmet import DEFAULT_ANA_GROUP, Nvmet, PortAddr, discovery_addrs, find_port
+from nodeos.dataplane.kernel.nvmet import (
+    ANCHOR_NQN,
+    DEFAULT_ANA_GROUP,
+    Nvmet,
+    PortAddr,
+    discovery_addrs,
+    find_port,
+)
 from nodeos.dataplane.mirror_names import ANA_GROUP_INACCESSIBLE
 from nodeos.dataplane.spec_checks import check_ana_state, check_export_spec, check_listener
 from nodeos.errors import BadInput, NodeosError, NotFound, NotSupported, OperationFailed
@@ -156,7 +163,7 @@ class KernelExports:
     def list_exports(self) -> list[ExportInfo]:
         if not self.fs.usable():
             return []
-        return [self._export_info(nqn) for nqn in self.nvmet.subsystems()]
+        return [self._export_info(nqn) for nqn in self.nvmet.subsystems() if nqn != ANCHOR_NQN]
 
     def export_info(self, nqn: str) -> ExportInfo | None:
         """One export by NQN (no scan of all subsystems); None when absent."""
@@ -236,10 +243,12 @@ class KernelExports:
         for r in referrals:
             check_listener(r)
         self.fs.require()
-        pid = self.nvmet.ensure_port(PortAddr.of(port))
-        self.nvmet.set_referrals(
-            pid, [PortAddr.of(r) for r in referrals if PortAddr.of(r) != PortAddr.of(port)]
-        )
+        addr = PortAddr.of(port)
+        pid = self.nvmet.ensure_port(addr)
+        refs = [PortAddr.of(r) for r in referrals if PortAddr.of(r) != addr]
+        self.nvmet.set_referrals(pid, refs)
+        # A port that refers hosts on listens whether or not a volume is linked to it.
+        self.nvmet.anchor(pid, addr, bool(refs))
         self.nvmet.gc_port(pid)  # no referrals and no subsystem: the port goes again
 
     def list_referrals(self, port: Listener) -> list[Listener]:

@@ -25,6 +25,13 @@ NSID = 1
 DEFAULT_ANA_GROUP = 1  # every port has ana_groups/1; other groups are made on demand
 MAX_PORT_ID = 0xFFFE
 DEBUGFS_NVMET = Path("/sys/kernel/debug/nvmet")
+# nvmet listens on a port only while a subsystem is linked to it, so a node that exported nothing
+# (new, drained, or its volumes moved away) answered no discovery at all: a host's persistent
+# discovery controller to it was refused and, after its loss timeout, gone for good. This
+# subsystem keeps a discovery port listening. No host may use it (no namespace, no allowed host,
+# allow_any_host 0): it is in no host's discovery log and a connect to it is refused.
+ANCHOR_NQN = "nqn.2014-08.io.nodeos:discovery-anchor"
+ANCHOR_SERIAL = "nodeos-discovery"
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,20 @@ class Nvmet:
             except OperationFailed:
                 self.fs.rmdir(*base)
                 raise
+
+    def anchor(self, pid: int, addr: PortAddr, on: bool) -> None:
+        """Keep discovery port `pid` listening with no volume linked (ANCHOR_NQN), or let it go."""
+        if on:
+            if not self.has_subsystem(ANCHOR_NQN):
+                self.ensure_subsystem(ANCHOR_NQN, ANCHOR_SERIAL, 1, 0xFFEF)
+            self.link_port(pid, ANCHOR_NQN, addr)
+            return
+        if self.fs.exists("ports", str(pid), "subsystems", ANCHOR_NQN):
+            self.unlink_port(pid, ANCHOR_NQN)
+        if self.has_subsystem(ANCHOR_NQN) and not any(
+            ANCHOR_NQN in self.port_subsystems(p) for p in self.ports()
+        ):
+            self.remove_subsystem(ANCHOR_NQN)
 
     def gc_port(self, pid: int) -> None:
         """Remove a port that no subsystem uses any more (frees the TCP/RDMA listener)."""

@@ -425,8 +425,8 @@ def test_no_fault_while_a_volume_holding_a_mark_is_out_of_sync(tmp_path: Path) -
 
 
 class OneNodeExportsNothingLab(FakeLab):
-    """s1 exports nothing, so it serves no discovery controller (nvmet listens on a port only
-    once a subsystem is linked to it): discovery there is refused; s2 and s3 answer."""
+    """Discovery at s1 is refused (as at a node that exported nothing before the discovery
+    anchor, nodeos/dataplane/kernel/nvmet.py; or one whose target is gone); s2 and s3 answer."""
 
     def _nvme(self, argv: list[str]) -> ExecResult:
         if argv[1] == "discover" and argv[argv.index("-a") + 1] == self.addr("s1"):

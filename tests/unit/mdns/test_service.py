@@ -203,3 +203,26 @@ def test_a_kernel_node_whose_every_volume_requires_tls_advertises_nothing() -> N
             await svc.stop()
 
     asyncio.run(run())
+
+
+def test_a_kernel_node_exporting_nothing_advertises_while_its_discovery_port_refers_hosts_on() -> None:
+    """Its discovery port is anchored then (nodeos/dataplane/kernel/nvmet.py, ANCHOR_NQN): it
+    answers, with referrals to the nodes that export. Alone in its cluster it keeps no port."""
+
+    async def run() -> None:
+        svc, pub, ctx = make([])
+        refers = {"now": True}
+        ctx.services["node"].records = lambda: ({}, {}, {})
+        ctx.services["node"].agent = SimpleNamespace(refers_hosts=lambda: refers["now"], published=None)
+        ctx.dataplane = SimpleNamespace(discovery_svcid="8009", name="kernel")
+        await svc.start()
+        try:
+            await svc.reconcile()
+            assert len(pub.done) == 1
+            refers["now"] = False
+            await svc.reconcile()
+            assert pub.done == frozenset()
+        finally:
+            await svc.stop()
+
+    asyncio.run(run())
