@@ -15,7 +15,8 @@ node's next report) are checked in log order at apply, and the one that no longe
 refused on every node alike, naming the pool and the node. Clones are not checked (they share
 their snapshot's blocks and live where it lives).
 
-Cost: one pass over the volumes per decision and per applied create (no index kept in the map).
+Cost: the leader's decision reads every volume; an applied create reads the volumes of its
+pools only (nodeos/cluster/pool_index.py, beside the map).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from nodeos.cluster import placement
+from nodeos.cluster import placement, pool_index
 from nodeos.cluster.failover_map import health_of
 from nodeos.cluster.placement.model import PlacementRefused, human_size
 
-PoolRef = tuple[int, str]  # (node id, pool id)
+PoolRef = pool_index.PoolRef
 
 
 def reported(st: dict[str, Any], pool: dict[str, Any]) -> tuple[int, int | None]:
@@ -44,7 +45,9 @@ def pending_bytes(st: dict[str, Any], pools: Iterable[PoolRef] | None = None) ->
     want = None if pools is None else set(pools)
     listed: dict[int, Any] = {}
     out: dict[PoolRef, int] = {}
-    for vol in st["volumes"].values():
+    index = None if want is None else pool_index.active_for(st)
+    vols = st["volumes"].values() if index is None else _on(st, index, want or set())
+    for vol in vols:
         for slot in vol["placement"]:
             ref = (slot["node"], slot["pool_id"])
             if want is not None and ref not in want:
@@ -56,6 +59,15 @@ def pending_bytes(st: dict[str, Any], pools: Iterable[PoolRef] | None = None) ->
                 continue
             out[ref] = out.get(ref, 0) + int(vol["size_bytes"])
     return out
+
+
+def _on(st: dict[str, Any], index: pool_index.PoolIndex, refs: set[PoolRef]) -> list[dict[str, Any]]:
+    """The volumes on any of `refs`, each once (a volume may have two slots among them)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for ref in sorted(refs):
+        for vol in index.volumes_on(st, ref):
+            seen.setdefault(vol["uuid"], vol)
+    return list(seen.values())
 
 
 def room(size: int, free: int, pending: int) -> int:

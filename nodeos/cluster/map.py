@@ -33,6 +33,7 @@ from nodeos.cluster import (
     feature_map,
     features,
     host_map,
+    pool_index,
     publish_map,
     replace_map,
     request_log,
@@ -139,6 +140,7 @@ class ClusterMap:
         self.state: dict[str, Any] = _empty_state()
         self.known_level = known_level
         self.stalled: dict[str, Any] | None = None
+        self.pool_index = pool_index.PoolIndex()  # derived from state, for the room check
 
     # --- reading ---
     @property
@@ -198,7 +200,12 @@ class ClusterMap:
             spec = commands.lookup(cmd["cmd"], cmd["v"])
             fn = HANDLERS[spec.name][spec.version]
             first = map_events.next_seq(self.state)
-            result = fn(self.state, cmd.get("args", {}))
+            token = pool_index.ACTIVE.set((self.state, self.pool_index))
+            try:
+                result = fn(self.state, cmd.get("args", {}))
+            finally:
+                pool_index.ACTIVE.reset(token)
+            self.pool_index.after(self.state, spec.name, cmd.get("args", {}))
             map_events.stamp(self.state, first, at)
             outcome: dict[str, Any] = {"result": result}
         except NodeosError as err:
@@ -228,6 +235,7 @@ class ClusterMap:
         A snapshot of a newer map format or feature level than this release knows is refused
         whole: the map keeps its state and stops applying (`stalled`), as for an unknown entry."""
         self.stalled = None
+        self.pool_index.invalidate()
         self._restore(data, index)
         if index is not None and self.stalled is None:
             self.state["applied_index"] = index

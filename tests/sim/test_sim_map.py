@@ -68,6 +68,7 @@ CAUGHT_BY = {
     "map_create_ignores_room": "map invariant",
     "map_request_applied_twice": "map invariant",
     "map_create_replace_keeps_epoch": "map invariant",
+    "map_index_misses_create_replace": "map invariant",
 }
 
 

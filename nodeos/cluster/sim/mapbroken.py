@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from nodeos.cluster import create_replace_map, request_log, snapshot_map
+from nodeos.cluster import create_replace_map, pool_index, request_log, snapshot_map
 from nodeos.cluster import map as map_mod
 from nodeos.cluster import storage_map as sm
 from nodeos.cluster.placement import CapacityIndex
@@ -29,6 +29,7 @@ MAP_BROKEN_VARIANTS = {
     "map_create_ignores_room": "volume_create applies without re-checking its pools' room",
     "map_request_applied_twice": "a console's repeated request is applied again (not answered from the map)",
     "map_create_replace_keeps_epoch": "a new volume's primary slot re-placed without a new epoch",
+    "map_index_misses_create_replace": "the pool index takes a new volume's re-placed slot for no change",
 }
 
 
@@ -117,6 +118,9 @@ def map_bug(variant: str | None) -> Iterator[None]:
         patches.append((sm, "check_room", lambda st, name, size, slots: None))
     elif variant == "map_create_replace_keeps_epoch":
         patches.append((map_mod.HANDLERS["volume_create_replace"], 1, _create_replace_keeps_epoch))
+    elif variant == "map_index_misses_create_replace":
+        patches.append((pool_index, "PLACING", pool_index.PLACING - {"volume_create_replace"}))
+        patches.append((pool_index, "KEEPS", pool_index.KEEPS | {"volume_create_replace"}))
     elif variant == "map_request_applied_twice":
         patches.append((request_log, "recorded", lambda st, rid: None))
     elif variant == "map_restore_drops_snapshots":

@@ -33,7 +33,7 @@ from typing import Any
 
 import msgpack
 
-from nodeos.cluster import placement
+from nodeos.cluster import capacity, placement, pool_index
 from nodeos.cluster.map import MAX_REJECTED
 from nodeos.cluster.storage_map import VOLUME_STATES, replica_view
 
@@ -408,6 +408,25 @@ class MapChecker:
             epochcheck.check_transition(old, st, cmd)
             self._count(old, st)
         self.same_state(nid, index, st, "applying")
+
+    def pool_index(self, nid: int, index: int, cmap: Any) -> None:
+        """A node's pool index (nodeos/cluster/pool_index.py, what its applied creates check
+        room with) finds, pool by pool, what a scan of every volume finds."""
+        st = cmap.state
+        for p in st["pools"].values():
+            ref = (p["node"], p["pool_id"])
+            scan = capacity.pending_bytes(st, [ref])
+            token = pool_index.ACTIVE.set((st, cmap.pool_index))
+            try:
+                via = capacity.pending_bytes(st, [ref])
+            finally:
+                pool_index.ACTIVE.reset(token)
+            if via != scan:
+                raise Violation(
+                    "map invariant",
+                    f"node {nid}'s pool index after index {index} counts {via} pending on pool {ref}, "
+                    f"a scan of every volume {scan}",
+                )
 
     def _count(self, old: dict[str, Any], st: dict[str, Any]) -> None:
         """What the run exercised (the tests check a run did reach these)."""

@@ -95,6 +95,7 @@ class ReadyMixin:
                 old = before(n.cmap.state) if self.mapcheck.first_apply(e.index) else None
                 cmd, rid, result = n.apply_map(e.index, e.type, e.data)
                 self.mapcheck.applied(n.id, e.index, n.cmap.state, old, cmd, result, rid)
+                self.mapcheck.pool_index(n.id, e.index, n.cmap)
                 self._map_applied(n)
             n.apply_entry_data(e.index, e.type, e.data)
             owner = self.proposer.get(e.data)
