@@ -8,8 +8,8 @@ network A must not resolve the node to its address on network B (nvme-stas conne
 resolves, on the interface it heard it on).
 
 Nothing is advertised while the node is drained, its data plane is down, it keeps no discovery
-controller (SPDK, or a kernel-target node alone in its cluster, exporting nothing), or mDNS is
-switched off. A management interface (the network config's `management.interface`, or
+controller (it exports nothing and, on the kernel target, refers hosts to no other node), or
+mDNS is switched off. A management interface (the network config's `management.interface`, or
 one that holds the peer, REST or metrics listen address) is left out unless the operator
 allows it (`mdns_management = true`: sites, like the lab, with one network for everything).
 """
