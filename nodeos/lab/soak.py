@@ -159,6 +159,7 @@ class Soak:
             ans = self.nodeos(setup, ["pool", "create", POOL, "--drives", "all"], "pool", via=vm, count=False)
             if ans.outcome != "ok":
                 raise OperationFailed(f"pool create on {vm}: {ans.doc}")
+        soak_io.host_setup(self.lab, self.host)
         ans = self.nodeos(setup, ["host", "add", self.hostnqn], "host", count=False)
         if ans.outcome != "ok" and ans.code != "already_exists":
             raise OperationFailed(f"host add {self.hostnqn}: {ans.doc}")

@@ -25,6 +25,24 @@ FIO_FLAGS = (
 )
 
 
+# nvme-cli's udev rule runs `nvme connect-all --device=<ctrl>` on every discovery-log-change
+# notice a discovery controller gets. With the soak's host discovering every 15 s (soak_paths.py)
+# while volumes come and go, the short-lived discovery controllers caught notices, each
+# connect-all followed the referrals to every node and left discovery controllers of its own
+# that caught the next ones: 464 controllers, 202 connect-alls, load 100 on the GPU node
+# (2026-11-30, seed 8). It also connects every granted volume, which the soak's revoke check
+# must not see. The soak's host keeps its paths itself, so the rule is masked there.
+AUTOCONNECT_OFF = (
+    "mkdir -p /etc/udev/rules.d && ln -sf /dev/null /etc/udev/rules.d/70-nvmf-autoconnect.rules "
+    "&& udevadm control --reload"
+)
+
+
+def host_setup(lab: Lab, host: str) -> None:
+    """The soak's GPU node before its first connect: nvme-cli's autoconnect rule masked."""
+    lab.sh(host, AUTOCONNECT_OFF, timeout=120)
+
+
 def _tag(name: str) -> str:
     return f"/root/soak-{name}"
 

@@ -244,6 +244,16 @@ def test_a_clean_run_takes_every_kind_of_action_and_ends_clean(tmp_path: Path) -
     assert doc["ok"] and doc["violations"] == [] and doc["counts"]["create"]["ok"] >= 1
 
 
+def test_the_host_masks_nvme_clis_autoconnect_before_its_first_connect(tmp_path: Path) -> None:
+    """The rule's connect-alls followed every discovery-log change into a controller storm on the
+    soak's host (soak_io.AUTOCONNECT_OFF), and connect every granted volume behind its back."""
+    lab = FakeLab(tmp_path)
+    assert _soak(lab, seed=1, steps=30).ok
+    h1 = [c for vm, c in lab.calls if vm == "h1"]
+    masked = next(i for i, c in enumerate(h1) if "70-nvmf-autoconnect.rules" in c and "/dev/null" in c)
+    assert masked < next(i for i, c in enumerate(h1) if c.startswith("nvme connect"))
+
+
 def test_a_fio_error_is_a_violation_naming_its_step_and_the_replay(tmp_path: Path) -> None:
     r = _soak(FakeLab(tmp_path, fio_error=84), seed=2)
     assert not r.ok
