@@ -54,6 +54,9 @@ from nodeos.cluster.voters import check_policy_args, policy_of
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import BadInput, NodeosError
 
+# Leader methods other services register in `leader_handlers` once they have started.
+SERVICE_HANDLERS = ("control", "lease")
+
 log = logging.getLogger("nodeosd.cluster")
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -481,6 +484,11 @@ class ClusterService(
         if method == "cluster.fwd":
             inner, inner_params = params.get("method"), params.get("params") or {}
             if inner not in ("command", "kv_get", "join", "remove", *self.leader_handlers):
+                if inner in SERVICE_HANDLERS:
+                    # This daemon is starting (its cluster member answers before the service that
+                    # serves `inner` is up): nothing was done, the sender asks again. A BadInput
+                    # here once told the console a create that an earlier try had made was bad input.
+                    raise NotLeader(f"this member is starting: {inner!r} is not served yet; nothing was done")
                 raise BadInput(f"unknown forwarded method {inner!r}", field="method")
             if inner == "lease":
                 inner_params = {"node_id": frm}  # a member renews its own lease only
