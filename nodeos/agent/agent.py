@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nodeos.agent import freeze, handoff, referral_plan
+from nodeos.agent import freeze, handoff, orphans, referral_plan
 from nodeos.agent.gc import OrphanCollector
 from nodeos.agent.legs import Sent
 from nodeos.agent.legwatch import LegWatch
@@ -195,7 +195,7 @@ class Agent(Reporting):
                 recs = self.node.records()
                 overdue = self._teardown_overdue(st, me, recs[1])
                 steps = plan(st, me, *recs, skip=set(self.errors), overdue=overdue)
-                if not steps:  # only on a node the plan has settled; its trouble never stops a pass
+                if orphans.scans_beside([s.op for s in steps]):  # its trouble never stops a pass
                     try:
                         await self.gc.run(st, me, recs)
                     except Exception:

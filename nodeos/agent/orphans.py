@@ -129,6 +129,14 @@ def gate(st: dict[str, Any], me: int, s: Standing) -> str | None:
     return None
 
 
+def scans_beside(step_ops: list[str]) -> bool:
+    """Whether the collector may scan in a pass whose plan has these steps. Only on a node the plan
+    has settled (a step in flight may own what looks orphaned), except a pool delete: it waits for
+    its pool to hold no LV, and an orphan in that pool is what it waits for (the soak's seed 8
+    met a pool delete retried for ever beside an orphan that was never collected)."""
+    return all(op == "pool.delete" for op in step_ops)
+
+
 def units(found: Found, me: int, ready_pools: set[str]) -> dict[str, Orphan]:
     """Group nodeos-named leftovers by the volume or snapshot they belong to; names outside the
     scheme are left out (never touched)."""

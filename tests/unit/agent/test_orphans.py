@@ -225,3 +225,22 @@ def test_never_anything_while_the_node_is_not_in_good_standing_or_its_map_is_sta
     if change is not None:
         change(st)
     assert orphans.gate(st, 3, standing) == reason
+
+
+def test_a_pool_delete_waiting_for_its_pool_to_empty_lets_its_orphan_be_collected() -> None:
+    """Seed 8's teardown: node 3's pool deleted by the map while its old replica's LV (back with
+    the drive) was still in its grace period. The pool delete fails while the LV is there and is
+    planned again every pass; the collector must still scan, or the pool is never deleted."""
+    from nodeos.agent.plan import plan
+
+    st = settled()
+    del st["volumes"][UUID]  # the volume is gone; its LV on node 3 is nobody's
+    st["pools"]["3/p"]["state"] = "deleting"
+    steps = plan(st, 3, *recs())
+    assert [s.op for s in steps] == ["pool.delete"]
+    assert orphans.scans_beside([s.op for s in steps])
+    assert keys(st, Found(lvs=(LV,))) == [f"volume:{HEX[:24]}"]
+    # Any other step in the plan may own what looks orphaned: no scan beside it.
+    assert orphans.scans_beside([])
+    assert not orphans.scans_beside(["pool.delete", "volume.delete"])
+    assert not orphans.scans_beside(["volume.create"])
