@@ -57,21 +57,22 @@ older. Map commands (`nodeos/cluster/commands.py`, the one list of them) carry t
 level** that introduced them (`nodeos/cluster/features.py`: level 1, release 0.1.0; level 2, release
 0.2.0: `set_feature_level`, `kv_delete`, a host's TLS PSK derivation: `host_add` v3, `host_update`
 v2; level 3, release 0.3.0: a new volume's replica a node failed to make is placed elsewhere,
-`volume_create_replace`, `volume_create_fail`). Each member tells the map its release and the level
-it knows (`cluster status --json`: `features`). A new cluster starts at the level its first member
-knows (`cluster init --feature-level N` starts lower, for a cluster older releases will join); the
-cluster's level (`feature_level`) rises only by `nodeos cluster set feature-level N`, refused (exit
-2, naming the member and its release) while any member does not know N, and is never lowered: raise
-it at the end of an upgrade, once no node will go back to the older release. Until then a command
-above the level is refused before it reaches the Raft log (`not_supported`, naming the level), so
-while an older node is a member nothing it cannot apply is committed. A node whose release knows
-less than the cluster's level is refused at join (naming the level). A node that still meets a
-committed entry it does not know (or a snapshot of a newer map) never skips it: it stops applying
-there, keeps its log and its vote, hands over leadership, and says so (`nodeos status`: health not
-ok, "cluster map stopped: needs release >= X to apply entry N"; `cluster status`:
-`features.stalled`; a critical `node_stalled` event in its journal); restarted with a release that
-knows it, it applies the log from that entry on. (Releases before 0.2.0 still skip a command they do
-not know: the level is what keeps it from them.)
+`volume_create_replace`, `volume_create_fail`; level 4, release 0.4.0: a published copy on a node
+that went down before it joined is made elsewhere, `publish_replace`). Each member tells the map its
+release and the level it knows (`cluster status --json`: `features`). A new cluster starts at the
+level its first member knows (`cluster init --feature-level N` starts lower, for a cluster older
+releases will join); the cluster's level (`feature_level`) rises only by `nodeos cluster set
+feature-level N`, refused (exit 2, naming the member and its release) while any member does not know
+N, and is never lowered: raise it at the end of an upgrade, once no node will go back to the older
+release. Until then a command above the level is refused before it reaches the Raft log
+(`not_supported`, naming the level), so while an older node is a member nothing it cannot apply is
+committed. A node whose release knows less than the cluster's level is refused at join (naming the
+level). A node that still meets a committed entry it does not know (or a snapshot of a newer map)
+never skips it: it stops applying there, keeps its log and its vote, hands over leadership, and says
+so (`nodeos status`: health not ok, "cluster map stopped: needs release >= X to apply entry N";
+`cluster status`: `features.stalled`; a critical `node_stalled` event in its journal); restarted
+with a release that knows it, it applies the log from that entry on. (Releases before 0.2.0 still
+skip a command they do not know: the level is what keeps it from them.)
 
 **HTTPS REST endpoint.** Off unless `nodeosd --rest-listen HOST:PORT` (or `rest_listen` in the
 config file; a management address, never a storage address). TLS with the node's certificate

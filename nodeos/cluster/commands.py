@@ -102,6 +102,7 @@ COMMANDS: tuple[MapCommand, ...] = (
     MapCommand("volume_publish", 1, _PUBLISH, "publish a volume or snapshot under a name"),
     MapCommand("volume_unpublish", 1, _PUBLISH, "withdraw a published volume"),
     MapCommand("publish_hosts", 1, _PUBLISH, "grant or revoke a host on a published volume"),
+    MapCommand("publish_replace", 1, _PUBLISH, "a published copy on a down node, made elsewhere", level=4),
     # failover, rebuild and replacement
     MapCommand("node_health", 1, _FAILOVER, "a node's health as the leader sees it"),
     MapCommand("node_rebuild_limit", 1, _FAILOVER, "cap a node's mirror rebuilds (MB/s)"),

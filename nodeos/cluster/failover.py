@@ -43,6 +43,7 @@ from typing import Any
 
 from nodeos.cluster.create_replace import create_replace_commands
 from nodeos.cluster.failover_map import handed_off, health_of, in_sync_of
+from nodeos.cluster.publish_replace import publish_replace_commands
 from nodeos.cluster.replace import Refusals, ReplacePolicy, replace_commands, track_down, troubled_pools
 from nodeos.errors import BadInput
 
@@ -373,7 +374,7 @@ def decide(
     if out:
         return out
     out, leases.refused = replace_commands(st, leases.down_since, now, policy)
-    return out + create_replace_commands(st)
+    return out + create_replace_commands(st) + publish_replace_commands(st)
 
 
 def unavailable(st: dict[str, Any]) -> list[str]:

@@ -30,9 +30,9 @@ PLACING = frozenset({"volume_create", "volume_replace_replica", "volume_create_r
 # Commands that add no slot to any volume's placement (they may remove one: read-time pruning).
 KEEPS = frozenset(
     {
-        "add_node", "ca_roll", "cluster_set", "host_add", "host_remove", "host_seal", "host_update",
-        "kv_cas", "kv_delete", "kv_get", "kv_put", "node_health", "node_label", "node_rebuild_limit",
-        "node_report", "node_set_state", "node_update", "pool_create", "pool_delete", "publish_hosts",
+        "add_node", "ca_roll", "cluster_set", "host_add", "host_remove", "host_seal", "host_update", "kv_cas",
+        "kv_delete", "kv_get", "kv_put", "node_health", "node_label", "node_rebuild_limit", "node_report",
+        "node_set_state", "node_update", "pool_create", "pool_delete", "publish_hosts", "publish_replace",
         "record_event", "remove_node", "secret_roll", "set_failure_domain", "set_feature_level",
         "snapshot_abort", "snapshot_create", "snapshot_delete", "use_join_token", "volume_create_fail",
         "volume_delete", "volume_failover", "volume_handoff", "volume_hosts", "volume_publish",

@@ -138,6 +138,56 @@ def publish_hosts_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     return grant_or_revoke(st, published_by_name(st, _req(args, "name", str)), args)
 
 
+def publish_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """Give the slot of node `old` (down before its copy joined) to `node`/`pool_id` (level 4,
+    decided by nodeos/cluster/publish_replace.py, checked again here)."""
+    from nodeos.cluster import placement
+    from nodeos.cluster.capacity import candidates
+    from nodeos.cluster.publish_replace import kept_spread, movable
+    from nodeos.cluster.replace_map import slot_move
+
+    uuid = _req(args, "uuid", str)
+    pub = section(st).get(uuid)
+    if pub is None:
+        raise NotFound(f"published volume {uuid} does not exist", field="uuid")
+    old, new, pool_id = slot_move(st, args)
+    why = movable(st, pub, old)
+    if why is not None:
+        msg = f"published volume {pub['name']}: the slot of node {old} stays: {why}"
+        raise OperationFailed(msg, field="old")
+    nodes = [int(s["node"]) for s in pub["placement"]]
+    node = st["nodes"][new]
+    if new in nodes or health_of(st, new) != "up" or (node.get("state") or "active") != "active":
+        msg = f"node {new} holds a slot of {pub['name']}, is down or is draining"
+        raise OperationFailed(msg, field="node")
+    pool = next((p for p in st["pools"].values() if p["node"] == new and p["pool_id"] == pool_id), None)
+    if pool is None or pool["state"] != "ready":
+        raise OperationFailed(f"pool {pool_id} of node {new} is not a ready pool", field="pool_id")
+    cands = {c.node_id: c for c in candidates(st)}
+    spread = kept_spread(cands, nodes)
+    others = {placement.domain_of(cands[n], spread) for n in nodes if n != old}
+    if placement.domain_of(cands[new], spread) in others:
+        msg = f"node {new} shares a {spread} with another replica of {pub['name']}"
+        raise OperationFailed(msg, field="node")
+    idx = nodes.index(old)
+    pub["placement"][idx] = {"node": new, "pool_id": pool_id, "seed": False}
+    pub["copy_from"].pop(old, None)
+    pub["mismatched"] = [n for n in pub["mismatched"] if n != old]
+    name = lambda n: str(st["nodes"].get(n, {}).get("name") or f"node-{n}")  # noqa: E731
+    map_events.record(
+        st,
+        "replica_replaced",
+        f"published volume {pub['name']}: node {name(old)} went down before its copy joined; "
+        f"the copy is made on node {name(new)} instead",
+        severity="warning",
+        volume=uuid,
+        node=new,
+        reason="node down",
+    )
+    settle_published(st, pub)
+    return {"uuid": uuid, "name": pub["name"], "old": old, "node": new, "pool_id": pool_id}
+
+
 def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
     """Fold the replica nodes' reports into the published volume (deterministic)."""
     order = [s["node"] for s in pub["placement"]]
@@ -190,4 +240,5 @@ HANDLERS = {
     "volume_publish": {1: volume_publish_v1},
     "volume_unpublish": {1: volume_unpublish_v1},
     "publish_hosts": {1: publish_hosts_v1},
+    "publish_replace": {1: publish_replace_v1},
 }
