@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeos.cluster import events as map_events
+from nodeos.cluster import features
 from nodeos.cluster.failover_map import health_of
 from nodeos.cluster.host_map import grant_or_revoke
 from nodeos.cluster.publish import COPY_STATES, check_unpublish, copy_plan, joined
@@ -193,13 +194,19 @@ def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
     order = [s["node"] for s in pub["placement"]]
     reps = {n: report_of(st, n, pub["uuid"]) for n in order}
     if pub["state"] == "unpublishing":
-        if all(r is None for r in reps.values()):
+        holding = [n for n, r in reps.items() if r is not None]
+        # From level 4 a down node is not waited for (as a delete, nodeos/cluster/delete_map.py):
+        # back, it finds the volume gone from the map and removes its copy.
+        down = [n for n in holding if features.cluster_level(st) >= 4 and health_of(st, n) == "down"]
+        if len(down) == len(holding):
             del section(st)[pub["uuid"]]
             st["paths"].pop(pub["uuid"], None)
             if (st["names"].get(pub["name"]) or {}).get("uuid") == pub["uuid"]:
                 del st["names"][pub["name"]]
+            names = ", ".join(str((st["nodes"].get(n) or {}).get("name") or f"node-{n}") for n in down)
+            left = f"; {names} (down) removes its copy when it returns" if down else ""
             map_events.record(
-                st, "volume_unpublished", f"volume {pub['name']} unpublished", volume=pub["uuid"]
+                st, "volume_unpublished", f"volume {pub['name']} unpublished{left}", volume=pub["uuid"]
             )
         return
     src = reps.get(pub["source"]) or {}

@@ -13,7 +13,7 @@ from nodeos.cluster import events as map_events
 from nodeos.cluster.publish_replace import publish_replace_commands
 from nodeos.cluster.sim.mapcheck import check_state
 from tests.unit.cluster.test_publish import SHA, copy, publish, snapshot_on_three_of
-from tests.unit.cluster.test_storage_map import M
+from tests.unit.cluster.test_storage_map import GiB, M
 
 
 def level(m: M, n: int = 4) -> M:
@@ -113,3 +113,26 @@ def test_the_map_refuses_a_move_that_no_longer_holds_at_apply() -> None:
     down(m, 5)
     assert m.do("publish_replace", **args)["error"]["field"] == "node"
     assert nodes(pub) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("lvl", [3, 4])
+def test_an_unpublish_does_not_wait_for_a_down_node_from_level_4(lvl: int) -> None:
+    """As a delete: the node, back, finds the volume gone and removes its copy (agent/published.py)."""
+    m = level(snapshot_on_three_of(3), lvl)
+    publish(m)
+    for nid in (1, 2, 3):
+        copy(m, nid, "ready", SHA)
+    down(m, 3)
+    m.ok("volume_unpublish", name="model", force=True)
+    for nid in (1, 2):
+        m.report(nid, pools={f"pool{nid}": {"state": "ready", "size_bytes": GiB}}, published={})
+    check_state(m.st)
+    gone = "u-model" not in m.st["published"]
+    assert gone == (lvl >= 4), m.st["published"].get("u-model", {}).get("state")
+    if gone:
+        ev = [e for e in map_events.list_events(m.st) if e["kind"] == "volume_unpublished"][-1]
+        assert "s3 (down) removes its copy when it returns" in ev["message"]
+    else:  # level 3: it waits for s3 to come back and drop its copy
+        m.ok("node_health", node_id=3, health="up", reason="test")
+        m.report(3, pools={"pool3": {"state": "ready", "size_bytes": GiB}}, published={})
+        assert "u-model" not in m.st["published"]
