@@ -13,7 +13,8 @@ from nodeos.cli.node import _client
 from nodeos.cli.options import Seconds
 from nodeos.cli.output import command_runner, json_option, table
 from nodeos.cli.render import clock
-from nodeos.errors import BadInput, OperationFailed
+from nodeos.cli.update import node_update
+from nodeos.errors import BadInput, NodeosError, OperationFailed
 
 
 def _labels(d: dict[str, str]) -> str:
@@ -81,6 +82,12 @@ def node_show(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
             if n.get("rebuild_mbps")
             else "rebuilds   data plane default cap",
         ]
+        lines.append(f"version    {n.get('version') or '- (not reported)'}")
+        if n.get("slots") is None:
+            lines.append(f"slots      - ({n.get('slots_note')})")
+        for sl in n.get("slots") or []:
+            booted = " (booted)" if sl.get("booted") else ""
+            lines.append(f"slot       {sl['name']} {sl.get('version') or '-'} {sl['state']}{booted}")
         for p in n.get("pool_list") or []:
             lines.append(
                 f"pool       {p['name']} {p['state']} {_size(p['size_bytes'])} free {_size(p['free_bytes'])}"
@@ -100,7 +107,28 @@ def node_show(ctx: click.Context, name: str, as_json: bool) -> tuple[Any, Any]:
             )
         return "\n".join(lines)
 
-    return _client(ctx).call("node.show", {"node": name}), human
+    client = _client(ctx)
+    n = client.call("node.show", {"node": name})
+    return {**n, **_version_and_slots(client, n)}, human
+
+
+def _version_and_slots(client: Any, n: dict[str, Any]) -> dict[str, Any]:
+    """The running version and the A/B slots. The slots are read from this machine's updater,
+    so only for the node this console runs on; another node's version is the release it
+    reported to the cluster (None before it reported one)."""
+    try:
+        me = client.call("status")
+    except NodeosError:
+        me = {}
+    if n.get("id") == me.get("node_id") or (me.get("node_name") and n.get("name") == me.get("node_name")):
+        from nodeos.update.slots import read_slots
+
+        return {"version": me.get("version"), **read_slots()}
+    return {
+        "version": n.get("version"),
+        "slots": None,
+        "slots_note": f"read on the node itself: run `nodeos node show {n.get('name')}` on {n.get('name')}",
+    }
 
 
 def parse_labels(items: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
@@ -274,3 +302,6 @@ def node_rebuild_limit(ctx: click.Context, name: str, mbps: str, as_json: bool) 
             ) from None
     out = _client(ctx).call("node.rebuild_limit", {"node": name, "mbps": value})
     return out, lambda o: f"{name}: rebuilds capped at " + (f"{value} MB/s" if value else "the default")
+
+
+node.add_command(node_update)

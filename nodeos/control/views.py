@@ -296,6 +296,7 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
             "rebuild_mbps"
         ),  # None: the data plane's default  # down: its lease ran out (nodeos/cluster/failover.py)
         "dataplane": dp.get("name"),
+        "version": n.get("release"),  # the release the node reported (add_node / node_update)
         "capacity_bytes": sum(int(p["size_bytes"] or 0) for p in pools),
         "free_bytes": sum(int(p["free_bytes"] or 0) for p in pools),
         "pools": [p["name"] for p in pools],

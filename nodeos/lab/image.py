@@ -227,6 +227,9 @@ def image_key(bkey: str | None = None) -> str:
         _hash_update_file(h, unit, "systemd/nodeosd.service")
     for extra in extra_unit_files():
         _hash_update_file(h, extra, f"systemd/{extra.name}")
+    from nodeos.lab.bundle import keyring_source  # the certificates update bundles are checked with
+
+    _hash_update_file(h, keyring_source(), "keyring")
     return h.hexdigest()[:16]
 
 
@@ -388,6 +391,9 @@ def _add_nodeos_layer(rootfs: Path) -> bool:
         shutil.copyfile(s, libexec / s.name)
         (libexec / s.name).chmod(0o755)
     (rootfs / "etc" / "nodeos").mkdir(exist_ok=True)
+    from nodeos.lab.bundle import install_keyring
+
+    install_keyring(rootfs)
     # Mark /etc and /var as up to date with /usr, so first boot skips ldconfig, the journal
     # catalog rebuild and friends (ConditionNeedsUpdate): seconds under TCG.
     usr_mtime = (rootfs / "usr").stat().st_mtime
