@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import resource
@@ -34,9 +35,11 @@ sys.path.insert(0, str(PROJECT))
 
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
+from nodeos.cluster import pool_index  # noqa: E402
 from nodeos.cluster.map import ClusterMap, encode_command  # noqa: E402
 from nodeos.cluster.raft import ConfState, Message, MessageType, Snapshot, SnapshotMeta, to_wire  # noqa: E402
 from nodeos.cluster.transport import PeerTransport  # noqa: E402
+from nodeos.control.decide import place  # noqa: E402
 
 SECTION = "## Cluster map at scale"
 GiB = 1 << 30
@@ -67,7 +70,7 @@ class Builder:
             self.ok(
                 "pool_create", node_id=n, name="nvme", pool_id=f"pool-{n}", drives=drives, devices=devices
             )
-        big = GiB << 16
+        big = GiB << 16  # as report_all says
         for n in range(1, self.nodes + 1):
             pools = {f"pool-{n}": {"state": "ready", "size_bytes": big, "free_bytes": big}}
             self.ok("node_report", node_id=n, seq=1, dataplane={"name": "kernel"}, pools=pools)
@@ -107,6 +110,30 @@ def timed_creates(b: Builder, n: int) -> list[float]:
         res = b.m.apply(b.i, cmd, at=float(b.i))
         out.append(time.perf_counter() - t0)
         assert "error" not in res, res
+    return out
+
+
+def report_all(b: Builder) -> None:
+    """Every node reports its replicas in sync (a settled cluster: nothing left promised)."""
+    held: dict[int, dict[str, Any]] = {}
+    for vol in b.m.state["volumes"].values():
+        for s in vol["placement"]:
+            held.setdefault(s["node"], {})[vol["uuid"]] = {"state": "in-sync"}
+    big = GiB << 16
+    for n, reps in sorted(held.items()):
+        pools = {f"pool-{n}": {"state": "ready", "size_bytes": big, "free_bytes": big}}
+        b.ok("node_report", node_id=n, seq=2, dataplane={"name": "kernel"}, pools=pools, replicas=reps)
+
+
+def timed_decisions(b: Builder, n: int, indexed: bool) -> list[float]:
+    """The leader's placement of one more 3-replica volume (control/decide.py `place`): every
+    pool's free space net of what is promised, from the map's index or a scan of every volume."""
+    out = []
+    for k in range(n):
+        t0 = time.perf_counter()
+        with pool_index.deciding_on(b.m) if indexed else contextlib.nullcontext():
+            place(b.m.state, f"bench-{k}", 100 * GiB, 3, "rack", None)
+        out.append(time.perf_counter() - t0)
     return out
 
 
@@ -186,6 +213,9 @@ def main() -> None:
     create = sorted(timed_creates(b, a.creates))
     p50 = statistics.median(create)
     p99 = create[min(len(create) - 1, round(0.99 * (len(create) - 1)))]
+    report_all(b)
+    decide_idx = sorted(timed_decisions(b, a.creates, indexed=True))
+    decide_scan = sorted(timed_decisions(b, min(a.creates, 10), indexed=False))
     snap_s, data = best_of(b.m.snapshot)
     restore_s, _ = best_of(lambda: ClusterMap().restore(data))
     send_s, chunks = asyncio.run(transfer(data, a.nodes))
@@ -202,6 +232,11 @@ def main() -> None:
         ),
         ("build through apply (room checks on)", f"{build_s:.0f} s for {commands} commands"),
         (f"apply one volume_create at size (n={a.creates})", f"p50 {ms(p50)}, p99 {ms(p99)}"),
+        (
+            f"leader's placement of one more volume, settled map (n={a.creates})",
+            f"p50 {ms(statistics.median(decide_idx))} (index of unlisted volumes); "
+            f"scanning every volume: p50 {ms(statistics.median(decide_scan))}",
+        ),
         ("take a snapshot (best of 3)", ms(snap_s)),
         (f"send it, loopback, {chunks} chunks of 1 MiB", ms(send_s)),
         ("restore it (best of 3)", ms(restore_s)),

@@ -14,14 +14,23 @@ Right by construction where a placement grows, lazily everywhere else:
 - any other command not in KEEPS (import_node, a command added later), a restored snapshot, a
   state put in place of the old one: the index is rebuilt from the map on its next use.
 
+Beside it, per node, the volumes placed there that its report may not list yet (`unlisted`): the
+leader's placement nets every pool's free space of them (capacity.candidates), which scanned
+every volume per create. A superset, checked when read: an entry is added wherever a volume can
+become unlisted (a placement grows: PLACING; the node's report changes: `node_report`, which
+reads that node's volumes again; a rebuild), and dropped when read if the volume is gone, left
+the node or is listed now.
+
 `ACTIVE` hands the index of the map being applied to the room check without changing the
-handlers' (state, args) shape; a check outside an apply (the simulator's invariants, the
-leader's placement) scans the map as before.
+handlers' (state, args) shape; `using` hands it to the leader's decisions the same way; a check
+outside both (the simulator's invariants) scans the map as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 PoolRef = tuple[int, str]  # (node id, pool id)
@@ -45,6 +54,7 @@ class PoolIndex:
     def __init__(self) -> None:
         self._by_ref: dict[PoolRef, set[str]] | None = None  # None: rebuild on next use
         self._of: dict[str, set[PoolRef]] = {}
+        self._unlisted: dict[int, set[str]] = {}  # node -> volumes placed there its report may not list
         self._volumes_id = 0  # id() of the volumes table it was built from
 
     def invalidate(self) -> None:
@@ -52,13 +62,37 @@ class PoolIndex:
 
     def after(self, st: dict[str, Any], cmd: str, args: dict[str, Any]) -> None:
         """Follow one applied command (not called for a refused one: it changed nothing)."""
-        if self._by_ref is None or cmd in KEEPS:
+        if self._by_ref is None:
+            return
+        if cmd == "node_report":
+            self._relist(st, args.get("node_id"))
+        if cmd in KEEPS:
             return
         uuid = args.get("uuid")
         if cmd in PLACING and isinstance(uuid, str) and uuid in st["volumes"]:
-            self._read(st["volumes"][uuid])
+            self._read(st["volumes"][uuid], st)
         else:
             self.invalidate()
+
+    def pending(self, st: dict[str, Any]) -> dict[PoolRef, int]:
+        """Per pool, the bytes of the volumes placed on it that its node's report does not list
+        yet (capacity.pending_bytes over every pool), from the unlisted volumes only."""
+        self._ready(st)
+        out: dict[PoolRef, int] = {}
+        for nid, uuids in self._unlisted.items():
+            listed = (st["reports"].get(nid) or {}).get("replicas") or {}
+            for uuid in sorted(uuids):
+                vol = st["volumes"].get(uuid)
+                slots = [] if vol is None else [s for s in vol["placement"] if s["node"] == nid]
+                if vol is None or not slots or uuid in listed:
+                    uuids.discard(uuid)
+                    continue
+                if vol["state"] == "deleting":
+                    continue
+                for slot in slots:
+                    ref = (nid, slot["pool_id"])
+                    out[ref] = out.get(ref, 0) + int(vol["size_bytes"])
+        return out
 
     def volumes_on(self, st: dict[str, Any], ref: PoolRef) -> list[dict[str, Any]]:
         """The volumes whose placement names pool `ref`, in uuid order."""
@@ -75,16 +109,29 @@ class PoolIndex:
     def _ready(self, st: dict[str, Any]) -> dict[PoolRef, set[str]]:
         if self._by_ref is None or self._volumes_id != id(st["volumes"]):
             self._by_ref, self._of, self._volumes_id = {}, {}, id(st["volumes"])
+            self._unlisted = {}
             for vol in st["volumes"].values():
-                self._read(vol)
+                self._read(vol, st)
         return self._by_ref
 
-    def _read(self, vol: dict[str, Any]) -> None:
+    def _read(self, vol: dict[str, Any], st: dict[str, Any]) -> None:
         assert self._by_ref is not None
         uuid = vol["uuid"]
         for ref in {(s["node"], s["pool_id"]) for s in vol["placement"]} - self._of.get(uuid, set()):
             self._by_ref.setdefault(ref, set()).add(uuid)
             self._of.setdefault(uuid, set()).add(ref)
+        for s in vol["placement"]:
+            if uuid not in ((st["reports"].get(s["node"]) or {}).get("replicas") or {}):
+                self._unlisted.setdefault(s["node"], set()).add(uuid)
+
+    def _relist(self, st: dict[str, Any], nid: Any) -> None:
+        """Node `nid` reported: which of the volumes placed on it its report does not list."""
+        assert self._by_ref is not None
+        listed = (st["reports"].get(nid) or {}).get("replicas") or {}
+        unlisted = set()
+        for ref in [r for r in self._by_ref if r[0] == nid]:
+            unlisted.update(v["uuid"] for v in self.volumes_on(st, ref) if v["uuid"] not in listed)
+        self._unlisted[nid] = unlisted
 
     def _forget(self, uuid: str, ref: PoolRef) -> None:
         assert self._by_ref is not None
@@ -96,6 +143,22 @@ class PoolIndex:
 ACTIVE: contextvars.ContextVar[tuple[dict[str, Any], PoolIndex] | None] = contextvars.ContextVar(
     "pool_index", default=None
 )
+
+
+@contextlib.contextmanager
+def using(st: dict[str, Any], index: PoolIndex) -> Iterator[None]:
+    """The leader's decisions on `st` read `index` (the map's own: ClusterMap.pool_index)."""
+    token = ACTIVE.set((st, index))
+    try:
+        yield
+    finally:
+        ACTIVE.reset(token)
+
+
+def deciding_on(cmap: Any) -> contextlib.AbstractContextManager[None]:
+    """`using` the index of ClusterMap `cmap`, around a leader's decision on `cmap.state`."""
+    index = getattr(cmap, "pool_index", None)
+    return using(cmap.state, index) if isinstance(index, PoolIndex) else contextlib.nullcontext()
 
 
 def active_for(st: dict[str, Any]) -> PoolIndex | None:

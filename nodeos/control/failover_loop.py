@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from nodeos.cluster import failover
+from nodeos.cluster import failover, pool_index
 from nodeos.cluster.errors import NotLeader
 from nodeos.cluster.failover_map import health_of
 from nodeos.cluster.leader_ops import int_param
@@ -95,7 +95,8 @@ class FailoverLoop:
         st = d.map.state
         now = time.monotonic()
         leases.heard(failover.in_contact_now(d.node.status().progress, d.id), now)
-        cmds = failover.decide(st, leases, now, self.timing, self.policy)
+        with pool_index.deciding_on(d.map):
+            cmds = failover.decide(st, leases, now, self.timing, self.policy)
         for key in sorted(set(leases.refused) - self._refused):
             LOG.warning("no place to re-place a replica: %s", leases.refused[key])
         self._refused = set(leases.refused)  # one that found room and is refused again is logged again

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeos import validate
-from nodeos.cluster import request_log
+from nodeos.cluster import pool_index, request_log
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.storage_map import (
@@ -240,11 +240,12 @@ class ControlService:
         # Secrets sealed here, before the command is proposed: the Raft log, its snapshots and
         # every member's map hold only the sealed form (nodeos/cluster/datakey.py).
         p = await host_api.seal_at_leader(self.cluster, d, str(op), p)
-        if op in decide.NEEDS_ID:
-            new_id = ("p" + uuidlib.uuid4().hex[:16]) if op == "pool.create" else str(uuidlib.uuid4())
-            cmd, args = fn(st, p, new_id)
-        else:
-            cmd, args = fn(st, p)
+        with pool_index.deciding_on(d.map):  # placement reads the map's index, not every volume
+            if op in decide.NEEDS_ID:
+                new_id = ("p" + uuidlib.uuid4().hex[:16]) if op == "pool.create" else str(uuidlib.uuid4())
+                cmd, args = fn(st, p, new_id)
+            else:
+                cmd, args = fn(st, p)
         v = host_api.command_version(cmd, args)
         result = await d.propose(encode_command(cmd, args, v, rid=rid), max(1.0, timeout - 0.5))
         return {"result": result, "index": d.map.applied_index}

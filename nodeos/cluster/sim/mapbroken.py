@@ -30,6 +30,7 @@ MAP_BROKEN_VARIANTS = {
     "map_request_applied_twice": "a console's repeated request is applied again (not answered from the map)",
     "map_create_replace_keeps_epoch": "a new volume's primary slot re-placed without a new epoch",
     "map_index_misses_create_replace": "the pool index takes a new volume's re-placed slot for no change",
+    "map_unlisted_ignores_reports": "the index of unlisted volumes misses a report that stops listing one",
 }
 
 
@@ -121,6 +122,8 @@ def map_bug(variant: str | None) -> Iterator[None]:
     elif variant == "map_index_misses_create_replace":
         patches.append((pool_index, "PLACING", pool_index.PLACING - {"volume_create_replace"}))
         patches.append((pool_index, "KEEPS", pool_index.KEEPS | {"volume_create_replace"}))
+    elif variant == "map_unlisted_ignores_reports":
+        patches.append((pool_index.PoolIndex, "_relist", lambda self, st, nid: None))
     elif variant == "map_request_applied_twice":
         patches.append((request_log, "recorded", lambda st, rid: None))
     elif variant == "map_restore_drops_snapshots":

@@ -427,6 +427,15 @@ class MapChecker:
                     f"node {nid}'s pool index after index {index} counts {via} pending on pool {ref}, "
                     f"a scan of every volume {scan}",
                 )
+        scan = capacity.pending_bytes(st)  # every pool at once: what the leader's placement nets out
+        with pool_index.using(st, cmap.pool_index):
+            via = capacity.pending_bytes(st)
+        if via != scan:
+            raise Violation(
+                "map invariant",
+                f"node {nid}'s index of unlisted volumes after index {index} counts {via} pending, "
+                f"a scan of every volume {scan}",
+            )
 
     def _count(self, old: dict[str, Any], st: dict[str, Any]) -> None:
         """What the run exercised (the tests check a run did reach these)."""

@@ -33,6 +33,9 @@ def _pending(m: M, indexed: bool) -> dict[Any, int]:
 def _agree(m: M) -> dict[Any, int]:
     scanned = _pending(m, indexed=False)
     assert _pending(m, indexed=True) == scanned
+    # Every pool at once, as the leader's placement asks (the index of unlisted volumes).
+    with pool_index.using(m.st, m.m.pool_index):
+        assert capacity.pending_bytes(m.st) == scanned
     return scanned
 
 
@@ -48,6 +51,9 @@ def test_the_index_counts_what_a_scan_counts_through_creates_replacements_and_de
     assert _agree(m)[(4, "pool4")] == 2 * GiB, "a's new slot on pool4 is promised until node 4 reports it"
     m.ok("volume_delete", name="b")
     _agree(m)
+    # A node whose report stops listing a volume placed on it (its replica lost): promised again.
+    m.report(1, pools={"pool1": {"state": "ready", "size_bytes": 100 * GiB}}, replicas={})
+    assert _agree(m)[(1, "pool1")] == GiB
     # Restored from a snapshot, and a state put in place of the old one: the index follows.
     m.m.restore(m.m.snapshot(), m.i)
     _agree(m)
