@@ -34,7 +34,7 @@ from nodeos.agent.report import (
 )
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError
-from nodeos.node import crash
+from nodeos.node import crash, opspec
 
 LOG = logging.getLogger("nodeosd.agent")
 POLL_S = 0.1
@@ -47,12 +47,10 @@ TEARDOWN_WAIT_S = 30.0
 MAX_CREATES_TOGETHER = 64  # volume creates of one pass sent together (SpdkRpc.call_many's window)
 # Thin creates and snapshots take no space when made: the pools' capacity is not read again for
 # them (an RPC per report; a snapshot's is in the window its volume's writes are held).
-CAPACITY_KEPT = ("volume.create", "volume.clone", "volume.snapshot")
+CAPACITY_KEPT = opspec.named("keeps_capacity")
 DISCOVERY_SVCID = "8009"
 # Steps whose failure is retried at the next pass (the others wait for the map to change).
-RETRIED_STEPS = (
-    "volume.grant", "volume.resize", "volume.retarget", "volume.promote", "volume.demote", "volume.rejoin",
-)  # fmt: skip
+RETRIED_STEPS = opspec.named("retried")
 
 
 class Agent(Reporting):
@@ -398,12 +396,12 @@ def _calls_since(before: dict[str, tuple[int, float]], now: dict[str, tuple[int,
 
 
 def batches(steps: list[Step]) -> list[list[Step]]:
-    """The plan's steps in order, consecutive volume creates (not clones) together, at most
+    """The plan's steps in order, consecutive batched ones (volume creates, not clones) together, at most
     MAX_CREATES_TOGETHER: their data plane requests go together (nodeos/node/ops.py run_creates)."""
     out: list[list[Step]] = []
     for step in steps:
-        together = step.op == "volume.create"  # clones are "volume.clone"
-        if together and out and out[-1][0].op == "volume.create" and len(out[-1]) < MAX_CREATES_TOGETHER:
+        together = opspec.BY_NAME[step.op].batched if step.op in opspec.BY_NAME else False
+        if together and out and out[-1][0].op == step.op and len(out[-1]) < MAX_CREATES_TOGETHER:
             out[-1].append(step)
         else:
             out.append([step])

@@ -8,31 +8,12 @@ import logging
 import os
 import sys
 
+from nodeos.node import opspec
+
 ENV = "NODEOS_CRASH_AT"
 
-# Every crash point the node service passes, in order per operation.
-STEPS: dict[str, tuple[str, ...]] = {
-    "pool.create": ("intent", "pool-created", "done"),
-    "pool.delete": ("intent", "pool-deleted", "done"),
-    "volume.create": ("intent", "volume-created", "export-applied", "done"),
-    "volume.clone": ("intent", "clone-created", "export-applied", "done"),
-    "volume.resize": ("intent", "volume-resized", "export-applied", "done"),
-    "volume.delete": ("intent", "export-removed", "volume-deleted", "done"),
-    "volume.snapshot": ("intent", "snapshot-created", "done"),
-    "snapshot.delete": ("intent", "snapshot-deleted", "done"),
-    "volume.grant": ("intent", "export-applied", "done"),
-    "volume.replica": ("intent", "replica-exported", "front-exported", "done"),
-    "volume.mirror": ("intent", "remotes-attached", "mirror-assembled", "front-exported", "done"),
-    "volume.revoke": ("intent", "export-applied", "done"),
-    "volume.retarget": ("intent", "replica-exported", "done"),
-    "volume.promote": ("intent", "replica-unexported", "mirror-assembled", "front-exported", "done"),
-    "volume.demote": ("intent", "front-fenced", "mirror-stopped", "leg-wiped", "replica-exported", "done"),
-    "volume.rejoin": ("intent", "remotes-attached", "done"),
-    "orphan.remove": ("intent", "exports-removed", "done"),
-    "snapshot.freeze": ("frozen",),  # the primary's agent, writes of a mirror just frozen
-    "host.add": ("done",),
-    "host.remove": ("done",),
-}
+# Every crash point the node service passes, in order per operation (nodeos/node/opspec.py).
+STEPS: dict[str, tuple[str, ...]] = opspec.crash_points()
 ALL = tuple(f"{op}:{step}" for op, steps in STEPS.items() for step in steps)
 
 

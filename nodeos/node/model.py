@@ -11,35 +11,14 @@ from typing import Any
 from nodeos import tlskey
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, is_tls
 from nodeos.errors import BadInput, NotFound, OperationFailed
+from nodeos.node import opspec
 
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"
 PORT = "4420"
 
-# What recovery does with an intent left by a daemon that died mid-operation.
-# forward: finish it (every step is idempotent). backward: undo it.
-# A snapshot is rolled back: taken later, it would not be the point in time that was asked
-# for. Everything else rolls forward: the operator asked for it and nothing was lost by waiting.
-RECOVERY: dict[str, str] = {
-    "pool.create": "forward",
-    "pool.delete": "forward",
-    "volume.create": "forward",
-    "volume.clone": "forward",
-    "volume.resize": "forward",
-    "volume.delete": "forward",
-    "volume.snapshot": "backward",
-    "snapshot.delete": "forward",
-    "volume.grant": "forward",
-    "volume.revoke": "forward",
-    "volume.replica": "forward",
-    "volume.mirror": "forward",
-    # Failover (issue 9): a role change the map committed is only ever finished.
-    "volume.retarget": "forward",
-    "volume.promote": "forward",
-    "volume.demote": "forward",
-    "volume.rejoin": "forward",
-    # A leftover the garbage rule removes (nodeos/node/orphan_ops.py): finished, never restored.
-    "orphan.remove": "forward",
-}
+# What recovery does with an intent left by a daemon that died mid-operation: from each
+# operation's one definition (nodeos/node/opspec.py).
+RECOVERY: dict[str, str] = opspec.recovery()
 
 
 def volume_nqn(vol_uuid: str) -> str:

@@ -6,7 +6,7 @@ Every change to the data plane follows the same shape:
   2. the data plane steps run (each idempotent), with crash points between them;
   3. one transaction writes the final state and drops the intent.
 If the daemon dies between 1 and 3, start-up finds the intent and rolls it forward or back
-(model.RECOVERY). If a step fails while the daemon lives, the operation is compensated
+(opspec.py: its `recovery`). If a step fails while the daemon lives, the operation is compensated
 (undone, or the object put back as it was) and the error is returned; if even that fails,
 the intent stays and is retried at the next start and by the periodic retry.
 """
@@ -22,7 +22,7 @@ from nodeos.daemon.logsetup import fields
 from nodeos.dataplane.base import Listener, MadeVolume, NewVolume
 from nodeos.errors import NodeosError, OperationFailed
 
-from . import crash, model, orphan_ops, replicas
+from . import crash, model, opspec, orphan_ops, replicas
 from .mirror_ops import MirrorOps
 
 LOG = logging.getLogger("nodeosd.node")
@@ -58,45 +58,21 @@ class Ops:
         self.dp = dataplane
         self.run_blocking = run_blocking
         self.listeners = listeners
-        self.forward: dict[str, Step] = {
-            "pool.create": self._pool_create,
-            "pool.delete": self._pool_delete,
-            "volume.create": self._volume_create,
-            "volume.clone": self._volume_create,
-            "volume.resize": self._volume_resize,
-            "volume.delete": self._volume_delete,
-            "volume.snapshot": self._snapshot_create,
-            "snapshot.delete": self._snapshot_delete,
-            "volume.grant": self._volume_export,
-            "volume.revoke": self._volume_export,
-            "volume.replica": self.mirrors.replica_export,
-            "volume.mirror": self.mirrors.assemble,
-            "volume.retarget": self.mirrors.retarget,
-            "volume.promote": self.mirrors.promote,
-            "volume.demote": self.mirrors.demote,
-            "volume.rejoin": self.mirrors.rejoin,
-            "orphan.remove": lambda d: orphan_ops.remove(self, d),
-        }
-        self.compensate: dict[str, Step] = {
-            "pool.create": self._undo_pool_create,
-            "pool.delete": self._restore("pools", "name"),
-            "volume.create": self._undo_volume_create,
-            "volume.clone": self._undo_volume_create,
-            "volume.resize": self._undo_volume_resize,
-            "volume.delete": self._undo_volume_delete,
-            "volume.snapshot": self._undo_snapshot_create,
-            "snapshot.delete": self._restore("snapshots", "name"),
-            "volume.grant": self._undo_volume_export,
-            "volume.revoke": self._undo_volume_export,
-            # Nothing to undo: the record stays "standby" and the agent's next pass tries again.
-            "volume.replica": self.mirrors.back_to_standby,
-            "volume.mirror": self.mirrors.back_to_standby,
-            "volume.retarget": self.mirrors.keep_for_retry,
-            "volume.promote": self.mirrors.keep_for_retry,
-            "volume.demote": self.mirrors.keep_for_retry,
-            "volume.rejoin": self.mirrors.back_to_ready,
-            "orphan.remove": lambda d: orphan_ops.give_up(self, d),
-        }
+        # One spec per operation (nodeos/node/opspec.py): its forward and compensating steps.
+        self.forward: dict[str, Step] = {o.name: self._step(o.forward) for o in opspec.OPERATIONS}
+        self.compensate: dict[str, Step] = {o.name: self._step(o.compensate) for o in opspec.OPERATIONS}
+
+    def _step(self, ref: str) -> Step:
+        """The callable an OpSpec names: "_method", "collaborator.method", "orphans.fn" (a function
+        of nodeos/node/orphan_ops.py taking these Ops), "restore:DB" (the record put back)."""
+        if ref.startswith("restore:"):
+            return self._restore(ref.split(":", 1)[1], "name")
+        owner, _, attr = ref.rpartition(".")
+        if owner == "orphans":
+            fn = getattr(orphan_ops, attr)
+            return lambda d: fn(self, d)
+        step: Step = getattr(getattr(self, owner) if owner else self, attr)
+        return step
 
     # --- edges ------------------------------------------------------------------------
 
@@ -209,7 +185,7 @@ class Ops:
             op, data = intent["op"], dict(intent["data"])
             data["_seq"] = intent["seq"]
             data["op"] = op
-            how = model.RECOVERY.get(op, "forward")
+            how = opspec.BY_NAME[op].recovery if op in opspec.BY_NAME else "forward"
             step = self.forward[op] if how == "forward" else self.compensate[op]
             entry = {
                 "seq": intent["seq"],
