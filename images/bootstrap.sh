@@ -11,6 +11,7 @@ APT_PACKAGES=(
   debian-archive-keyring
   nftables gcc libc6-dev
   prometheus
+  rauc squashfs-tools openssl
 )
 
 missing=()

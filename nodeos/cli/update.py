@@ -85,20 +85,20 @@ def node_update(
     if not Path(bundle).exists():
         raise BadInput(f"{bundle} does not exist", field="bundle", allowed="a bundle file on this node")
     ring = keyring or v.DEFAULT_KEYRING
+    # Verified before anything else happens: a refused bundle exits 2 having written nothing,
+    # not even the staged copy below.
+    verdict, extra = v.verify(bundle, keyring=ring, allow_downgrade=allow_downgrade)
     if check:
-        verdict, extra = v.verify(bundle, keyring=ring, allow_downgrade=allow_downgrade)
         out = {"bundle": bundle, "result": "verified", "written": False, **verdict.to_dict(), **extra}
         return out, _human
     slots = slots_mod.read_slots()
     if slots["slots"] is None:
-        # verified first, so a bad bundle is still named as such (exit 2) on a machine without slots
-        v.verify(bundle, keyring=ring, allow_downgrade=allow_downgrade)
         raise OperationFailed(
             f"the bundle is good, but {slots['slots_note']}; nothing written (--check verifies only)",
             field="slots",
         )
     staged = _stage(Path(bundle), Path(state_dir))
-    try:
+    try:  # the copy RAUC installs is verified again: it is what the checks must have seen
         verdict, extra = v.verify(staged, keyring=ring, allow_downgrade=allow_downgrade)
         log = _install(staged)
     finally:
