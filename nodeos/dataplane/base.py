@@ -246,6 +246,13 @@ class DataPlane(Protocol):
         backend may read what it holds once for all and send the changes together."""
         ...
 
+    def revoke_hosts(self, nqn: str, keep: Sequence[str]) -> list[str]:
+        """Only the host side of apply_export, for a revoke: every host export `nqn` allows that
+        is not in `keep` loses access and its controllers; nothing else is touched, so it works
+        while the volume's device is gone (a pulled drive). The hosts revoked; NotFound when there
+        is no such export."""
+        ...
+
     def remove_export(self, nqn: str) -> None: ...
     def list_exports(self) -> list[ExportInfo]:
         """Every export, as the data plane lists them. `ana_state` and `connected_hosts` may be

@@ -135,6 +135,9 @@ class NoDataPlane(NoMirrors):
         if specs:
             raise self._refuse()
 
+    def revoke_hosts(self, nqn: str, keep: Sequence[str]) -> list[str]:
+        raise self._refuse()
+
     def remove_export(self, nqn: str) -> None:
         raise self._refuse()
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from nodeos.daemon.logsetup import fields
 from nodeos.dataplane.base import Listener, MadeVolume, NewVolume
-from nodeos.errors import NodeosError, OperationFailed
+from nodeos.errors import NodeosError, NotFound, OperationFailed
 
 from . import crash, model, opspec, orphan_ops, replicas
 from .mirror_ops import MirrorOps
@@ -393,7 +393,20 @@ class Ops:
             vol = txn.get("volumes", d["name"])
         if vol is None:
             return self._drop(d)
-        await self.call("apply_export", self.spec_for(vol))
+        spec = self.spec_for(vol)
+        try:
+            await self.call("apply_export", spec)
+        except NotFound as err:
+            revoked = set(d.get("old_hosts") or ()) - {h.host_nqn for h in spec.hosts}
+            if err.field in ("vol_id", "device") and revoked:
+                # The device is gone (a pulled drive): the export cannot be made whole, but a host
+                # the map took access from loses it now, not once the drive is back.
+                try:
+                    gone = await self.call("revoke_hosts", spec.nqn, [h.host_nqn for h in spec.hosts])
+                    LOG.warning("volume %s: %s; access of %s revoked", d["name"], err.message, gone)
+                except NodeosError as e:
+                    LOG.error("volume %s: hosts not revoked either: %s", d["name"], e.message)
+            raise
         crash.point(f"{d['op']}:export-applied")
         with self.store.write() as txn:
             txn.put("volumes", d["name"], dict(txn.get("volumes", d["name"]), state="ready"))

@@ -389,3 +389,23 @@ def test_revoke_and_delete_refusals(spdk_target: SpdkTarget, pool: str, port: st
     dp.remove_export(NQN)
     with pytest.raises(NotFound):
         dp.set_ana_state(NQN, 1, "optimized")
+
+
+def test_revoke_hosts_alone_while_the_lvol_is_gone(spdk_target: SpdkTarget, pool: str, port: str) -> None:
+    """The host side of an export applied by itself (a pulled drive: the grant step cannot find
+    the lvol): the revoked host leaves the subsystem, the kept one stays, nothing else changes."""
+    dp = spdk_target.dp
+    dp.create_volume(pool, "v-revoke", 8 * MIB)
+    nqn = NQN.replace(UUID[-4:], "beef")
+    other = UUID[:-4] + "beef"  # its own namespace ids beside v1's export
+    spec = _spec(port, (HostAccess(H1), HostAccess(H2)), vol="v-revoke", nqn=nqn)
+    before = dp.apply_export(dataclasses.replace(spec, uuid=other, nguid=other.replace("-", "")))
+    assert set(before.hosts) == {H1, H2}
+    assert dp.revoke_hosts(nqn, [H1]) == [H2]
+    after = dp.export_info(nqn)
+    assert after is not None and after.hosts == (H1,) and after.listeners == before.listeners
+    assert dp.revoke_hosts(nqn, [H1]) == []
+    with pytest.raises(NotFound):
+        dp.revoke_hosts(nqn + "x", [])
+    dp.remove_export(nqn)
+    dp.delete_volume(pool, "v-revoke")

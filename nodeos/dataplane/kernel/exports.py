@@ -121,21 +121,11 @@ class KernelExports:
                 spec.ns_enabled,
             )
             # Hosts before ports: a subsystem is never reachable with a stale host list.
-            wanted_hosts = {h.host_nqn: h for h in spec.hosts}
             for h in spec.hosts:
                 n.ensure_host(h.host_nqn, h.dhchap_key)
                 self._tls_key(nqn, h.host_nqn, h.tls_key, tlskey.check_derivation(h.tls_derivation))
                 n.allow_host(nqn, h.host_nqn)
-            for host in n.allowed_hosts(nqn):
-                if host not in wanted_hosts:
-                    self._tls_key(nqn, host, None)
-                    n.disallow_host(nqn, host)
-                    n.disconnect_host(nqn, host)
-                    n.gc_host(host)
-            # A revoked host keeps a live connection until its controllers are dropped; also
-            # after a crash between the unlink above and the disconnect.
-            for host in sorted({h for _, h in n.controllers(nqn)} - set(wanted_hosts)):
-                n.disconnect_host(nqn, host)
+            self._drop_hosts(nqn, {h.host_nqn for h in spec.hosts})
             addrs = [PortAddr.of(li) for li in spec.listeners]
             addrs += discovery_addrs(spec.listeners, self.discovery_svcid)
             keep: set[int] = set()
@@ -154,6 +144,29 @@ class KernelExports:
                 n.remove_subsystem(nqn)
             raise
         return nqn
+
+    def _drop_hosts(self, nqn: str, keep: set[str]) -> list[str]:
+        """Every allowed host not in `keep` loses access, its key and its controllers."""
+        n = self.nvmet
+        dropped = []
+        for host in n.allowed_hosts(nqn):
+            if host not in keep:
+                self._tls_key(nqn, host, None)
+                n.disallow_host(nqn, host)
+                n.disconnect_host(nqn, host)
+                n.gc_host(host)
+                dropped.append(host)
+        # A revoked host keeps a live connection until its controllers are dropped; also
+        # after a crash between the unlink above and the disconnect.
+        for host in sorted({h for _, h in n.controllers(nqn)} - keep):
+            n.disconnect_host(nqn, host)
+        return dropped
+
+    def revoke_hosts(self, nqn: str, keep: Sequence[str]) -> list[str]:
+        check_nqn(nqn)
+        if not self.fs.usable() or not self.nvmet.has_subsystem(nqn):
+            raise NotFound(f"no export {nqn}", field="nqn")
+        return self._drop_hosts(nqn, set(keep))
 
     def remove_export(self, nqn: str) -> None:
         check_nqn(nqn)

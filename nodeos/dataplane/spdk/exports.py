@@ -103,6 +103,18 @@ class SpdkExports(SpdkMirrors):
         assert info is not None
         return info
 
+    def revoke_hosts(self, nqn: str, keep: Sequence[str]) -> list[str]:
+        check_nqn(nqn)
+        sub = self._subsystem(nqn)
+        if sub is None:
+            raise NotFound(f"no export {nqn}", field="nqn")
+        dropped = sorted(set(parse.subsystem_hosts(sub)) - set(keep))
+        for host in dropped:
+            self.call(rq.remove_host(nqn, host))  # SPDK disconnects the host's controllers
+            if self._psks is not None:
+                self._psk_table().pop((nqn, host), None)
+        return dropped
+
     def _plan_new_export(self, spec: ExportSpec) -> tuple[list[rq.Request], ExportInfo | None]:
         """The requests that export a volume create_volumes is about to make (no subsystem yet,
         nothing to read), and the export they make; none for a mirror's export."""
