@@ -432,8 +432,12 @@ class MdMirrors:
         return f"/dev/mapper/{name}"
 
     def wipe_member(self, dev: str) -> None:
-        """Zero a leg's md superblock; nothing to do when it has none."""
+        """Zero a leg's md superblock; nothing to do when it has none. A leg whose device is
+        missing (its drive pulled) is an error, not "no superblock": the step that asked for
+        the wipe fails and is tried again once the device is back, never skipped past."""
         check_device_path(dev, "device")
+        if not os.path.exists(dev):
+            raise NotFound(f"leg device {dev} is missing: its superblock cannot be wiped", field="device")
         if self._examine(dev).get("MD_UUID"):
             self.run(cmd_zero_superblock(dev))
 

@@ -108,3 +108,23 @@ def test_with_every_leg_live_and_no_local_member_mdadm_names_the_array(tmp_path:
     mirrors = md.MdMirrors(sys_block=tmp_path / "sys", dev_dir=tmp_path / "dev", runner=mdadm)
     assert [m.mirror_id for m in mirrors.list()] == [mid]
     assert ran and ran[0][:2] == ["mdadm", "--detail"]
+
+
+def test_a_missing_legs_superblock_wipe_is_an_error_never_skipped(tmp_path: Path) -> None:
+    """A demote (or a new secondary's first export) wipes its leg's superblock so it only ever
+    rejoins by a full copy. With the leg's drive pulled the wipe used to find "no superblock"
+    and go on; it now fails, and the step is tried again once the device is back."""
+    from nodeos.errors import NotFound
+
+    ran: list[list[str]] = []
+
+    def runner(cmd: list[str], *a: object, **k: object) -> subprocess.CompletedProcess[str]:
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "")
+
+    mirrors = md.MdMirrors(sys_block=tmp_path / "sys", dev_dir=tmp_path / "dev", runner=runner)
+    with pytest.raises(NotFound) as e:
+        mirrors.wipe_member("/dev/nodeos-test-vg/v-missing")
+    assert e.value.field == "device" and ran == []
+    mirrors.wipe_member("/dev/null")  # present, no superblock (mdadm finds none): nothing to wipe
+    assert ran and [c for c in ran if "--zero-superblock" in c] == []
