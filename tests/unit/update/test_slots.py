@@ -65,3 +65,22 @@ def test_no_slots_is_said_not_invented(tmp_path: Path) -> None:
     out = read_slots(tmp_path / "system.conf")
     assert out["slots"] is None
     assert "no A/B slots" in out["slots_note"]
+
+
+def test_each_slot_boots_its_own_root_and_kernel_and_mounts_the_state_partition() -> None:
+    from nodeos.lab import image, rawdisk
+
+    a, b = rawdisk.loader_entry("a"), rawdisk.loader_entry("b", generation=2)
+    assert f"root=PARTUUID={image.ROOT_PARTUUID} " in a  # what tests/lab/test_image_uefi.py checks
+    assert f"root=PARTUUID={rawdisk.SLOT_PARTUUIDS['b']} " in b
+    assert "linux /nodeos/a/vmlinuz\ninitrd /nodeos/a/initrd.img\n" in a
+    assert "linux /nodeos/b/vmlinuz\ninitrd /nodeos/b/initrd.img\n" in b
+    assert "rauc.slot=A " in a and "rauc.slot=B " in b
+    assert "sort-key nodeos\nversion 1\n" in a and "version 2\n" in b
+    for entry in (a, b):
+        assert (
+            f"systemd.mount-extra=/dev/disk/by-partuuid/{rawdisk.STATE_PARTUUID}:/var/lib/nodeos:ext4:"
+            in entry
+        )
+    uuids = [*rawdisk.SLOT_PARTUUIDS.values(), rawdisk.STATE_PARTUUID]
+    assert len(set(uuids)) == 3
