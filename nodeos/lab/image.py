@@ -121,8 +121,8 @@ IMAGE_RECIPE = 3
 ROOT_LABEL = "nodeos-root"
 ROOT_SIZE_MIB = 3072
 ESP_SIZE_MIB = 256
-# Fixed partition GUID of the raw image's root, so the boot entry can name it.
-ROOT_PARTUUID = "6e6f6465-6f73-4000-8000-726f6f746673"
+# Fixed partition GUID of the raw image's root (slot A), so the boot entry can name it.
+ROOT_PARTUUID = "6e6f6465-6f73-4000-8000-726f6f746673"  # = nodeos.update.layout.SLOT_PARTUUIDS["a"]
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 PROJECT_DIR = Path(nodeos.__file__).resolve().parent.parent
@@ -130,6 +130,7 @@ SCRIPTS = {
     "nodeos": "nodeos.cli.main:main",
     "nodeosd": "nodeos.daemon.main:main",
     "nodeos-fence": "nodeos.node.stopfence:main",  # the unit's ExecStopPost
+    "nodeos-boot-backend": "nodeos.update.backend:main",  # RAUC's boot-loader backend (docs/image.md)
 }
 
 Progress = Callable[[str], None]

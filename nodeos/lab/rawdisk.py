@@ -26,7 +26,6 @@ from pathlib import Path
 from nodeos.errors import EnvironmentProblem, OperationFailed
 from nodeos.lab.image import (
     ESP_SIZE_MIB,
-    ROOT_PARTUUID,
     ROOT_SIZE_MIB,
     Image,
     Progress,
@@ -36,34 +35,9 @@ from nodeos.lab.image import (
     need_root,
     run_step,
 )
+from nodeos.update.layout import SLOT_PARTUUIDS, STATE_LABEL, STATE_PARTUUID, loader_entry
 
-# Fixed partition GUIDs, so boot entries and the updater's configuration can name them. Slot A's
-# is the image's ROOT_PARTUUID (the one UEFI boot test checks); B's and the state's follow it.
-SLOT_PARTUUIDS = {"a": ROOT_PARTUUID, "b": "6e6f6465-6f73-4000-8000-726f6f746662"}
-STATE_PARTUUID = "6e6f6465-6f73-4000-8000-737461746530"
-STATE_LABEL = "nodeos-state"
 STATE_SIZE_MIB = 1024  # the last partition: grown into the rest of a larger disk (not yet done)
-STATE_MOUNT = "/var/lib/nodeos"
-
-
-def boot_options(slot: str = "a") -> str:
-    """The kernel command line of `slot`'s loader entry: its root, the state partition, consoles."""
-    state = f"systemd.mount-extra=/dev/disk/by-partuuid/{STATE_PARTUUID}:{STATE_MOUNT}:ext4:defaults"
-    return (
-        f"root=PARTUUID={SLOT_PARTUUIDS[slot]} rw rauc.slot={slot.upper()} {state} "
-        "console=tty0 console=ttyS0,115200 net.ifnames=0"
-    )
-
-
-def loader_entry(slot: str, generation: int = 1) -> str:
-    """A slot's systemd-boot entry (`loader/entries/nodeos-SLOT.conf`). Entries of one sort-key
-    are ordered by version, highest first: an update gives the slot it wrote a higher generation
-    (and a boot counter in the file name), so it is tried first, and systemd-boot sorts an entry
-    whose tries ran out behind the others: the old slot boots again by itself."""
-    return (
-        f"title nodeos (slot {slot.upper()})\nsort-key nodeos\nversion {generation}\n"
-        f"linux /nodeos/{slot}/vmlinuz\ninitrd /nodeos/{slot}/initrd.img\noptions {boot_options(slot)}\n"
-    )
 
 
 def build_raw(img: Image, progress: Progress = default_progress) -> Path:

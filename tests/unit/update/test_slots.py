@@ -68,7 +68,8 @@ def test_no_slots_is_said_not_invented(tmp_path: Path) -> None:
 
 
 def test_each_slot_boots_its_own_root_and_kernel_and_mounts_the_state_partition() -> None:
-    from nodeos.lab import image, rawdisk
+    from nodeos.lab import image
+    from nodeos.update import layout as rawdisk
 
     a, b = rawdisk.loader_entry("a"), rawdisk.loader_entry("b", generation=2)
     assert f"root=PARTUUID={image.ROOT_PARTUUID} " in a  # what tests/lab/test_image_uefi.py checks
