@@ -24,7 +24,7 @@ from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
 from nodeos.dataplane.spdk.drives import controller_name
 from nodeos.dataplane.spdk.errors import map_error, raid_conflict
-from nodeos.dataplane.spdk.exports import UNSENT, SpdkExports, new_volume_rounds
+from nodeos.dataplane.spdk.exports import UNSENT, SpdkExports
 from nodeos.dataplane.spdk.names import LVS_PREFIX, alias, lvs_name
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, OperationFailed
 
@@ -306,7 +306,7 @@ class SpdkDataPlane(SpdkExports):
             except NodeosError as e:
                 out[i] = e
                 continue
-            plans.append((i, new_volume_rounds(new, export), info))
+            plans.append((i, rq.new_volume_rounds(new, export), info))
         try:
             answers = self._send_rounds([rounds for _, rounds, _ in plans], made)
         except OperationFailed:  # the connection broke: each goes on alone, finding what was made

@@ -31,20 +31,6 @@ from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, NotSup
 
 MODEL = "nodeos volume"
 UNSENT = object()  # a request _send_rounds did not send (its plan failed before it)
-# Requests that pause the subsystem: SPDK refuses (-EBUSY) a second pause while one is under way.
-PAUSING = ("nvmf_subsystem_add_ns", "nvmf_subsystem_add_listener")
-QOS_IOPS_STEP = 1000  # SPDK takes IOPS limits in multiples of 1000 only
-
-
-def check_qos(iops: int | None, mbps: int | None) -> tuple[int, int]:
-    i, m = iops or 0, mbps or 0
-    if i % QOS_IOPS_STEP:
-        raise BadInput(
-            f"qos_iops {i} is not a multiple of {QOS_IOPS_STEP}",
-            field="qos_iops",
-            allowed=f"0 (unlimited) or a multiple of {QOS_IOPS_STEP}",
-        )
-    return i, m
 
 
 class SpdkExports(SpdkMirrors):
@@ -231,7 +217,7 @@ class SpdkExports(SpdkMirrors):
                 field="ana_state",
                 allowed=sorted(rq.ANA_TO_SPDK),
             )
-        iops, mbps = check_qos(spec.qos_iops, spec.qos_mbps)
+        iops, mbps = rq.check_qos(spec.qos_iops, spec.qos_mbps)
         bdev = str(spec.device) if mirror else alias(spec.pool_id, spec.vol_id)
         made = None if mirror else new_lvol
         b = made or (listed[0].get(bdev) if listed else None)
@@ -514,19 +500,3 @@ class SpdkExports(SpdkMirrors):
 
 def _norm(li: Listener) -> Listener:
     return Listener(trtype=li.trtype, traddr=li.traddr, trsvcid=str(li.trsvcid), adrfam=li.adrfam)
-
-
-def new_volume_rounds(lvol_create: rq.Request, export: list[rq.Request]) -> list[list[rq.Request]]:
-    """A new volume's requests (its lvol's, then its new export's, in the order planned) in rounds
-    whose requests need none of each other's answers: the lvol and its subsystem; then the rest in
-    order, a round closed before a second request that pauses the subsystem (namespace,
-    listeners: hosts are added without a pause, QoS is the bdev's). Listeners come after the
-    hosts, as planned: the volume is never reachable with a stale host list."""
-    rounds = [[lvol_create, *(r for r in export if r[0] == "nvmf_create_subsystem")]]
-    cur: list[rq.Request] = []
-    for req in (r for r in export if r[0] != "nvmf_create_subsystem"):
-        if req[0] in PAUSING and any(r[0] in PAUSING for r in cur):
-            rounds.append(cur)
-            cur = []
-        cur.append(req)
-    return [*rounds, cur] if cur else rounds

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeos.dataplane.base import Listener, is_tls
+from nodeos.errors import BadInput
 
 Request = tuple[str, dict[str, Any]]
 DISCOVERY_NQN = "nqn.2014-08.org.nvmexpress.discovery"
@@ -324,3 +325,37 @@ def null_create(name: str, num_blocks: int, block_size: int) -> Request:
 
 def null_delete(name: str) -> Request:
     return "bdev_null_delete", {"name": name}
+
+
+# --- request shaping (pure): what the exports send, and in which rounds ---
+
+# Requests that pause the subsystem: SPDK refuses (-EBUSY) a second pause while one is under way.
+PAUSING = ("nvmf_subsystem_add_ns", "nvmf_subsystem_add_listener")
+QOS_IOPS_STEP = 1000  # SPDK takes IOPS limits in multiples of 1000 only
+
+
+def check_qos(iops: int | None, mbps: int | None) -> tuple[int, int]:
+    i, m = iops or 0, mbps or 0
+    if i % QOS_IOPS_STEP:
+        raise BadInput(
+            f"qos_iops {i} is not a multiple of {QOS_IOPS_STEP}",
+            field="qos_iops",
+            allowed=f"0 (unlimited) or a multiple of {QOS_IOPS_STEP}",
+        )
+    return i, m
+
+
+def new_volume_rounds(lvol_create: Request, export: list[Request]) -> list[list[Request]]:
+    """A new volume's requests (its lvol's, then its new export's, in the order planned) in rounds
+    whose requests need none of each other's answers: the lvol and its subsystem; then the rest in
+    order, a round closed before a second request that pauses the subsystem (namespace,
+    listeners: hosts are added without a pause, QoS is the bdev's). Listeners come after the
+    hosts, as planned: the volume is never reachable with a stale host list."""
+    rounds = [[lvol_create, *(r for r in export if r[0] == "nvmf_create_subsystem")]]
+    cur: list[Request] = []
+    for req in (r for r in export if r[0] != "nvmf_create_subsystem"):
+        if req[0] in PAUSING and any(r[0] in PAUSING for r in cur):
+            rounds.append(cur)
+            cur = []
+        cur.append(req)
+    return [*rounds, cur] if cur else rounds

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from nodeos.dataplane.base import Listener
 from nodeos.dataplane.spdk import requests as rq
-from nodeos.dataplane.spdk.exports import new_volume_rounds
+from nodeos.dataplane.spdk.requests import new_volume_rounds
 
 NQN = "nqn.2014-08.io.nodeos:vol:x"
 A = "nodeos_p/v1"

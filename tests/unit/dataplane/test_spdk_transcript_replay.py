@@ -22,7 +22,7 @@ from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.backend import SpdkDataPlane
 from nodeos.dataplane.spdk.client import SpdkRpc, SpdkRpcError
 from nodeos.dataplane.spdk.errors import map_error
-from nodeos.dataplane.spdk.exports import check_qos
+from nodeos.dataplane.spdk.requests import check_qos
 from nodeos.dataplane.spec_checks import check_ana_state
 from nodeos.errors import AlreadyExists, BadInput, EnvironmentProblem, NotFound, OperationFailed
 from tests.unit.dataplane.spdk_replay import ReplayedSpdkTarget, load_transcript
