@@ -131,6 +131,7 @@ SCRIPTS = {
     "nodeosd": "nodeos.daemon.main:main",
     "nodeos-fence": "nodeos.node.stopfence:main",  # the unit's ExecStopPost
     "nodeos-boot-backend": "nodeos.update.backend:main",  # RAUC's boot-loader backend (docs/image.md)
+    "nodeos-health-gate": "nodeos.update.gate:main",  # systemd/nodeos-health-gate.service
 }
 
 Progress = Callable[[str], None]
