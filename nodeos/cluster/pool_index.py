@@ -55,6 +55,7 @@ class PoolIndex:
         self._by_ref: dict[PoolRef, set[str]] | None = None  # None: rebuild on next use
         self._of: dict[str, set[PoolRef]] = {}
         self._unlisted: dict[int, set[str]] = {}  # node -> volumes placed there its report may not list
+        self._refs: dict[int, set[PoolRef]] = {}  # node -> its pools that hold a volume (or held one)
         self._volumes_id = 0  # id() of the volumes table it was built from
 
     def invalidate(self) -> None:
@@ -109,7 +110,7 @@ class PoolIndex:
     def _ready(self, st: dict[str, Any]) -> dict[PoolRef, set[str]]:
         if self._by_ref is None or self._volumes_id != id(st["volumes"]):
             self._by_ref, self._of, self._volumes_id = {}, {}, id(st["volumes"])
-            self._unlisted = {}
+            self._unlisted, self._refs = {}, {}
             for vol in st["volumes"].values():
                 self._read(vol, st)
         return self._by_ref
@@ -120,6 +121,7 @@ class PoolIndex:
         for ref in {(s["node"], s["pool_id"]) for s in vol["placement"]} - self._of.get(uuid, set()):
             self._by_ref.setdefault(ref, set()).add(uuid)
             self._of.setdefault(uuid, set()).add(ref)
+            self._refs.setdefault(ref[0], set()).add(ref)
         for s in vol["placement"]:
             if uuid not in ((st["reports"].get(s["node"]) or {}).get("replicas") or {}):
                 self._unlisted.setdefault(s["node"], set()).add(uuid)
@@ -129,7 +131,7 @@ class PoolIndex:
         assert self._by_ref is not None
         listed = (st["reports"].get(nid) or {}).get("replicas") or {}
         unlisted = set()
-        for ref in [r for r in self._by_ref if r[0] == nid]:
+        for ref in sorted(self._refs.get(nid, ())):
             unlisted.update(v["uuid"] for v in self.volumes_on(st, ref) if v["uuid"] not in listed)
         self._unlisted[nid] = unlisted
 
