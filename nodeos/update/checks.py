@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from nodeos.errors import BadInput
+from nodeos.errors import BadInput, EnvironmentProblem, NodeosError
 
 SQUASHFS_MAGIC = b"hsqs"
 HEAD_BYTES = 96  # the squashfs superblock
@@ -189,11 +189,15 @@ def check_manifest(info: dict[str, Any], *, arch: str, running: str, allow_downg
     return Verdict(version, running, arch, str(build) if build is not None else None, change)
 
 
-def classify_rauc_error(text: str) -> BundleRefused:
-    """`rauc info`'s complaint as a refusal naming the reason (its own words kept as detail)."""
+def classify_rauc_error(text: str) -> NodeosError:
+    """`rauc info`'s complaint as a refusal naming the reason (its own words kept as detail), or
+    an EnvironmentProblem when RAUC could not run its own tools (rauc 1.13 reads a plain
+    bundle's manifest with `unsquashfs`): that says nothing about the bundle."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "rauc-Message" not in ln]
     detail = "; ".join(lines[-3:]) or "rauc info failed without a message"
     low = text.lower()
+    if "failed to execute child process" in low or "failed to run" in low:
+        return EnvironmentProblem(f"rauc cannot read bundles on this machine: {detail}")
     if "signature size" in low and "exceeds" in low:
         return BundleRefused("truncated", detail)
     if "signature" in low or "verif" in low or "certificate" in low or "cms" in low:

@@ -138,8 +138,18 @@ def test_manifest_bad_version() -> None:
 )
 def test_rauc_complaints_are_named(text: str, reason: str) -> None:
     err = checks.classify_rauc_error("rauc-Message: 17:15:38.539: Reading bundle: /x\n" + text)
-    assert err.reason == reason
+    assert isinstance(err, BundleRefused) and err.reason == reason
     assert "rauc-Message" not in err.message
+
+
+def test_rauc_missing_its_own_tools_is_no_verdict_on_the_bundle() -> None:
+    text = (
+        "Failed to extract manifest from bundle: Failed to run unsquashfs: "
+        "Failed to execute child process \u201cunsquashfs\u201d (No such file or directory)"
+    )
+    err = checks.classify_rauc_error(text)
+    assert not isinstance(err, BundleRefused) and err.exit_code == 1
+    assert "unsquashfs" in err.message
 
 
 def test_debian_arch_names() -> None:
