@@ -147,6 +147,8 @@ def publish_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     from nodeos.cluster.publish_replace import kept_spread, movable
     from nodeos.cluster.replace_map import slot_move
 
+    if features.cluster_level(st) < 4:  # refused before Raft too (commands.py); never applied below it
+        raise OperationFailed("a published copy is moved from feature level 4 on", field="cmd")
     uuid = _req(args, "uuid", str)
     pub = section(st).get(uuid)
     if pub is None:
@@ -174,12 +176,11 @@ def publish_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     pub["placement"][idx] = {"node": new, "pool_id": pool_id, "seed": False}
     pub["copy_from"].pop(old, None)
     pub["mismatched"] = [n for n in pub["mismatched"] if n != old]
-    name = lambda n: str(st["nodes"].get(n, {}).get("name") or f"node-{n}")  # noqa: E731
     map_events.record(
         st,
         "replica_replaced",
-        f"published volume {pub['name']}: node {name(old)} went down before its copy joined; "
-        f"the copy is made on node {name(new)} instead",
+        f"published volume {pub['name']}: node {_node_name(st, old)} went down before its copy "
+        f"joined; the copy is made on node {_node_name(st, new)} instead",
         severity="warning",
         volume=uuid,
         node=new,
@@ -203,7 +204,7 @@ def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
             st["paths"].pop(pub["uuid"], None)
             if (st["names"].get(pub["name"]) or {}).get("uuid") == pub["uuid"]:
                 del st["names"][pub["name"]]
-            names = ", ".join(str((st["nodes"].get(n) or {}).get("name") or f"node-{n}") for n in down)
+            names = ", ".join(_node_name(st, n) for n in down)
             left = f"; {names} (down) removes its copy when it returns" if down else ""
             map_events.record(
                 st, "volume_unpublished", f"volume {pub['name']} unpublished{left}", volume=pub["uuid"]
@@ -233,6 +234,10 @@ def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
     if pub["state"] == "publishing" and j == set(order):
         pub["state"] = "ready"
         map_events.record(st, "volume_ready", f"published volume {pub['name']} is ready", volume=pub["uuid"])
+
+
+def _node_name(st: dict[str, Any], nid: int) -> str:
+    return str((st["nodes"].get(nid) or {}).get("name") or f"node-{nid}")
 
 
 def settle_node(st: dict[str, Any], nid: int) -> None:

@@ -115,6 +115,15 @@ def test_the_map_refuses_a_move_that_no_longer_holds_at_apply() -> None:
     assert nodes(pub) == [1, 2, 3, 4]
 
 
+def test_below_level_4_the_map_never_applies_a_move() -> None:
+    m = level(snapshot_on_three_of(5), 3)
+    pub = publish(m, replicas=4)
+    copy(m, 1, "ready", SHA)
+    down(m, 4)
+    err = m.do("publish_replace", uuid=pub["uuid"], old=4, node=5, pool_id="pool5")["error"]
+    assert err["field"] == "cmd" and nodes(pub) == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("lvl", [3, 4])
 def test_an_unpublish_does_not_wait_for_a_down_node_from_level_4(lvl: int) -> None:
     """As a delete: the node, back, finds the volume gone and removes its copy (agent/published.py)."""
