@@ -1,11 +1,12 @@
 """Few voters, many members (issue 30): what a member costs the leader, on loopback and in the
 simulator, side by side in one run.
 
-    .venv/bin/python bench/voters_bench.py [--sizes 3,10,30] [--sim-sizes 100,300,1000] [--seconds 10]
+    .venv/bin/python bench/voters_bench.py [--sizes 10,30] [--sim-sizes 100,300,1000] [--seconds 10]
 
 Real processes (`nodeosd --dataplane none` on 127.0.0.1, two members a rack (3 members: one), 3 voters kept by
-the leader, the rest learners), one cluster per size in turn:
-- commit latency p50/p99 of `cluster.kv.put`, one client on the leader's API socket;
+the leader, the rest learners), one cluster per size in turn, each beside a 3-member cluster:
+- commit latency p50/p99 of `cluster.kv.put`, one client putting to each cluster's leader in
+  turn (the 3-member figure measured at the same time, under the same host load);
 - the leader's CPU per second of wall time meanwhile (utime + stime from /proc), and a learner's;
 - heal time: a voter SIGKILLed (voter-down-after 3 s) until 3 voters on 3 racks are back.
 The simulator's voters workload (1 seed each, 3 voters, 40 racks): wall time, events, and the
@@ -16,12 +17,14 @@ Figures go to docs/benchmarks.md, section "Voters and learners". Not a pass/fail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,7 +114,10 @@ def join(n: LocalNode, address: str, token: str) -> None:
             time.sleep(2)
 
 
-def one_size(size: int, seconds: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def formed(size: int) -> Iterator[tuple[list[LocalNode], dict[str, Any], float]]:
+    """A cluster of `size` members, labelled two a rack (3 members: one), its voters spread:
+    (nodes, the leader's status, seconds to get there)."""
     root = Path(tempfile.mkdtemp(prefix=f"voters-bench-{size}-"))
     nodes = [LocalNode(root, i) for i in range(1, size + 1)]
     try:
@@ -128,8 +134,21 @@ def one_size(size: int, seconds: float) -> dict[str, Any]:
             rack = f"r{(n.index - 1) // per_rack}"
             first.call("node.label", {"node": f"n{n.index}", "set": {"rack": rack}}, timeout=60)
         st = wait_spread(nodes, set())
-        formed_s = time.monotonic() - t0
-        leader = next(n for n in nodes if n.raft_id == st["leader"])
+        yield nodes, st, time.monotonic() - t0
+    finally:
+        for n in nodes:
+            n.kill()
+
+
+def leader_of(nodes: list[LocalNode], st: dict[str, Any]) -> LocalNode:
+    return next(n for n in nodes if n.raft_id == st["leader"])
+
+
+def one_size(size: int, base: tuple[list[LocalNode], dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """`size` members measured side by side with the 3-member cluster `base`: one put to each in
+    turn, so both see the same load from the rest of the host."""
+    with formed(size) as (nodes, st, formed_s):
+        leader = leader_of(nodes, st)
         learner = next((n for n in nodes if n.raft_id not in st["voters"]["voters"]), None)
         assert leader.proc is not None
         pids = {"leader": leader.proc.pid, "learner": learner.proc.pid if learner and learner.proc else None}
@@ -137,45 +156,43 @@ def one_size(size: int, seconds: float) -> dict[str, Any]:
         syncs = {"leader": leader, "voter": voter}
         syncs0 = {k: fsync_totals(n) for k, n in syncs.items()}
         before = {k: cpu_s(p) for k, p in pids.items() if p}
-        c = Conn(leader)
-        lat: list[float] = []
+        conns = {"big": Conn(leader), "base": Conn(leader_of(*base))}
+        lat: dict[str, list[float]] = {"big": [], "base": []}
         w0 = time.monotonic()
         end = w0 + seconds
         i = 0
         while time.monotonic() < end:
             i += 1
-            t1 = time.perf_counter()
-            r = c.call("cluster.kv.put", {"key": "lat", "value": i})
-            assert "result" in r, r
-            lat.append(time.perf_counter() - t1)
+            for k, c in conns.items():
+                t1 = time.perf_counter()
+                r = c.call("cluster.kv.put", {"key": "lat", "value": i})
+                assert "result" in r, r
+                lat[k].append(time.perf_counter() - t1)
         wall = time.monotonic() - w0
-        c.close()
+        for c in conns.values():
+            c.close()
         cpu = {k: (cpu_s(p) - before[k]) / wall for k, p in pids.items() if p}
         fsync_ms = {}
         for k, n in syncs.items():
             total, count = (a - b for a, b in zip(fsync_totals(n), syncs0[k], strict=True))
             fsync_ms[k] = total / count * 1e3 if count else 0.0
-        heal = None
-        if size > 3:
-            victim = next(n for n in nodes if n.raft_id in st["voters"]["voters"] and n is not leader)
-            victim.kill(signal.SIGKILL)
-            t2 = time.monotonic()
-            wait_spread(nodes, {victim.raft_id})
-            heal = time.monotonic() - t2
+        victim = next(n for n in nodes if n.raft_id in st["voters"]["voters"] and n is not leader)
+        victim.kill(signal.SIGKILL)
+        t2 = time.monotonic()
+        wait_spread(nodes, {victim.raft_id})
         return {
             "size": size,
             "formed_s": formed_s,
-            "n": len(lat),
-            "p50_ms": pct(lat, 50) * 1e3,
-            "p99_ms": pct(lat, 99) * 1e3,
+            "n": len(lat["big"]),
+            "p50_ms": pct(lat["big"], 50) * 1e3,
+            "p99_ms": pct(lat["big"], 99) * 1e3,
+            "base_p50_ms": pct(lat["base"], 50) * 1e3,
+            "base_p99_ms": pct(lat["base"], 99) * 1e3,
             "leader_cpu": cpu["leader"],
             "learner_cpu": cpu.get("learner"),
-            "heal_s": heal,
+            "heal_s": time.monotonic() - t2,
             "fsync_ms": fsync_ms,
         }
-    finally:
-        for n in nodes:
-            n.kill()
 
 
 def one_sim(members: int) -> dict[str, Any]:
@@ -199,32 +216,31 @@ def render(r: dict[str, Any]) -> str:
         "",
         f"Measured {r['when']} by `bench/voters_bench.py` on {r['host']} (shared 2-core host, other "
         "work running). Real members: `nodeosd --dataplane none` on 127.0.0.1, Raft tick 100 ms, two "
-        "members a rack (3 members: one), 3 voters kept by the leader (the rest learners), one "
-        "client putting keys through the leader's API socket; CPU is utime + stime per second of "
-        "wall time while it does. "
-        "Heal: a voter that is not the leader SIGKILLed with `cluster set voter-down-after 3`, until "
-        "3 voters on 3 racks are back (the bound, an election timeout of contact checks, a "
-        "promotion and a demotion).",
+        "members a rack (3 members: one), 3 voters kept by the leader (the rest learners). A "
+        "3-member cluster stays up beside each bigger one and one client puts keys through each "
+        "leader's API socket in turn (one to the big cluster, one to the 3-member cluster, ...), so "
+        "both see the same load from the rest of the host; CPU is utime + stime per second of wall "
+        "time while it does. Heal: a voter that is not the leader SIGKILLed with "
+        "`cluster set voter-down-after 3`, until 3 voters on 3 racks are back (the bound, an "
+        "election timeout of contact checks, a promotion and a demotion).",
         "",
-        "| members | formed + labelled | puts | commit p50 | commit p99 | leader CPU | a learner's CPU "
-        "| synced write, leader / a voter (mean) | heal |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| members | formed + labelled | puts | commit p50 | commit p99 | 3 members meanwhile p50 / p99 "
+        "| leader CPU | a learner's CPU | synced write, leader / a voter (mean) | heal |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in r["procs"]:
         learner = "-" if p["learner_cpu"] is None else f"{p['learner_cpu'] * 100:.0f} %"
-        heal = "-" if p["heal_s"] is None else f"{p['heal_s']:.1f} s"
         lines.append(
             f"| {p['size']} | {p['formed_s']:.0f} s | {p['n']} | {p['p50_ms']:.1f} ms | {p['p99_ms']:.1f} ms "
+            f"| {p['base_p50_ms']:.1f} / {p['base_p99_ms']:.1f} ms "
             f"| {p['leader_cpu'] * 100:.0f} % | {learner} "
-            f"| {p['fsync_ms']['leader']:.1f} / {p['fsync_ms']['voter']:.1f} ms | {heal} |"
+            f"| {p['fsync_ms']['leader']:.1f} / {p['fsync_ms']['voter']:.1f} ms | {p['heal_s']:.1f} s |"
         )
-    base = r["procs"][0]
-    for p in r["procs"][1:]:
+    for p in r["procs"]:
         lines.append("")
         lines.append(
-            f"- {p['size']} members against {base['size']}: commit p50 x{p['p50_ms'] / base['p50_ms']:.2f}, "
-            f"p99 x{p['p99_ms'] / base['p99_ms']:.2f}; "
-            f"leader CPU x{p['leader_cpu'] / max(base['leader_cpu'], 1e-9):.2f}."
+            f"- {p['size']} members against 3 at the same time: commit p50 "
+            f"x{p['p50_ms'] / p['base_p50_ms']:.2f}, p99 x{p['p99_ms'] / p['base_p99_ms']:.2f}."
         )
     lines += [
         "",
@@ -253,7 +269,7 @@ def render(r: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="3,10,30", help="real member counts, comma-separated")
+    ap.add_argument("--sizes", default="10,30", help="real member counts beside 3, comma-separated")
     ap.add_argument("--sim-sizes", default="100,300,1000", help="simulated member counts")
     ap.add_argument("--seconds", type=float, default=10.0)
     add_no_write(ap)
@@ -261,9 +277,11 @@ def main() -> None:
     r: dict[str, Any] = {
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "host": f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs",
-        "procs": [one_size(int(s), a.seconds) for s in a.sizes.split(",")],
-        "sims": [one_sim(int(s)) for s in a.sim_sizes.split(",")],
+        "sims": [one_sim(int(s)) for s in a.sim_sizes.split(",") if s],
     }
+    with formed(3) as (nodes, st, formed_s):
+        r["base_formed_s"] = formed_s
+        r["procs"] = [one_size(int(s), (nodes, st), a.seconds) for s in a.sizes.split(",")]
     publish(SECTION, render(r), write=not a.no_write)
 
 

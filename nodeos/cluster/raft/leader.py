@@ -22,6 +22,7 @@ from .types import (
 )
 
 if TYPE_CHECKING:
+    from .progress import Progress
     from .raft import Raft
 
 MT = MessageType
@@ -73,9 +74,9 @@ class LeaderMixin:
                 pr.inflights.free_le(m.index)
             if self._maybe_commit():
                 self._bcast_append()
-            elif old_paused:
+            elif old_paused and not self._paced(pr):
                 self._send_append(m.frm)
-            while self._send_append(m.frm, send_if_empty=False):
+            while not self._paced(pr) and self._send_append(m.frm, send_if_empty=False):
                 pass
             if m.frm == self.lead_transferee and pr.match == self.log.last_index():
                 self._send(Message(MT.TIMEOUT_NOW, to=m.frm))
@@ -227,6 +228,11 @@ class LeaderMixin:
         pr = self.trk.progress[to]
         if not pr.recent_active:
             return False
+        sending = sum(1 for p in self.trk.progress.values() if p.state is ProgressState.SNAPSHOT)
+        if sending >= self.cfg.max_snapshots_inflight:
+            # Offered again with its next heartbeat answer, not with every proposal meanwhile.
+            pr.probe_sent = pr.state is ProgressState.PROBE
+            return False
         try:
             snap = self.log.snapshot()
         except SnapshotTemporarilyUnavailable:
@@ -237,16 +243,30 @@ class LeaderMixin:
         self._send(Message(MT.SNAP, to=to, snapshot=snap))
         return True
 
+    def _paced(self: Raft, pr: Progress) -> bool:
+        """A learner that is replicating and has less than a batch waiting gets its entries
+        with the next heartbeat round: its appends stay off the commit path."""
+        return (
+            pr.is_learner
+            and pr.state is ProgressState.REPLICATE
+            and self.log.last_index() - pr.next + 1 < self.cfg.learner_batch
+        )
+
     def _bcast_append(self: Raft) -> None:
-        for nid in sorted(self.trk.progress):
-            if nid != self.id:
+        # Voters first: a commit waits for them, not for the learners.
+        for nid in sorted(self.trk.voters) + sorted(self.trk.learners):
+            if nid != self.id and not self._paced(self.trk.progress[nid]):
                 self._send_append(nid)
 
     def _bcast_heartbeat(self: Raft, ctx: bytes | None = None) -> None:
+        """A heartbeat round. A read barrier's own round (`ctx` given) needs only the voters'
+        answers, so it goes to them alone; the ticking round goes to every member and is what
+        carries a paced learner's entries (its answer asks for them)."""
+        barrier = ctx is not None
         if ctx is None:
             ctx = self.read_only.last_pending_ctx()
         for nid in sorted(self.trk.progress):
-            if nid == self.id:
+            if nid == self.id or (barrier and nid not in self.trk.voters):
                 continue
             pr = self.trk.progress[nid]
             # Never tell a follower to commit past what it is known to have.

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from nodeos.cluster.raft import ConfChange, ConfChangeType, ConfState, ProposalDropped, StateRole
+from nodeos.cluster.raft import (
+    ConfChange,
+    ConfChangeType,
+    ConfState,
+    MessageType,
+    ProposalDropped,
+    StateRole,
+)
 
 from .harness import Cluster
 
@@ -87,3 +94,52 @@ def test_removed_follower_no_longer_counts_for_commit() -> None:
     c.propose(1, b"two-of-two")
     assert c.members[2].applied[-1] == b"two-of-two"
     assert 3 not in c.raft(1).trk.progress
+
+
+def learners_cluster(batch: int) -> Cluster:
+    """Voters 1-3, learners 4 and 5, caught up and replicating."""
+    c = Cluster([1, 2, 3], learner_batch=batch)
+    c.elect(1)
+    for i in (4, 5):
+        c.add_empty(i)
+        change(c, 1, ConfChangeType.ADD_LEARNER, i)
+    c.propose(1, b"warm")
+    c.tick(2)
+    assert c.members[5].applied[-1:] == [b"warm"]
+    return c
+
+
+def appends_to(c: Cluster, since: int) -> list[int]:
+    return [m.to for m in c.sent[since:] if m.type is MessageType.APP and m.entries]
+
+
+def test_learners_are_off_the_commit_path_and_get_their_entries_with_the_heartbeat() -> None:
+    """A proposal goes to the voters only (voters first); it commits on them; the learners get
+    it with the next heartbeat round. A read barrier's round asks the voters alone."""
+    c = learners_cluster(batch=32)
+    since = len(c.sent)
+    c.propose(1, b"x")
+    assert sorted(appends_to(c, since)) == [2, 3]
+    assert c.members[2].applied[-1] == b"x"  # committed without the learners
+    assert c.members[4].applied[-1] == b"warm"
+    since = len(c.sent)
+    c.members[1].node.read_index(b"barrier")
+    c.process()
+    beats = [m.to for m in c.sent[since:] if m.type is MessageType.HEARTBEAT]
+    assert sorted(beats) == [2, 3]
+    assert c.members[1].read_states[-1].request_ctx == b"barrier"
+    c.tick(1)
+    assert c.members[4].applied[-1] == b"x" and c.members[5].applied[-1] == b"x"
+
+
+def test_a_learner_with_a_batch_waiting_gets_it_at_once() -> None:
+    """Under heavy writes a learner does not trail by a heartbeat's worth of entries: a full
+    batch goes out as soon as it is there, so it stays within the promotion window."""
+    c = learners_cluster(batch=4)
+    since = len(c.sent)
+    for k in range(3):
+        c.propose(1, b"p%d" % k)
+    assert 4 not in appends_to(c, since)
+    c.propose(1, b"p3")
+    assert appends_to(c, since).count(4) == 1 and appends_to(c, since).count(5) == 1
+    assert c.raft(4).log.last_index() == c.raft(1).log.last_index()  # in its log; applied next round

@@ -73,6 +73,35 @@ def test_a_learner_far_behind_catches_up_from_a_multi_chunk_snapshot_with_a_lost
     assert c.assembler.stats.completed == 1 and c.assembler.stats.duplicates >= 1  # kept, not sent twice
     assert c.chunks_sent >= 2 * 21
     c.propose(1, b"after")
+    c.tick(1)  # a learner's entries ride the heartbeat round
     assert c.members[4].applied[-1:] == [b"after"]
     assert c.raft(1).trk.progress[4].state is ProgressState.REPLICATE
     assert c.raft(4).log.applied == c.raft(1).log.applied
+
+
+def test_the_leader_sends_at_most_max_snapshots_inflight_snapshots_at_once() -> None:
+    """Five new members that all need the map: two snapshots in flight, the rest wait in probe
+    (each snapshot is a copy of the whole map in its peer's queue); all five catch up in turn."""
+    c = Cluster([1, 2, 3], max_snapshots_inflight=2, snapshot_retry_ticks=5)
+    c.elect(1)
+    for k in range(10):
+        c.propose(1, b"cmd-%d" % k)
+    leader = c.members[1]
+    applied = c.raft(1).log.applied
+    leader.storage.create_snapshot(applied, leader.conf, b"the map")
+    leader.storage.compact(applied)
+    c.drop = lambda m: m.type is MessageType.SNAP  # transfers that do not finish yet
+    new = [4, 5, 6, 7, 8]
+    for i in new:
+        c.add_empty(i)
+        leader.node.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, i))
+        c.process()
+        c.tick(1)
+    states = [c.raft(1).trk.progress[i].state for i in new]
+    assert states.count(ProgressState.SNAPSHOT) == 2, states
+    assert states.count(ProgressState.PROBE) == 3, states
+    c.drop = None
+    c.tick(30)
+    c.propose(1, b"after")
+    c.tick(2)
+    assert all(c.members[i].applied[-1:] == [b"after"] for i in new)
