@@ -42,6 +42,7 @@ from nodeos.cluster.sim.voters_sim import voters_config  # noqa: E402
 from nodeos.errors import NodeosError  # noqa: E402
 
 SECTION = "## Voters and learners"
+IDLE_S = 5.0  # a quiet spell after the puts: what members cost the leader with no client
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -140,6 +141,11 @@ def formed(size: int) -> Iterator[tuple[list[LocalNode], dict[str, Any], float]]
             n.kill()
 
 
+def messages(status: dict[str, Any]) -> int:
+    t = status["transport"]
+    return int(t["sent"]) + int(t["received"])
+
+
 def leader_of(nodes: list[LocalNode], st: dict[str, Any]) -> LocalNode:
     return next(n for n in nodes if n.raft_id == st["leader"])
 
@@ -156,6 +162,7 @@ def one_size(size: int, base: tuple[list[LocalNode], dict[str, Any]], seconds: f
         syncs = {"leader": leader, "voter": voter}
         syncs0 = {k: fsync_totals(n) for k, n in syncs.items()}
         before = {k: cpu_s(p) for k, p in pids.items() if p}
+        s0 = leader.call("cluster.status", timeout=10)
         conns = {"big": Conn(leader), "base": Conn(leader_of(*base))}
         lat: dict[str, list[float]] = {"big": [], "base": []}
         w0 = time.monotonic()
@@ -172,6 +179,9 @@ def one_size(size: int, base: tuple[list[LocalNode], dict[str, Any]], seconds: f
         for c in conns.values():
             c.close()
         cpu = {k: (cpu_s(p) - before[k]) / wall for k, p in pids.items() if p}
+        s1 = leader.call("cluster.status", timeout=10)
+        time.sleep(IDLE_S)
+        s2 = leader.call("cluster.status", timeout=10)
         fsync_ms = {}
         for k, n in syncs.items():
             total, count = (a - b for a, b in zip(fsync_totals(n), syncs0[k], strict=True))
@@ -191,6 +201,12 @@ def one_size(size: int, base: tuple[list[LocalNode], dict[str, Any]], seconds: f
             "leader_cpu": cpu["leader"],
             "learner_cpu": cpu.get("learner"),
             "heal_s": time.monotonic() - t2,
+            # The leader's peer messages (sent + received) per put, and per second with no client.
+            "msgs_per_put": (messages(s1) - messages(s0)) / max(1, len(lat["big"])),
+            "idle_msgs_s": (messages(s2) - messages(s1)) / IDLE_S,
+            # Map writes that were not the client's (agents' reports, lease and voter changes),
+            # per member and minute.
+            "other_writes": (s2["commit"] - s0["commit"] - len(lat["big"])) / size / ((wall + IDLE_S) / 60),
             "fsync_ms": fsync_ms,
         }
 
@@ -225,8 +241,9 @@ def render(r: dict[str, Any]) -> str:
         "election timeout of contact checks, a promotion and a demotion).",
         "",
         "| members | formed + labelled | puts | commit p50 | commit p99 | 3 members meanwhile p50 / p99 "
-        "| leader CPU | a learner's CPU | synced write, leader / a voter (mean) | heal |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| leader CPU | a learner's CPU | synced write, leader / a voter (mean) | leader messages a put "
+        "| leader messages/s idle | other map writes a member a minute | heal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in r["procs"]:
         learner = "-" if p["learner_cpu"] is None else f"{p['learner_cpu'] * 100:.0f} %"
@@ -234,7 +251,8 @@ def render(r: dict[str, Any]) -> str:
             f"| {p['size']} | {p['formed_s']:.0f} s | {p['n']} | {p['p50_ms']:.1f} ms | {p['p99_ms']:.1f} ms "
             f"| {p['base_p50_ms']:.1f} / {p['base_p99_ms']:.1f} ms "
             f"| {p['leader_cpu'] * 100:.0f} % | {learner} "
-            f"| {p['fsync_ms']['leader']:.1f} / {p['fsync_ms']['voter']:.1f} ms | {p['heal_s']:.1f} s |"
+            f"| {p['fsync_ms']['leader']:.1f} / {p['fsync_ms']['voter']:.1f} ms | {p['msgs_per_put']:.1f} "
+            f"| {p['idle_msgs_s']:.0f} | {p['other_writes']:.2f} | {p['heal_s']:.1f} s |"
         )
     for p in r["procs"]:
         lines.append("")

@@ -33,6 +33,7 @@ class LeaderMixin:
     def _step_leader(self: Raft, m: Message) -> None:
         t = m.type
         if t is MT.BEAT:
+            self.heartbeat_rounds += 1
             self._bcast_heartbeat()
             return
         if t is MT.CHECK_QUORUM:
@@ -222,6 +223,7 @@ class LeaderMixin:
             )
         )
         pr.sent_entries(ents[-1].index if ents else None)
+        pr.commit_sent = max(pr.commit_sent, min(self.log.committed, ents[-1].index if ents else prev))
         return True
 
     def _send_snapshot(self: Raft, to: int) -> bool:
@@ -260,17 +262,29 @@ class LeaderMixin:
 
     def _bcast_heartbeat(self: Raft, ctx: bytes | None = None) -> None:
         """A heartbeat round. A read barrier's own round (`ctx` given) needs only the voters'
-        answers, so it goes to them alone; the ticking round goes to every member and is what
-        carries a paced learner's entries (its answer asks for them)."""
+        answers, so it goes to them alone. The ticking round carries a paced learner's entries
+        (an append in place of its heartbeat) or the commit index it lacks; an idle learner gets
+        a beat every learner_heartbeat_rounds rounds."""
         barrier = ctx is not None
         if ctx is None:
             ctx = self.read_only.last_pending_ctx()
+        every = self.cfg.learner_beat_every()
+        last = self.log.last_index()
         for nid in sorted(self.trk.progress):
-            if nid == self.id or (barrier and nid not in self.trk.voters):
+            if nid == self.id:
                 continue
             pr = self.trk.progress[nid]
+            if pr.is_learner:
+                if barrier:
+                    continue
+                if pr.state is ProgressState.REPLICATE and pr.next <= last and self._send_append(nid):
+                    continue
+                news = min(pr.match, self.log.committed) > pr.commit_sent
+                if not news and (self.heartbeat_rounds + nid) % every:
+                    continue
             # Never tell a follower to commit past what it is known to have.
             commit = min(pr.match, self.log.committed)
+            pr.commit_sent = max(pr.commit_sent, commit)
             self._send(Message(MT.HEARTBEAT, to=nid, commit=commit, context=ctx))
 
 

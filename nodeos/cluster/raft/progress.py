@@ -49,6 +49,7 @@ class Progress:
         self.pending_snapshot = 0
         self.snapshot_ticks = 0  # ticks spent in SNAPSHOT without news
         self.recent_active = False
+        self.commit_sent = 0  # the highest commit index this follower was told it may apply
         self.is_learner = is_learner
         self.inflights = Inflights(inflight)
 

@@ -65,6 +65,7 @@ class Raft(LeaderMixin):
         self.pending_read_index_messages: list[Message] = []
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
+        self.heartbeat_rounds = 0  # the leader's ticking rounds (staggers idle learners' beats)
         self.rng = random.Random(cfg.random_seed if cfg.random_seed is not None else cfg.id)
         self.randomized_election_timeout = cfg.election_tick
         # Deliberate bugs, switched on only by the simulator's self-test (sim/hooks.py) to

@@ -253,6 +253,11 @@ class Config:
     # as this many wait for it, not one append per proposal (30 members: 27 learners' appends,
     # acknowledgements and synced writes per commit slowed every commit 15 times).
     learner_batch: int = 32
+    # An idle learner (nothing to send it) gets a heartbeat every this many rounds, staggered by
+    # id: at hundreds of members the rounds are most of the leader's messages. Learners do not
+    # vote; the spacing is held under half the election timeout (learner_beat_every) so a
+    # learner never doubts its leader.
+    learner_heartbeat_rounds: int = 5
     snapshot_retry_ticks: int = 50  # leader re-probes a follower whose snapshot got no answer
     # Snapshots the leader sends at once: each is a copy of the whole map in its peer's queue
     # (tens of MiB at 100,000 volumes), so a rack of new members must not take them all at once;
@@ -263,6 +268,10 @@ class Config:
     step_down_on_removal: bool = True
     random_seed: int | None = None  # seeds the election timeout jitter (simulator: deterministic)
 
+    def learner_beat_every(self) -> int:
+        """Rounds between an idle learner's heartbeats."""
+        return max(1, min(self.learner_heartbeat_rounds, self.election_tick // (2 * self.heartbeat_tick)))
+
     def validate(self) -> None:
         if not isinstance(self.id, int) or self.id <= 0:
             raise ValueError(f"config.id must be a positive int, got {self.id!r}")
@@ -270,6 +279,8 @@ class Config:
             raise ValueError("config.heartbeat_tick must be > 0")
         if self.learner_batch <= 0:
             raise ValueError("config.learner_batch must be > 0")
+        if self.learner_heartbeat_rounds <= 0:
+            raise ValueError("config.learner_heartbeat_rounds must be > 0")
         if self.max_snapshots_inflight <= 0:
             raise ValueError("config.max_snapshots_inflight must be > 0")
         if self.election_tick <= self.heartbeat_tick:

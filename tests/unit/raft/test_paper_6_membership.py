@@ -143,3 +143,20 @@ def test_a_learner_with_a_batch_waiting_gets_it_at_once() -> None:
     c.propose(1, b"p3")
     assert appends_to(c, since).count(4) == 1 and appends_to(c, since).count(5) == 1
     assert c.raft(4).log.last_index() == c.raft(1).log.last_index()  # in its log; applied next round
+
+
+def test_an_idle_learner_gets_a_heartbeat_every_few_rounds_and_the_commit_index_at_once() -> None:
+    """At hundreds of members the heartbeat rounds are most of the leader's messages: an idle
+    learner is beaten every learner_heartbeat_rounds rounds (voters every round). A learner that
+    holds an entry but not yet its commit gets the commit index with the next round."""
+    c = learners_cluster(batch=1)  # entries reach the learners before they commit
+    since = len(c.sent)
+    c.tick(10)
+    beats = [m.to for m in c.sent[since:] if m.type is MessageType.HEARTBEAT]
+    assert beats.count(2) == 10 and beats.count(3) == 10
+    assert beats.count(4) == 2 and beats.count(5) == 2
+    for k in range(5):
+        c.propose(1, b"c%d" % k)
+        assert c.members[4].applied[-1] != b"c%d" % k  # appended before it committed
+        c.tick(1)
+        assert c.members[4].applied[-1] == b"c%d" % k and c.members[5].applied[-1] == b"c%d" % k
