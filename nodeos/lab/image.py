@@ -31,6 +31,8 @@ from pathlib import Path
 
 import nodeos
 from nodeos.errors import EnvironmentProblem, OperationFailed
+from nodeos.lab.image_update import gate_unit_file
+from nodeos.lab.image_update import install as install_updater
 
 SUITE = "trixie"
 MIRROR = os.environ.get("NODEOS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -72,6 +74,9 @@ PACKAGES: tuple[str, ...] = (
     # space daemon the kernel hands it to), with the PSKs in the kernel's .nvme keyring.
     "ktls-utils",
     "keyutils",
+    # A/B updates (docs/image.md): RAUC + its D-Bus service (`rauc install` talks to it), unsquashfs
+    # (rauc reads a plain bundle with it), systemd-boot (bootctl, bless-boot: boot counting), fsck.vfat.
+    *("rauc", "rauc-service", "squashfs-tools", "systemd-boot", "dosfstools"),
 )
 
 # Timers and services an appliance does not want running behind its back (masked in the base).
@@ -106,7 +111,7 @@ keyrings=.nvme
 """
 
 # Bumped whenever the base customisation below changes meaning.
-BASE_RECIPE = 7
+BASE_RECIPE = 8
 
 # A small initramfs: only what finds the root file system on the disks the image boots from
 # (virtio in the lab, NVMe/SATA/SAS/USB on bare metal), plus virtio_net so a lab VM's eth0
@@ -116,7 +121,7 @@ INITRAMFS_MODULES: tuple[str, ...] = (
     "virtio_pci", "virtio_blk", "virtio_scsi", "nvme", "ahci", "sd_mod", "mpt3sas", "megaraid_sas",
     "usb_storage", "uas", "xhci_pci", "ehci_pci", "ext4", "crc32c_generic", "virtio_net",
 )  # fmt: skip
-IMAGE_RECIPE = 3
+IMAGE_RECIPE = 4
 
 ROOT_LABEL = "nodeos-root"
 ROOT_SIZE_MIB = 3072
@@ -227,7 +232,7 @@ def image_key(bkey: str | None = None) -> str:
     unit = unit_file()
     if unit is not None:
         _hash_update_file(h, unit, "systemd/nodeosd.service")
-    for extra in extra_unit_files():
+    for extra in [*extra_unit_files(), gate_unit_file(PROJECT_DIR)]:
         _hash_update_file(h, extra, f"systemd/{extra.name}")
     from nodeos.lab.bundle import keyring_source  # the certificates update bundles are checked with
 
@@ -264,9 +269,8 @@ def build_base(progress: Progress = default_progress) -> Path:
     if (done / "ok").exists():
         return done
     need_root()
-    for tool in ("mmdebstrap",):
-        if shutil.which(tool) is None:
-            raise EnvironmentProblem(f"{tool} is not installed (run images/bootstrap.sh)")
+    if shutil.which("mmdebstrap") is None:
+        raise EnvironmentProblem("mmdebstrap is not installed (run images/bootstrap.sh)")
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f"base-{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -393,9 +397,10 @@ def _add_nodeos_layer(rootfs: Path) -> bool:
         shutil.copyfile(s, libexec / s.name)
         (libexec / s.name).chmod(0o755)
     (rootfs / "etc" / "nodeos").mkdir(exist_ok=True)
-    from nodeos.lab.bundle import install_keyring
+    from nodeos.lab.bundle import image_arch, install_keyring
 
     install_keyring(rootfs)
+    install_updater(rootfs, PROJECT_DIR, image_arch())  # RAUC's system.conf, /efi, the health gate
     # Mark /etc and /var as up to date with /usr, so first boot skips ldconfig, the journal
     # catalog rebuild and friends (ConditionNeedsUpdate): seconds under TCG.
     usr_mtime = (rootfs / "usr").stat().st_mtime
@@ -459,9 +464,8 @@ def _build_image_locked(progress: Progress, *, raw: bool, bkey: str, key: str) -
     if not (out / "ok").exists():
         base = build_base(progress)
         need_root()
-        for tool in ("mke2fs",):
-            if shutil.which(tool) is None:
-                raise EnvironmentProblem(f"{tool} is not installed (run images/bootstrap.sh)")
+        if shutil.which("mke2fs") is None:
+            raise EnvironmentProblem("mke2fs is not installed (run images/bootstrap.sh)")
         t0 = time.monotonic()
         progress(f"assembling image {key} (base {bkey} + nodeos layer)")
         tmp = root / f"image-{key}.tmp"

@@ -35,7 +35,7 @@ from nodeos.lab.image import (
     need_root,
     run_step,
 )
-from nodeos.update.layout import SLOT_PARTUUIDS, STATE_LABEL, STATE_PARTUUID, loader_entry
+from nodeos.update.layout import ESP_PARTUUID, SLOT_PARTUUIDS, STATE_LABEL, STATE_PARTUUID, loader_entry
 
 STATE_SIZE_MIB = 1024  # the last partition: grown into the rest of a larger disk (not yet done)
 
@@ -99,7 +99,7 @@ def build_raw(img: Image, progress: Progress = default_progress) -> Path:
     run_step(
         [
             "sgdisk", "-o",
-            "-n", f"1:{esp_start}:{a_start - 1}", "-t", "1:ef00", "-c", "1:ESP",
+            "-n", f"1:{esp_start}:{a_start - 1}", "-t", "1:ef00", "-c", "1:ESP", "-u", f"1:{ESP_PARTUUID}",
             "-n", f"2:{a_start}:{b_start - 1}", "-t", "2:8304", "-c", "2:nodeos-root-a",
             "-u", f"2:{SLOT_PARTUUIDS['a']}",
             "-n", f"3:{b_start}:{state_start - 1}", "-t", "3:8304", "-c", "3:nodeos-root-b",

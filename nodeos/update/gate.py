@@ -18,15 +18,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+MAX_FAILED_STARTS = 3  # nodeosd that failed to start this often on this boot: the slot is broken
 GATE_BOUND_S = 600.0  # nodeosd under an emulated CPU takes minutes; a real node seconds
 POLL_S = 2.0
 API_SOCKET = "/run/nodeos/api.sock"
 
 
-def assess(nodeosd: str, status: dict[str, Any] | None) -> tuple[str, str]:
-    """("pass" | "wait" | "fail", why) from `systemctl is-active nodeosd` and its `status`."""
+def assess(nodeosd: str, status: dict[str, Any] | None, restarts: int = 0) -> tuple[str, str]:
+    """("pass" | "wait" | "fail", why) from `systemctl is-active nodeosd`, its `status` and how
+    often systemd restarted it on this boot (Restart=always never gives up on a daemon that dies
+    at once: without counting, only the bound would end the gate)."""
     if nodeosd == "failed":
         return "fail", "nodeosd failed (systemd stopped restarting it)"
+    if nodeosd != "active" and restarts >= MAX_FAILED_STARTS:
+        return "fail", f"nodeosd failed to start {restarts} times on this slot"
     if nodeosd != "active" or status is None:
         return "wait", f"nodeosd is not ready yet ({nodeosd})"
     cl = status.get("cluster") or {}
@@ -45,7 +50,7 @@ def assess(nodeosd: str, status: dict[str, Any] | None) -> tuple[str, str]:
 
 
 def run(
-    probe: Callable[[], tuple[str, dict[str, Any] | None]],
+    probe: Callable[[], tuple[str, dict[str, Any] | None] | tuple[str, dict[str, Any] | None, int]],
     *,
     bound_s: float = GATE_BOUND_S,
     poll_s: float = POLL_S,
@@ -69,20 +74,23 @@ def run(
         sleep(poll_s)
 
 
-def probe_node() -> tuple[str, dict[str, Any] | None]:
-    """This machine: nodeosd's systemd state, and its status over the API socket once active."""
+def probe_node() -> tuple[str, dict[str, Any] | None, int]:
+    """This machine: nodeosd's systemd state, restarts, and its status over the API socket once active."""
     state = subprocess.run(
         ["systemctl", "is-active", "nodeosd.service"], capture_output=True, text=True, check=False
     ).stdout.strip()
+    show = ["systemctl", "show", "-P", "NRestarts", "nodeosd.service"]
+    n = subprocess.run(show, capture_output=True, text=True, check=False).stdout.strip()
+    restarts = int(n) if n.isdigit() else 0
     if state != "active":
-        return state or "unknown", None
+        return state or "unknown", None, restarts
     from nodeos.errors import NodeosError
     from nodeos.rpc.client import Client
 
     try:
-        return state, Client(API_SOCKET, timeout_s=10.0).call("status")
+        return state, Client(API_SOCKET, timeout_s=10.0).call("status"), restarts
     except (NodeosError, OSError):
-        return "activating", None  # ready, but not answering yet: wait
+        return "activating", None, 0  # ready, but not answering yet: wait
 
 
 def main() -> int:

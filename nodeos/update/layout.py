@@ -12,10 +12,11 @@ SLOT_PARTUUIDS = {
     "b": "6e6f6465-6f73-4000-8000-726f6f746662",
 }
 STATE_PARTUUID = "6e6f6465-6f73-4000-8000-737461746530"
+ESP_PARTUUID = "6e6f6465-6f73-4000-8000-657370303031"
 STATE_LABEL = "nodeos-state"
 STATE_MOUNT = "/var/lib/nodeos"
 SLOTS = ("a", "b")
-ESP_MOUNT = "/efi"  # where systemd's gpt-auto generator mounts the ESP systemd-boot booted from
+ESP_MOUNT = "/efi"  # the ESP, mounted on first use (esp_fstab_line), where the backend writes
 ENTRY_PREFIX = "nodeos-"
 BOOT_TRIES = 1  # a written slot is booted once; a failed gate returns to the old slot
 KEYRING = "/etc/rauc/keyring.pem"
@@ -52,6 +53,13 @@ def loader_entry(slot: str, generation: int = 1) -> str:
         f"title nodeos (slot {bootname(slot)})\nsort-key nodeos\nversion {generation}\n"
         f"linux /nodeos/{slot}/vmlinuz\ninitrd /nodeos/{slot}/initrd.img\noptions {boot_options(slot)}\n"
     )
+
+
+def esp_fstab_line() -> str:
+    """/etc/fstab's line for the ESP: mounted on first use (automount), so a machine without it
+    (the lab's direct-kernel VMs) never waits for it; root-only (umask)."""
+    opts = "umask=0077,nofail,x-systemd.automount,x-systemd.idle-timeout=60,x-systemd.device-timeout=10s"
+    return f"PARTUUID={ESP_PARTUUID} {ESP_MOUNT} vfat {opts} 0 0\n"
 
 
 def rauc_system_conf(compatible: str) -> str:

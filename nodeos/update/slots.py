@@ -57,7 +57,7 @@ def slot_views(doc: dict[str, Any], *, running: str, bless: str | None) -> list[
     return views
 
 
-def read_slots(conf: Path = RAUC_SYSTEM_CONF) -> dict[str, Any]:
+def read_slots(conf: Path = RAUC_SYSTEM_CONF, cmdline: str | None = None) -> dict[str, Any]:
     """`{"slots": [...]}`, or `{"slots": None, "slots_note": why}` on a machine without slots."""
     import nodeos
 
@@ -65,6 +65,14 @@ def read_slots(conf: Path = RAUC_SYSTEM_CONF) -> dict[str, Any]:
         return {
             "slots": None,
             "slots_note": f"no A/B slots on this machine (no {conf}: not booted from the disk image)",
+        }
+    from nodeos.update.backend import booted_slot
+
+    if booted_slot(cmdline) is None:  # the image's files, booted without its disk (the lab's kernel boot)
+        return {
+            "slots": None,
+            "slots_note": "no A/B slots on this machine (no rauc.slot= on the kernel command line: "
+            "not booted from the disk image)",
         }
     rauc = shutil.which("rauc")
     if rauc is None:

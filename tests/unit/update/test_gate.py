@@ -30,6 +30,14 @@ def test_fails_when_nodeosd_or_the_cluster_service_failed() -> None:
     assert verdict == "fail" and "bad map" in why
 
 
+def test_fails_when_nodeosd_keeps_failing_to_start() -> None:
+    assert gate.assess("activating", None, restarts=gate.MAX_FAILED_STARTS - 1)[0] == "wait"
+    verdict, why = gate.assess("activating", None, restarts=gate.MAX_FAILED_STARTS)
+    assert verdict == "fail" and f"failed to start {gate.MAX_FAILED_STARTS} times" in why
+    member = _status(member=True, cluster_id="c1", leader=2)
+    assert gate.assess("active", member, restarts=5)[0] == "pass", "it started in the end"
+
+
 def test_waits_while_the_daemon_reports_failures() -> None:
     st = {"health": {"ok": False, "failures": {"agent": "stuck"}}, "cluster": {"member": True, "leader": 1}}
     verdict, why = gate.assess("active", st)

@@ -67,6 +67,14 @@ def test_no_slots_is_said_not_invented(tmp_path: Path) -> None:
     assert "no A/B slots" in out["slots_note"]
 
 
+def test_the_images_files_without_its_disk_have_no_slots(tmp_path: Path) -> None:
+    """The lab's kernel-booted VMs carry system.conf too; without rauc.slot= RAUC is not asked."""
+    conf = tmp_path / "system.conf"
+    conf.write_text("[system]\n")
+    out = read_slots(conf, cmdline="root=/dev/vda rw console=ttyS0")
+    assert out["slots"] is None and "no rauc.slot= on the kernel command line" in out["slots_note"]
+
+
 def test_each_slot_boots_its_own_root_and_kernel_and_mounts_the_state_partition() -> None:
     from nodeos.lab import image
     from nodeos.update import layout as rawdisk
