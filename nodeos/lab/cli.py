@@ -94,11 +94,24 @@ class _Count(click.ParamType):
     help="Label a member once formed (repeat; default with --cluster: s1 rack=a, s2 rack=b, ...).",
 )  # fmt: skip
 @click.option("--no-labels", is_flag=True, help="With --cluster: no labels at all.")
+@click.option(
+    "--boot",
+    default="kernel",
+    show_default=True,
+    help="kernel: the image's kernel, shared root; disk: storage VMs boot their own A/B disk.",
+)
+@click.option(
+    "--provision",
+    "provision",
+    multiple=True,
+    metavar="VM=FILE",
+    help="A storage VM's provisioning file, handed over as its systemd credential (repeat).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.pass_context
 def up(ctx: click.Context, storage: int, drives: int, hosts: int, drive_size: int,
        qemu_bin: str | None, kernel: Path | None, cluster: bool, labels: tuple[str, ...],
-       no_labels: bool, as_json: bool) -> None:  # fmt: skip
+       no_labels: bool, boot: str, provision: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
     """Build/refresh the image if needed, boot the VMs, return when all are ready (and clustered)."""
     lab = _lab(ctx)
     if no_labels and labels:
@@ -107,7 +120,7 @@ def up(ctx: click.Context, storage: int, drives: int, hosts: int, drive_size: in
     st = _run(
         lambda: lab.up(
             storage, drives, hosts, drive_size_mib=drive_size, qemu_bin=qemu_bin, kernel=kernel,
-            cluster=cluster, labels=specs,
+            cluster=cluster, labels=specs, boot=boot, provision=list(provision),
         )
     )  # fmt: skip
     _print_status(st, as_json)
@@ -173,6 +186,20 @@ def exec_(ctx: click.Context, timeout: float, vm: str, argv: tuple[str, ...]) ->
         sys.stderr.flush()
 
     sys.exit(_run(lambda: lab.exec_stream(vm, list(argv), out, err, timeout=timeout, input=data or None)))
+
+
+@cli.command()
+@click.argument("file")
+@click.argument("dest", metavar="VM:PATH")
+@click.pass_context
+def copy(ctx: click.Context, file: str, dest: str) -> None:
+    """Put FILE into VM at PATH (through its guest agent), e.g. a bundle: `copy b.raucb s1:/root/b.raucb`."""
+    lab = _lab(ctx)
+    vm, sep, path = dest.partition(":")
+    if not sep or not vm:
+        _run(lambda: _raise(BadInput(f"{dest!r} is not VM:PATH", field="dest", allowed="VM:/absolute/path")))
+    n = _run(lambda: lab.copy(file, vm, path))
+    click.echo(f"{vm}:{path}: {n} bytes")
 
 
 def _vm_command(name: str, method: str, doc: str) -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from nodeos.errors import AlreadyExists, BadInput, EnvironmentProblem, NotFound, OperationFailed
+from nodeos.lab import diskboot, netns, qemu, qmp
 from nodeos.lab import image as image_mod
-from nodeos.lab import netns, qemu, qmp
 from nodeos.lab.plan import check_counts, cluster_labels, plan_vms, storage_names, subnet_of
 from nodeos.lab.qemu import VmSpec
 from nodeos.lab.vm_access import VmAccess
@@ -45,15 +45,22 @@ class Lab(VmAccess):
         wait: bool = True,
         cluster: bool = False,
         labels: list[str] | None = None,
+        boot: str = "kernel",
+        provision: list[str] | None = None,
     ) -> dict[str, Any]:
         """Boot the lab and return when every VM is ready; on any failure nothing is left.
 
         cluster: form the storage VMs into one cluster (s1 inits, the others join) and label
-        them: `labels` as VM:KEY=VALUE strings, None for the default rack=a, b, c..., [] for none."""
+        them: `labels` as VM:KEY=VALUE strings, None for the default rack=a, b, c..., [] for none.
+        boot: "kernel" (the image's kernel and shared root, snapshot) or "disk" (storage VMs boot
+        their own copy of the raw A/B disk under OVMF); provision: VM=FILE, a storage VM's
+        configuration as its systemd credential (nodeos/lab/diskboot.py)."""
         check_counts(storage, drives, hosts, drive_size_mib)
+        diskboot.check_boot(boot)
         if cluster and not wait:
             raise BadInput("forming a cluster needs the VMs up: wait=True", field="wait")
         names = storage_names(storage)
+        given = diskboot.parse_provision(provision or [], names)
         member_labels = cluster_labels(cluster, labels, names)
         if member_labels:
             from nodeos.lab.cluster import need_label_command
@@ -68,13 +75,14 @@ class Lab(VmAccess):
             qemu_path = qemu.find_qemu(qemu_bin)
             if kernel is not None and not Path(kernel).is_file():
                 raise EnvironmentProblem(f"kernel {kernel} does not exist")
-            img = image_mod.build_image(self.progress)
+            img = image_mod.build_image(self.progress, raw=boot == "disk")
             kernel_path = Path(kernel) if kernel else img.kernel
             for p in (kernel_path, img.initrd, img.rootfs):
                 if not p.is_file():
                     raise EnvironmentProblem(f"image file missing: {p} (rebuild with `nodeos-lab image`)")
             try:
-                self._up_locked(storage, drives, hosts, drive_size_mib, qemu_path, kernel_path, img, wait)
+                self._up_locked(storage, drives, hosts, drive_size_mib, qemu_path, kernel_path, img, wait,
+                                boot, given)  # fmt: skip
                 if cluster:
                     self._form_cluster(names, member_labels)
             except BaseException:
@@ -104,6 +112,8 @@ class Lab(VmAccess):
         kernel: Path,
         img: image_mod.Image,
         wait: bool,
+        boot: str = "kernel",
+        given: dict[str, Path] | None = None,
     ) -> None:
         with self._global_lock():
             subnet = self._pick_subnet()
@@ -121,6 +131,8 @@ class Lab(VmAccess):
                 "initrd": str(img.initrd),
                 "rootfs": str(img.rootfs),
                 "has_daemon": img.has_daemon,
+                "boot": boot,
+                "disk": str(img.raw) if boot == "disk" else None,
                 "vms": {v.name: v for v in vms},
             }
             self._save(st)
@@ -134,7 +146,11 @@ class Lab(VmAccess):
             for d in v.drives:
                 with open(d["path"], "wb") as f:
                     f.truncate(drive_size_mib * 1024 * 1024)
-            if v.role == "storage":
+            if v.role == "storage" and boot == "disk":
+                diskboot.prepare(v, self.vm_dir(v.name), img.raw, (given or {}).get(v.name))
+            elif v.role == "storage":
+                if v.name in (given or {}):
+                    diskboot.write_provision(v, self.vm_dir(v.name), (given or {})[v.name])
                 # The root file system is a fresh snapshot at every boot, but an appliance keeps
                 # nodeosd's state (LMDB) across power cycles: it gets a disk of its own.
                 qemu.make_state_disk(self.vm_dir(v.name) / qemu.STATE_DISK)
@@ -155,6 +171,7 @@ class Lab(VmAccess):
         argv = qemu.command_line(
             st["qemu"], v, accel=st["accel"], kernel=Path(st["kernel"]), initrd=Path(st["initrd"]),
             rootfs=Path(st["rootfs"]), vm_dir=d, tap=tap, tag=self._tag(v.name),
+            disk_boot=st.get("boot") == "disk" and v.role == "storage",
         )  # fmt: skip
         with open(d / "console.log", "ab") as f:
             f.write(f"\n===== nodeos-lab: starting {v.name} at {time.strftime('%F %T')} =====\n".encode())

@@ -191,8 +191,12 @@ def command_line(
     vm_dir: Path,
     tap: str,
     tag: str,
+    disk_boot: bool = False,
 ) -> list[str]:
-    """The QEMU argv for a lab VM (pure: no side effects)."""
+    """The QEMU argv for a lab VM (pure: no side effects). disk_boot: a storage VM booting its own
+    copy of the raw disk under OVMF (nodeos/lab/diskboot.py) instead of the kernel and rootfs."""
+    from nodeos.lab import diskboot
+
     accel_args = (
         ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
     )
@@ -200,9 +204,17 @@ def command_line(
         qemu, "-name", tag,
         *accel_args, "-machine", "q35", "-smp", "1", "-m", str(vm.memory_mib),
         "-nodefaults", "-no-user-config", "-display", "none",
-        "-kernel", str(kernel), "-initrd", str(initrd), "-append", kernel_cmdline(vm, accel),
-        # The root file system is shared by every VM: each boot sees it fresh (snapshot).
-        "-drive", f"file={rootfs},if=virtio,format=raw,snapshot=on,cache=unsafe",
+    ]  # fmt: skip
+    if disk_boot:
+        argv += diskboot.boot_args(vm, vm_dir, accel)
+    else:
+        argv += [
+            "-kernel", str(kernel), "-initrd", str(initrd), "-append", kernel_cmdline(vm, accel),
+            # The root file system is shared by every VM: each boot sees it fresh (snapshot).
+            "-drive", f"file={rootfs},if=virtio,format=raw,snapshot=on,cache=unsafe",
+        ]  # fmt: skip
+    argv += [
+        *diskboot.credential_args(vm_dir),
         "-netdev", f"tap,id=net0,ifname={tap},script=no,downscript=no",
         "-device", f"virtio-net-pci,netdev=net0,mac={vm.mac}",
         "-chardev", f"socket,id=qga,path={vm_dir / 'qga.sock'},server=on,wait=off",
@@ -213,7 +225,7 @@ def command_line(
         "-qmp", f"unix:{vm_dir / 'qmp.sock'},server=on,wait=off",
         "-device", "virtio-rng-pci",
     ]  # fmt: skip
-    if vm.role == "storage":
+    if vm.role == "storage" and not disk_boot:  # a disk-booted VM has its state partition
         argv += ["-drive", f"file={vm_dir / STATE_DISK},if=virtio,format=raw,cache={DISK_CACHE}"]
     for i, d in enumerate(vm.drives):
         # Each drive sits behind a PCIe root port of its own: a device on q35's root bus cannot

@@ -97,6 +97,24 @@ class VmAccess(LabState):
             raise OperationFailed(f"{vm} is not running (start it first){qemu.exit_note(v.pid)}")
         return self._agent(vm)
 
+    def copy(self, src: str | os.PathLike[str], vm: str, path: str, timeout: float = 120.0) -> int:
+        """Put file `src` at `path` in VM (through its guest agent: no network path needed); it
+        appears there whole (written beside, then renamed). Returns its size."""
+        p = os.fspath(src)
+        if not os.path.isfile(p) or not os.access(p, os.R_OK):
+            raise BadInput(f"{p} is not a readable file", field="file", allowed="a readable file here")
+        if not path.startswith("/") or path.endswith("/"):
+            raise BadInput(f"{path!r} is not a file path in the VM", field="path", allowed="an absolute path")
+        agent = self._running_agent(vm, ["copy", path])
+        part = f"{path}.nodeos-lab-part"
+        try:
+            with open(p, "rb") as f:
+                n = agent.write_file(part, f)
+        except AgentUnavailable as e:
+            raise self._agent_lost(vm, e) from e
+        self.exec(vm, ["mv", "-f", part, path], timeout=timeout, check=True)
+        return n
+
     def sh(self, vm: str, script: str, timeout: float = 120.0, *, check: bool = True) -> ExecResult:
         """A shell snippet inside the VM (`sh -ec`); raises unless it succeeds by default."""
         return self.exec(vm, ["sh", "-ec", script], timeout=timeout, check=check)
