@@ -102,7 +102,7 @@ _BY_CODE: dict[str, type[NodeosError]] = {
 
 # Codes of BadInput subclasses defined elsewhere (a client need not import their modules):
 # they keep exit code 2 end to end.
-FOREIGN_BAD_INPUT_CODES = frozenset({"placement_refused"})
+FOREIGN_BAD_INPUT_CODES = frozenset({"placement_refused", "bundle_refused"})
 
 
 def error_from_dict(d: dict[str, Any]) -> NodeosError:

@@ -76,6 +76,18 @@ class Roll(Request):
     timeout: RollTimeout | None = None
 
 
+class ClusterUpgrade(Request):
+    bundle: Annotated[
+        str, Meta(min_length=1, max_length=4096, description="path of a signed update bundle on this node")
+    ]
+    dry_run: Annotated[
+        bool, Meta(description="check the bundle and the cluster, show the plan, change nothing")
+    ] = False
+    allow_downgrade: Annotated[bool, Meta(description="accept a bundle older than a member's release")] = (
+        False
+    )
+
+
 class KvGet(Request):
     key: KvKey
     timeout: KvTimeout = 5.0
@@ -183,6 +195,17 @@ METHODS: tuple[Method, ...] = (
            "leader", write=True, console="cluster rotate-secret"),
     Method("cluster.ca.rotate", "Replace the cluster CA and every member's certificate.", Roll, View, "node",
            write=True, console="cluster rotate-ca"),
+    Method("cluster.upgrade", "Upgrade every member from a signed bundle, one failure domain at a time.",
+           ClusterUpgrade, View, "node", errors=("not_found", "bundle_refused", "not_supported"), write=True,
+           console="cluster upgrade"),
+    Method("cluster.upgrade.status", "The rolling upgrade: its state, step and why it waits.", NoParams, View,
+           "leader", console="cluster upgrade --status"),
+    Method("cluster.upgrade.pause", "Pause the rolling upgrade after the step under way.", NoParams, View,
+           "leader", errors=("not_found",), write=True, console="cluster upgrade --pause"),
+    Method("cluster.upgrade.resume", "Resume a paused or stopped rolling upgrade.", NoParams, View, "leader",
+           errors=("not_found",), write=True, console="cluster upgrade --resume"),
+    Method("cluster.upgrade.abort", "Give up the rolling upgrade (updated nodes stay so).", NoParams, View,
+           "leader", errors=("not_found",), write=True, console="cluster upgrade --abort"),
     Method("cluster.kv.get", "Read a key of the cluster's key/value space (linearizable).", KvGet, KvRead,
            "leader", console="cluster kv get"),
     Method("cluster.kv.put", "Write a key.", KvPut, KvWritten, "leader", write=True,

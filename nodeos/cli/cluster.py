@@ -16,6 +16,7 @@ import click
 from nodeos import validate
 from nodeos.cli.options import Seconds
 from nodeos.cli.output import command_runner, json_option, print_json, table
+from nodeos.cli.upgrade import upgrade
 from nodeos.cluster.secretroll import rotate_timeout
 from nodeos.cluster.token import MAX_USES, check_ttl, check_uses, decode_token
 from nodeos.cluster.voters import check_policy_args
@@ -492,3 +493,6 @@ def kv_delete(ctx: click.Context, key: str, timeout: float, as_json: bool) -> tu
     """Remove KEY (a command of cluster feature level 2)."""
     out = _client(ctx).call("cluster.kv.delete", {"key": _key(key), "timeout": timeout})
     return out, lambda d: f"{d['key']} deleted" if d["deleted"] else f"{d['key']} was absent"
+
+
+cluster.add_command(upgrade)

@@ -58,6 +58,7 @@ _PUBLISH = "nodeos.cluster.publish_map"
 _FAILOVER = "nodeos.cluster.failover_map"
 _FEATURES = "nodeos.cluster.feature_map"
 _CREATE = "nodeos.cluster.create_replace_map"
+_UPGRADE = "nodeos.cluster.upgrade_map"
 
 COMMANDS: tuple[MapCommand, ...] = (
     # membership and cluster-wide settings
@@ -111,6 +112,10 @@ COMMANDS: tuple[MapCommand, ...] = (
     MapCommand("volume_replace_replica", 1, "nodeos.cluster.replace_map", "move a replica elsewhere"),
     MapCommand("volume_create_replace", 1, _CREATE, "a new volume's failed replica, made elsewhere", level=3),
     MapCommand("volume_create_fail", 1, _CREATE, "fail a new volume no other node can take", level=3),
+    # the rolling cluster upgrade (nodeos/update/rolling.py decides, the leader proposes)
+    MapCommand("upgrade_start", 1, _UPGRADE, "start a rolling upgrade: version, bundle, domains", level=5),
+    MapCommand("upgrade_step", 1, _UPGRADE, "the upgrade's next step (compare-and-set)", level=5),
+    MapCommand("upgrade_state", 1, _UPGRADE, "pause, resume, stop, abort or finish the upgrade", level=5),
     # the event log
     MapCommand("record_event", 1, "nodeos.cluster.events", "append one event to the cluster's log"),
 )

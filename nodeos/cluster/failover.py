@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeos.cluster import upgrade_map
 from nodeos.cluster.create_replace import create_replace_commands
 from nodeos.cluster.failover_map import handed_off, health_of, in_sync_of
 from nodeos.cluster.publish_replace import publish_replace_commands
@@ -290,7 +291,7 @@ def failover_target(
         and health_of(st, s["node"]) == "up"
         and not (planned and (int(s["node"]), str(s["pool_id"])) in bad)
     ]
-    staying = [n for n in fits if not _draining(st, n)]
+    staying = [n for n in fits if not _draining(st, n) and not upgrade_map.handing_over(st, n)]
     if staying:
         return staying[0]
     return None if planned or not fits else fits[0]
@@ -305,6 +306,8 @@ def primary_trouble(
     prim = vol["primary"]
     if _draining(st, prim):
         return f"node {prim} drains"
+    if upgrade_map.handing_over(st, prim):
+        return f"node {prim} is being upgraded"
     pool_id = next((str(s["pool_id"]) for s in vol["placement"] if s["node"] == prim), None)
     return troubled.get((int(prim), pool_id)) if pool_id is not None else None
 

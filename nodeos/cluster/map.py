@@ -42,6 +42,7 @@ from nodeos.cluster import (
     storage_import,
     storage_map,
     token_map,
+    upgrade_map,
     voters,
 )
 from nodeos.cluster import events as map_events
@@ -479,6 +480,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     **token_map.HANDLERS,
     **voters.HANDLERS,  # cluster_set: how many voters, when one is lost
     **feature_map.HANDLERS,  # set_feature_level
+    **upgrade_map.HANDLERS,  # the rolling upgrade's record
 }
 map_events.register(HANDLERS)
 commands.check_handlers(HANDLERS)  # the handlers are exactly the commands listed in commands.py

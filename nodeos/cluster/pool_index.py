@@ -45,7 +45,7 @@ KEEPS = frozenset(
         "record_event", "remove_node", "secret_roll", "set_failure_domain", "set_feature_level",
         "snapshot_abort", "snapshot_create", "snapshot_delete", "use_join_token", "volume_create_fail",
         "volume_delete", "volume_failover", "volume_handoff", "volume_hosts", "volume_publish",
-        "volume_resize", "volume_unpublish",
+        "volume_resize", "volume_unpublish", "upgrade_start", "upgrade_step", "upgrade_state",
     }
 )  # fmt: skip
 

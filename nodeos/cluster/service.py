@@ -95,6 +95,7 @@ class ClusterService(
             "rotate_secret": self.lead_rotation,
             "feature_level": self.lead_feature_level,  # cluster set feature-level (feature_member.py)
         }
+        self.peer_handlers: dict[str, Any] = {}  # method prefix -> (frm, method, params), e.g. "update."
         self.known_level = known_level_from_env()  # the map commands this release knows (features.py)
         self._stall_reported: str | None = None
         self._feature_watch: asyncio.Task[None] | None = None
@@ -509,6 +510,9 @@ class ClusterService(
         if method.startswith("cluster.datakey."):
             self._drv()
             return await self.datakey_peer_request(frm, method, params)
+        for prefix, handler in self.peer_handlers.items():
+            if method.startswith(prefix):
+                return await handler(frm, method, params)
         raise BadInput(f"unknown peer method {method!r}", field="method")
 
 

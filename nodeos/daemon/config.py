@@ -28,6 +28,8 @@ Keys (file) / flags:
                                       storage interfaces (TP8009; docs/network.md)
   mdns_management                     false: never on a management interface; true where storage
                                       and management share one network (the lab)
+  update_keyring                      /etc/rauc/keyring.pem: the certificates update bundles must
+                                      be signed with (`nodeos cluster upgrade`, docs/operations.md)
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Config:
     rest_key: str | None = None
     mdns: bool = True
     mdns_management: bool = False
+    update_keyring: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,6 +30,7 @@ SERVICE_FACTORIES: list[str] = [
     "nodeos.cluster.service:create_service",
     "nodeos.node.service:create_service",
     "nodeos.control.service:create_service",
+    "nodeos.update.service:create_service",  # the rolling upgrade: on the cluster, beside control
     "nodeos.observe:create_service",
     "nodeos.rest.service:create_service",
     # Last, so it stops first: its mDNS goodbyes go out while the node still serves.

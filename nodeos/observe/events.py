@@ -72,6 +72,7 @@ KINDS = (
     "mdns_recovered",
     "feature_level_raised",
     "node_stalled",
+    "upgrade",
 )
 SEVERITIES = ("info", "warning", "critical")
 # Optional context keys an event may carry (scalars only), besides seq/at/kind/severity/message.

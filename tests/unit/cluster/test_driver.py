@@ -18,7 +18,7 @@ import pytest
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader
 from nodeos.cluster.map import ClusterMap, encode_command
-from nodeos.cluster.raft import Message, MessageType, StateRole, bootstrap_storage, from_wire
+from nodeos.cluster.raft import Message, MessageType, ProgressState, StateRole, bootstrap_storage, from_wire
 from nodeos.cluster.raft_storage import LmdbRaftStorage
 from nodeos.cluster.transport import PeerTransport
 
@@ -192,6 +192,11 @@ def test_proposals_made_together_travel_as_one_append_and_each_gets_its_own_resu
     every proposal in it with NotLeader."""
 
     async def body(members: list[Member], leader: Member, d: RaftDriver) -> None:
+        # Both followers replicating (a follower still probing after the election, as on a busy
+        # host, takes one append at a time until it answers: not what this test is about).
+        progress = d.node.raft.trk.progress
+        while any(pr.state is not ProgressState.REPLICATE for nid, pr in progress.items() if nid != d.id):
+            await asyncio.sleep(0.01)
         leader.sent.clear()
         cmds = [encode_command("kv_cas", {"key": "c", "expect": i or None, "value": i + 1}) for i in range(8)]
         outs = await asyncio.gather(*(d.propose(c) for c in cmds))
