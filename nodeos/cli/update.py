@@ -63,6 +63,9 @@ def _install(staged: Path) -> str:
 )
 @click.option("--allow-downgrade", is_flag=True, help="Accept a bundle older than the running release.")
 @click.option(
+    "--no-reboot", is_flag=True, help="Write the other slot, but do not reboot into it now (it boots next)."
+)
+@click.option(
     "--keyring",
     default=None,
     type=click.Path(dir_okay=False),
@@ -72,10 +75,18 @@ def _install(staged: Path) -> str:
 @json_option
 @command_runner
 def node_update(
-    bundle: str, check: bool, allow_downgrade: bool, keyring: str | None, state_dir: str, as_json: bool
+    bundle: str,
+    check: bool,
+    allow_downgrade: bool,
+    no_reboot: bool,
+    keyring: str | None,
+    state_dir: str,
+    as_json: bool,
 ) -> tuple[Any, Any]:
-    """Update this node from BUNDLE (a file on this node): verify it, then write it to the other
-    root slot, which boots once with a boot counter and is kept only after its health gate.
+    """Update this node from BUNDLE (a file on this node): verify it, write it to the other root
+    slot and reboot into it (unless --no-reboot). The slot boots once with a boot counter and is
+    kept only after its health gate (nodeosd ready, back in its cluster); else the firmware boots
+    the old slot again by itself.
 
     Refused, exit 2, nothing written: a bad signature, a truncated file, another architecture,
     an older release (unless --allow-downgrade)."""
@@ -106,7 +117,27 @@ def node_update(
     after = slots_mod.read_slots()
     out = {"bundle": bundle, "result": "written", "written": True, **verdict.to_dict(), **extra, **after}
     out["rauc"] = log.strip().splitlines()[-3:]
+    out["reboot"] = not no_reboot
+    if not no_reboot:
+        _reboot_soon()
     return out, _human
+
+
+REBOOT_DELAY_S = 5
+
+
+def _reboot_soon() -> None:
+    """A reboot in a few seconds (a transient timer): this command's answer gets out first."""
+    proc = subprocess.run(
+        ["systemd-run", "--quiet", "--unit=nodeos-update-reboot", f"--on-active={REBOOT_DELAY_S}s",
+         "--timer-property=AccuracySec=1s", "systemctl", "reboot"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise OperationFailed(
+            f"the other slot is written, but the reboot could not be scheduled: {proc.stderr.strip()}; "
+            "reboot to try it"
+        )
 
 
 def _human(d: dict[str, Any]) -> str:
@@ -118,7 +149,8 @@ def _human(d: dict[str, Any]) -> str:
         f"build      {d.get('build') or '-'}",
     ]
     if d["written"]:
-        lines.append("written    the other root slot; it boots next with a boot counter (reboot to try it)")
+        then = f"rebooting into it in {REBOOT_DELAY_S} s" if d.get("reboot") else "reboot to try it"
+        lines.append(f"written    the other root slot; it boots next with a boot counter ({then})")
         for s in d.get("slots") or []:
             lines.append(f"slot       {s['name']} {s.get('version') or '-'} {s['state']}")
     else:
