@@ -8,7 +8,8 @@ finish it and raise the cluster's feature level when every member knows a higher
 is kept here that the next leader would need: the map holds the procedure.
 
 Every call into a node is bounded (PEER_TIMEOUT_S) and a node that does not answer is only
-"not back yet" (the rejoin waits up to REJOIN_BOUND_S from the step's start, then stops).
+"not back yet"; a hand-over or a rejoin that waits past its bound (STEP_BOUNDS_S) stops the
+upgrade naming what it waited for.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ LOG = logging.getLogger("nodeosd.upgrade")
 TICK_S = 1.0
 PEER_TIMEOUT_S = 10.0
 PROPOSE_TIMEOUT_S = 10.0
-REJOIN_BOUND_S = 1800.0  # a node not back on the new release this long after its update: stop
+# How long a step may wait before the upgrade stops naming why: a primary that cannot move (no
+# in-sync replica on another domain) and a node that does not come back. A resync has no bound:
+# it takes as long as the data it copies (its progress is in `volume show`).
+STEP_BOUNDS_S = {"handover": 600.0, "rejoin": 1800.0}
 
 
 class UpgradeLoop:
@@ -36,7 +40,7 @@ class UpgradeLoop:
         self.cluster = cluster
         self.local_status = local_status  # () -> this node's update.status answer
         self.last_wait = ""  # why the upgrade waits (status, logs once per change)
-        self.rejoin_since: tuple[str, int, float] | None = None  # (id, at, when this leader saw rejoin)
+        self.waiting_since: tuple[tuple[str, int, str], float] | None = None  # ((id, at, step), since)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -83,8 +87,8 @@ class UpgradeLoop:
     async def tick(self, d: Any, up: dict[str, Any]) -> None:
         seen = await self._seen(d, up)
         act = rolling.decide(d.map.state, d.id, seen)
-        if act.kind == "wait" and up["step"] == "rejoin":
-            act = self._rejoin_bound(up, act)
+        if act.kind == "wait" and up["step"] in STEP_BOUNDS_S:
+            act = self._bounded(up, act)
         if act.kind != "wait":
             self.last_wait = ""
         if act.kind == "wait":
@@ -107,13 +111,16 @@ class UpgradeLoop:
             await self._propose(d, "upgrade_state", {"id": up["id"], "state": "done"})
             await self._raise_level(d)
 
-    def _rejoin_bound(self, up: dict[str, Any], act: rolling.Act) -> rolling.Act:
-        key = (up["id"], up["at"])
+    def _bounded(self, up: dict[str, Any], act: rolling.Act) -> rolling.Act:
+        """A wait past its step's bound stops the upgrade. Counted from when this leader first saw
+        the step: a new leader gives it the whole bound again."""
+        key = (up["id"], up["at"], up["step"])
         now = time.monotonic()
-        if self.rejoin_since is None or self.rejoin_since[:2] != key:
-            self.rejoin_since = (*key, now)
-        if now - self.rejoin_since[2] > REJOIN_BOUND_S:
-            return rolling.Act("stop", reason=f"{act.reason} for {REJOIN_BOUND_S:.0f} s")
+        if self.waiting_since is None or self.waiting_since[0] != key:
+            self.waiting_since = (key, now)
+        bound = STEP_BOUNDS_S[up["step"]]
+        if now - self.waiting_since[1] > bound:
+            return rolling.Act("stop", reason=f"{act.reason} for {bound:.0f} s")
         return act
 
     async def _send(self, d: Any, up: dict[str, Any], nid: int) -> None:
