@@ -187,6 +187,14 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
     dom = _domain(up)
     nodes = [int(n) for n in dom["nodes"] if n in st["nodes"]]
     step = up["step"]
+    if step in ("handover", "update"):
+        # Taking a domain down while a node of another is down could take the voters' majority or
+        # a volume's last in-sync replica with it: stop rather than go on.
+        down = [
+            name_of(st, n) for n in sorted(st["nodes"]) if n not in nodes and health_of(dict(st), n) != "up"
+        ]
+        if down:
+            return Act("stop", reason=f"node {', '.join(down)} is down: {dom['name']} is not taken down too")
     if step == "handover":
         left = primaries_on(st, nodes)
         if left:

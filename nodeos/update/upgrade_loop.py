@@ -147,7 +147,15 @@ class UpgradeLoop:
     def _transfer(self, d: Any, up: dict[str, Any]) -> None:
         """This node leads and is next: leadership goes to a voter outside the domain first."""
         dom = set(up["domains"][up["at"]]["nodes"])
-        to = next((v for v in sorted(d.conf_state.voters) if v not in dom), None)
+        progress = d.node.status().progress
+        # A voter in contact (it answered within the last election timeout), the most caught up:
+        # a transfer to a dead voter would never finish (found by the process test).
+        live = [
+            (pr.match, v)
+            for v, pr in progress.items()
+            if v in d.conf_state.voters and v not in dom and v != d.id and pr.recent_active
+        ]
+        to = max(live)[1] if live else None
         if to is None:
             LOG.warning(
                 "upgrade %s: no voter outside %s to lead meanwhile", up["id"], up["domains"][up["at"]]["name"]

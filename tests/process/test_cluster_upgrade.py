@@ -156,3 +156,25 @@ def test_an_upgrade_stops_naming_the_node_whose_slot_cannot_be_written(
     assert status(n3)["state"] == "aborted"
     r = cli(n2, "upgrade", "--pause")
     assert r.returncode == 2 and "aborted" in r.stdout
+
+
+def test_a_leader_killed_mid_way_leaves_the_upgrade_to_the_next_one(
+    three: list[LocalNode], bundles: dict[str, Any]
+) -> None:
+    """The procedure is in the map: the leader SIGKILLed right after the start (and restarted),
+    the next leader drives it on to the same end (here the stop at the first node, which has no
+    slots)."""
+    n1 = three[0]
+    leader_id = ok(cli(n1, "status"))["leader"]
+    leader = next(n for n in three if n.raft_id == leader_id)
+    src = next(n for n in three if n is not leader)
+    out = ok(cli(src, "upgrade", str(bundles["good"])))
+    first = out["domains"][0]["nodes"][0]
+    assert first != f"n{leader.index}"  # the leader's domain comes last
+    leader.kill()
+    leader.start()  # back before it could be called down: the upgrade goes on, not stops for it
+    rest = [n for n in three if n is not leader]
+    up = wait_state(rest[0], "stopped", timeout=180)
+    assert up["reason"].startswith(f"node {first}: ") and "no A/B slots" in up["reason"], up
+    new_leader = ok(cli(rest[0], "status"))["leader"]
+    assert new_leader != leader_id

@@ -224,3 +224,11 @@ def test_a_leader_killed_after_any_step_leaves_the_same_end(kill_after: int) -> 
     assert [h for h in w.st["upgrade"]["history"] if "upgraded, every replica in sync" in h] == [
         f"rack={r}: upgraded, every replica in sync" for r in "abc"
     ]
+
+
+def test_a_node_of_another_domain_down_stops_the_upgrade_before_it_takes_a_domain_down() -> None:
+    w = World()
+    w.start()
+    w.m.ok("node_health", node_id=3, health="down", reason="test")
+    act = rolling.decide(w.st, w.leader, w.seen())
+    assert act.kind == "stop" and act.reason == "node s3 is down: rack=a is not taken down too"

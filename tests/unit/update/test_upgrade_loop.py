@@ -27,3 +27,31 @@ def test_a_step_waiting_past_its_bound_stops_the_upgrade(monkeypatch: pytest.Mon
     assert loop._bounded(up, wait) is wait
     assert UpgradeLoop(cluster=None, local_status=None)._bounded(up, wait) is wait
     assert "sync" not in upgrade_loop.STEP_BOUNDS_S
+
+
+def test_leadership_goes_to_a_live_voter_outside_the_domain() -> None:
+    """The leader is next to be updated: it hands leadership to a voter of another domain that
+    answers, the most caught up; never to a dead voter (that transfer would never finish)."""
+    from types import SimpleNamespace
+
+    from nodeos.cluster.raft import ConfState, ProgressState
+    from nodeos.cluster.raft.types import ProgressStatus
+
+    def pr(match: int, active: bool) -> ProgressStatus:
+        return ProgressStatus(match, match + 1, ProgressState.REPLICATE, active, False, 0)
+
+    sent: list[int] = []
+    progress = {1: pr(90, False), 2: pr(100, True), 3: pr(80, True), 4: pr(99, True), 5: pr(100, True)}
+    d = SimpleNamespace(
+        id=2,
+        conf_state=ConfState(voters=(1, 2, 3, 4), learners=(5,)),
+        node=SimpleNamespace(status=lambda: SimpleNamespace(progress=progress)),
+        transfer_leadership=sent.append,
+    )
+    up = {"id": "u1", "at": 0, "domains": [{"name": "rack=b", "nodes": [2]}]}
+    UpgradeLoop(cluster=None, local_status=None)._transfer(d, up)
+    assert sent == [4]  # not 1 (silent), not 5 (a learner), not 3 (further behind)
+    progress[4] = pr(99, False)
+    progress[3] = pr(80, False)
+    UpgradeLoop(cluster=None, local_status=None)._transfer(d, up)
+    assert sent == [4]  # nobody to hand it to: it stays, and says so in the log
