@@ -135,7 +135,7 @@ class NodeJob:
     async def _fetch(self, sha: str, size: int, source: int) -> Path:
         """The bundle from `source` (or already here), checked against its SHA-256."""
         path = bundle_path(self.state_dir, sha)
-        if path.exists() and await asyncio.to_thread(_file_sha, path) == sha:
+        if path.exists() and await asyncio.to_thread(file_sha256, path) == sha:
             return path
         path.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(path.parent, 0o700)
@@ -188,7 +188,7 @@ class NodeJob:
         raise OperationFailed(f"`nodeos node update` refused or failed (exit {proc.returncode}): {why}")
 
 
-def _file_sha(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

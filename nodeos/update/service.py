@@ -14,7 +14,6 @@ nodeos/update/upgrade_loop.py.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import shutil
 import uuid
@@ -25,7 +24,7 @@ from nodeos.cluster.map import encode_command
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import BadInput, NotFound, OperationFailed
 from nodeos.update import rolling
-from nodeos.update.node_job import NodeJob, bundle_path
+from nodeos.update.node_job import NodeJob, bundle_path, file_sha256
 from nodeos.update.upgrade_loop import UpgradeLoop
 
 LEADER_TIMEOUT_S = 20.0
@@ -111,11 +110,7 @@ class UpgradeService:
         from nodeos.update.verify import DEFAULT_KEYRING, verify
 
         verdict, _ = verify(src, keyring=self.keyring or DEFAULT_KEYRING, allow_downgrade=allow)
-        h = hashlib.sha256()
-        with open(src, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return verdict.to_dict(), h.hexdigest(), src.stat().st_size
+        return verdict.to_dict(), file_sha256(src), src.stat().st_size
 
     def _keep(self, src: Path, sha: str) -> None:
         dst = bundle_path(self.ctx.state_dir, sha)
