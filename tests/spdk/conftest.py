@@ -125,7 +125,9 @@ def need_root() -> None:
 def spdk_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpdkTarget]:
     bin_dir = spdk_dir()
     need_root()
-    target = start_target(bin_dir, tmp_path_factory.mktemp("spdk"))
+    # Interrupt mode: idle, the target costs no CPU (these modules attach nothing over TCP
+    # inside it: the initiators are SPDK's own tools, each a process of its own).
+    target = start_target(bin_dir, tmp_path_factory.mktemp("spdk"), ("--interrupt-mode",), nice=19)
     try:
         yield target
     finally:
