@@ -88,6 +88,12 @@ def cli_lab() -> Iterator[str]:
         (["up", "--storage", "2", "--cluster", "--label", "s3:rack=a"], "label"),
         (["up", "--cluster", "--label", "s1:rack"], "label"),
         (["up", "--cluster", "--no-labels", "--label", "s1:rack=a"], "label"),
+        (["up", "--boot", "pxe"], "boot"),
+        (["up", "--boot", "disk", "--provision", "s2=/etc/hostname"], "provision"),
+        (["up", "--boot", "disk", "--provision", "s1=/nonexistent/s1.toml"], "provision"),
+        (["up", "--provision", "s1"], "provision"),
+        (["copy", "/nonexistent/bundle.raucb", "s1:/root/b.raucb"], "file"),
+        (["copy", "/etc/hostname", "s1"], "dest"),
     ],
 )
 def test_bad_counts_and_names_exit_2_and_start_nothing(cli_lab: str, args: list[str], field: str) -> None:

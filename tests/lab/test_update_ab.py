@@ -96,6 +96,9 @@ def test_update_to_a_newer_bundle_boots_it_once_and_keeps_it(lab: Lab, bundles: 
     assert gate.stdout.strip() == "active"
     entries = lab.exec("s1", ["ls", "/efi/loader/entries"], timeout=60, check=True).stdout.split()
     assert "nodeos-b.conf" in entries, entries
+    # The new slot took its identity from provisioning's first source, as the old one did.
+    prov = lab.exec("s1", ["nodeos", "provision", "show"], timeout=120, check=True).stdout
+    assert "from the systemd credential nodeos.provision" in prov, prov
 
 
 def test_a_bundle_whose_daemon_cannot_start_is_rolled_back_by_the_firmware(
