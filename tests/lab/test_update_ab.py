@@ -21,6 +21,7 @@ import nodeos
 from nodeos.errors import OperationFailed
 from nodeos.lab import Lab
 from nodeos.lab.qga import AgentUnavailable
+from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 from tests.lab.update_helpers import bump, make_bundle
 
 pytestmark = pytest.mark.lab
@@ -121,3 +122,35 @@ def test_a_bundle_whose_daemon_cannot_start_is_rolled_back_by_the_firmware(
     assert "health gate: nodeosd failed to start" in console, console[-3000:]
     entries = lab.exec("s1", ["ls", "/efi/loader/entries"], timeout=60, check=True).stdout.split()
     assert "nodeos-a+0-1.conf" in entries and "nodeos-b.conf" in entries, entries
+
+
+@pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)
+def test_power_lost_while_the_other_slot_is_written_boots_the_old_slot(
+    lab: Lab, bundles: dict[str, Path]
+) -> None:
+    """Powered off while RAUC copies the image into the other slot: that slot never got an entry,
+    so the slot that ran before boots, unchanged, and nodeosd is back."""
+    before = _show(lab)
+    boot_id, slot = _now(lab)
+    lab.copy(bundles["new"], "s1", "/var/lib/nodeos/test.raucb", timeout=600)
+    cmd = "nodeos node update /var/lib/nodeos/test.raucb --no-reboot --allow-downgrade"
+    lab.sh("s1", f"systemd-run --unit=nodeos-test-update --collect {cmd}", timeout=60)
+    deadline = time.monotonic() + 1200
+    while True:  # RAUC's progress: past its checks (40 %), into copying the image
+        assert time.monotonic() < deadline, "RAUC never started writing the slot"
+        r = lab.exec("s1", ["busctl", "get-property", "de.pengutronix.rauc", "/",
+                            "de.pengutronix.rauc.Installer", "Progress"], timeout=60)  # fmt: skip
+        words = r.stdout.split()  # (isi) 45 "Updating slots" 1
+        if r.rc == 0 and len(words) > 1 and words[1].isdigit() and 40 < int(words[1]) < 100:
+            break
+        time.sleep(2)
+    time.sleep(10)
+    lab.kill("s1")
+    lab.start("s1")
+    after_id, after_slot = _now(lab)
+    assert after_id != boot_id and after_slot == slot, "the slot that ran before boots"
+    after = _show(lab)
+    assert after["version"] == before["version"]
+    assert after["by_slot"][slot]["state"] == "good", after["slots"]
+    entries = lab.exec("s1", ["ls", "/efi/loader/entries"], timeout=60, check=True).stdout.split()
+    assert not [e for e in entries if "+" in e and not e.endswith("+0-1.conf")], entries
