@@ -220,6 +220,11 @@ R_STEPS: list[Step] = [
     ("R", "export info v2", lambda c: c.dp("R").export_info(vol_export(c, "v2", 2).nqn)),
     ("R", "list exports", lambda c: c.dp("R").list_exports()),
     ("R", "QoS limit not a multiple of 1000", call("R", rq.set_qos_limit("nodeos_p/v2", 1500, 0))),
+    (
+        "R",
+        "the QoS limit SPDK kept",
+        lambda c: c.dp("R").call(rq.get_bdevs("nodeos_p/v2"))[0]["assigned_rate_limits"],
+    ),
     ("R", "QoS limit on a missing bdev", call("R", rq.set_qos_limit("nodeos_p/nosuch", 1000, 0))),
     (
         "R",

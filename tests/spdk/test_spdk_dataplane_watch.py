@@ -115,9 +115,11 @@ def test_a_killed_spdk_target_is_reported_and_reexported_when_it_returns(node: N
     _dd(n, nqn, n.addr, "4420", "--if", str(n.root / "src.bin"), "--ob", "Fn1")
     assert _health(n)["state"] == "up" and not _events(n, "dataplane_down")
 
+    # Stamped before the kill: a niced target with 1 GiB to unmap can take seconds to exit, and
+    # the watch may see its socket refuse before wait() returns (since 1.5-2.2 s before it, here).
+    killed = time.time()
     n.target.proc.kill()  # SIGKILL: no clean shutdown, the socket file stays behind
     n.target.proc.wait(timeout=30)
-    killed = time.time()
     _wait("status says the data plane is down", lambda: _health(n)["state"] == "down", timeout=60)
     detected = time.time()
     h = _health(n)
