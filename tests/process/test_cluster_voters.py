@@ -4,9 +4,9 @@ voters killed one after the other are replaced by learners of racks that held no
 the cluster keeps committing throughout. What is checked is what an operator reads:
 `nodeos cluster status --json` (voters, racks, why), `nodeos events`, and writes that commit.
 
-The issue asks for 30 members; this test runs MEMBERS (12 by default, NODEOS_VOTERS_MEMBERS
-to change it): on the 2 shared cores of the machine it was written on, 12 daemons start,
-form and label in about a minute (docs/benchmarks.md has the figures)."""
+MEMBERS real daemons (30 by default, as issue 30 asks; NODEOS_VOTERS_MEMBERS to change it):
+on the 2 shared cores of this machine, under other load, both tests take about 40 s at 30 since
+learners left the commit path (docs/benchmarks.md, "Voters and learners")."""
 
 from __future__ import annotations
 
@@ -29,15 +29,16 @@ from tests.process.cluster_cli import NODEOS, cli, ok
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
 
-MEMBERS = int(os.environ.get("NODEOS_VOTERS_MEMBERS", "12"))
-RACKS = (MEMBERS + 1) // 2
+MEMBERS = int(os.environ.get("NODEOS_VOTERS_MEMBERS", "30"))
+PER_RACK = 2  # the second test's 6 members need 3 racks
+RACKS = -(-MEMBERS // PER_RACK)
 DOWN_AFTER_S = 3  # `cluster set voter-down-after`: a killed voter is replaced this soon
 
 
 def rack_of(n: LocalNode) -> str:
-    """Two members a rack, neighbours together: the first members to join (voters while the
+    """PER_RACK members a rack, neighbours together: the first members to join (voters while the
     cluster is unlabelled) share racks once labelled, so the leader must move a vote."""
-    return f"r{(n.index - 1) // 2}"
+    return f"r{(n.index - 1) // PER_RACK}"
 
 
 @pytest.fixture
@@ -131,7 +132,7 @@ def join(n: LocalNode, address: str, token: str) -> None:
 
 
 def form(members: list[LocalNode]) -> None:
-    """Init on the first, join the rest, label two members a rack (`rack_of`)."""
+    """Init on the first, join the rest, label PER_RACK members a rack (`rack_of`)."""
     first = members[0]
     token = first.call("cluster.init", {"node_id": 1})["token"]
     first.call("cluster.set", {"voter_down_s": float(DOWN_AFTER_S)})
