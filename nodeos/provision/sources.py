@@ -130,7 +130,8 @@ def cmdline_words(text: str) -> list[tuple[str, str]]:
 
 
 def _num(value: str) -> int | str:
-    return int(value) if value.isdigit() else value
+    # ASCII digits only: str.isdigit() is also true for '²', which int() refuses (found by the fuzz test)
+    return int(value) if value.isascii() and value.isdigit() else value
 
 
 def cmdline_doc(words: list[tuple[str, str]]) -> dict[str, Any]:

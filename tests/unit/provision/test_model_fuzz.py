@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nodeos.errors import BadInput
@@ -70,6 +70,7 @@ def test_any_extra_key_is_refused_by_name(key: str, value: Any) -> None:
         assert err.field and err.allowed, err.to_dict()
 
 
+@example(words=[("nodeos.peer_port", "²")])  # a digit to str.isdigit(), not to int()
 @settings(max_examples=100)
 @given(
     words=st.lists(
