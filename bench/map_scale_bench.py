@@ -9,7 +9,7 @@ transport (in chunks: nodeos/cluster/snapshot_stream.py) and to restore it there
 The map is built through ClusterMap.apply with the commands the leader commits: init_cluster,
 add_node (a failure domain per rack), pool_create, node_report (pools ready), host_add, and per
 volume volume_create (3 replicas on 3 racks) and volume_hosts (one grant), every create's room
-check included (it reads the volumes of its own pools: nodeos/cluster/pool_index.py).
+check included (it reads the volumes of its own pools: nodeos/storage/pool_index.py).
 Figures go to docs/benchmarks.md, section "Cluster map at
 scale". Context, never pass/fail.
 """
@@ -35,11 +35,11 @@ sys.path.insert(0, str(PROJECT))
 
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
-from nodeos.cluster import pool_index  # noqa: E402
 from nodeos.cluster.map import ClusterMap, encode_command  # noqa: E402
 from nodeos.cluster.raft import ConfState, Message, MessageType, Snapshot, SnapshotMeta, to_wire  # noqa: E402
 from nodeos.cluster.transport import PeerTransport  # noqa: E402
 from nodeos.control.decide import place  # noqa: E402
+from nodeos.storage import pool_index  # noqa: E402
 
 SECTION = "## Cluster map at scale"
 GiB = 1 << 30
@@ -254,7 +254,7 @@ def main() -> None:
         f"| {'what':<{width}} | figure |\n|{'-' * (width + 2)}|--------|\n{table}\n\n"
         "The snapshot is over the peer port's 16 MiB frame limit: it goes in 1 MiB chunks "
         "(nodeos/cluster/snapshot_stream.py). An applied create's room check reads the volumes of its "
-        "own pools (nodeos/cluster/pool_index.py, beside the map); before the index it read every "
+        "own pools (nodeos/storage/pool_index.py, beside the map); before the index it read every "
         "volume: p50 255 ms at 100,000 (2026-11-29), and the build had to run with the check off.\n"
     )
     publish(SECTION, text, write=not a.no_write)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(PROJECT))
 
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
-from nodeos.cluster.placement import (  # noqa: E402
+from nodeos.storage.placement import (  # noqa: E402
     SPREADS,
     CapacityIndex,
     NodeCandidate,

@@ -372,7 +372,7 @@ def error_still_wanted(st: dict[str, Any], key: str, err: dict[str, Any], me: in
     """An error is kept (reported, its step not retried) while the map still wants the same
     object in the same way. A snapshot or volume the map deletes is no longer wanted as it was:
     its error kept would be reported as a failed snapshot or replica on this node, which the map's
-    delete waits to see gone (nodeos/cluster/snapshot_map.py): the delete would never finish."""
+    delete waits to see gone (nodeos/storage/snapshot_map.py): the delete would never finish."""
     kind, name = key.split(":", 1)
     if kind == "pool":
         obj = next((p for p in st["pools"].values() if p["name"] == name), None)

@@ -1,5 +1,5 @@
 """Write freezes of the mirrors this node is primary of, for snapshots of replicated volumes
-(see nodeos/cluster/snapshot_map.py for the phases in the map).
+(see nodeos/storage/snapshot_map.py for the phases in the map).
 
 The map says which volume should be frozen for which snapshot (`volume.freeze`); the primary
 holds the writes of its md mirror while it does, and lets them go when the map no longer

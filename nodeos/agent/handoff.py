@@ -1,4 +1,4 @@
-"""A planned primary move, on the old primary's side (drain; nodeos/cluster/failover.py).
+"""A planned primary move, on the old primary's side (drain; nodeos/storage/failover.py).
 
 When the map asks this node to hand over a volume it is primary of (`handoff` at the volume's
 epoch), the node turns that volume's front end ANA inaccessible (the target refuses the host's

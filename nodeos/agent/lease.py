@@ -5,7 +5,7 @@ A granted renewal makes the lease valid until the moment the request was *sent* 
 `lease_s` (the leader counts from when it arrived, later, so the node's view ends first).
 Past `fence_after_s` without a granted renewal the node fences itself: every primary's front
 end goes ANA inaccessible, so the target refuses host I/O there, before the leader may call
-the node down and promote another replica (nodeos/cluster/failover.py). A renewal granted
+the node down and promote another replica (nodeos/storage/failover.py). A renewal granted
 again lifts the fence, but only when the grant says the node is up and the node's own map has
 applied what the leader's had at the grant: a node the leader called down may have had its
 volumes failed over (it stays fenced until the leader calls it up), and a node whose map is
@@ -24,7 +24,7 @@ other replica is counted in sync, nor may be once something this node said lands
 held in the map or one in flight: `legs.counted_in_sync`). Why that is safe, i.e. no other node
 can become a writable primary of it before this node fences it:
 - a failover (and a planned hand-over) promotes only a member of the volume's `in_sync` set
-  (checked at apply, nodeos/cluster/failover_map.py), and nothing else makes a primary: there
+  (checked at apply, nodeos/storage/failover_map.py), and nothing else makes a primary: there
   is no operator-forced promotion, and a re-placed replica joins `in_sync` only later;
 - `in_sync` gains a member only from the current primary's own report, at the volume's epoch
   (`settle_in_sync`; a report of another node, an old epoch or an older seq adds nobody): while
@@ -38,7 +38,7 @@ can become a writable primary of it before this node fences it:
   second in-sync replica goes through this node's reports. A grant that says down changes
   none of it either (the leader has nobody to promote), so a node called down for its other
   volumes keeps serving these (the leader keeps such a node up when these are all it is
-  primary of: nodeos/cluster/failover.py `held_volumes`);
+  primary of: nodeos/storage/failover.py `held_volumes`);
 - published read-only volumes are never fenced (no primary, no epoch) and are not concerned;
   volumes that are not replicated are never fenced at all.
 What is lost: while kept open the volume has no redundancy (it had none), and a rebuilt leg
@@ -62,10 +62,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nodeos.agent.legs import Sent, counted_in_sync
-from nodeos.cluster.failover import LeaseTiming
-from nodeos.cluster.failover_map import in_sync_of
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError
+from nodeos.storage.failover import LeaseTiming
+from nodeos.storage.failover_map import in_sync_of
 
 LOG = logging.getLogger("nodeosd.lease")
 CHECK_S = 0.1

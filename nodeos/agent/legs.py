@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nodeos.cluster.failover_map import in_sync_of
 from nodeos.dataplane.mirror_names import replica_nqn
+from nodeos.storage.failover_map import in_sync_of
 
 LEG_DOWN_S = 3.0
 

@@ -34,9 +34,9 @@ import uuid as uuidlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nodeos.cluster.failover_map import in_sync_of
 from nodeos.dataplane.mirror_names import MIRROR_PREFIX, REPLICA_NQN_PREFIX, VOLUME_NQN_PREFIX
 from nodeos.node import replicas
+from nodeos.storage.failover_map import in_sync_of
 
 GRACE_S = 60.0
 GRACE_SCANS = 3

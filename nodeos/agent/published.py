@@ -1,6 +1,6 @@
 """The node side of published volumes (issue 13): a collaborator of the agent.
 
-For each published volume the map places on this node (nodeos/cluster/publish_map.py):
+For each published volume the map places on this node (nodeos/storage/publish_map.py):
 - the local copy: on a seed (a node holding the snapshot) a thin clone of the snapshot; else
   a new LV filled from a joined replica the map names (`copy_from`), whose source export this
   node attaches over NVMe/TCP on the storage network (as a mirror's primary attaches legs) and
@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeos import tlskey
-from nodeos.cluster.publish_map import section
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, RemoteSpec
 from nodeos.errors import NodeosError, NotSupported
 from nodeos.node import model, pubcopy
 from nodeos.node.replicas import node_host_id, node_host_nqn
+from nodeos.storage.publish_map import section
 from nodeos.store.lmdb_store import storage_error
 
 LOG = logging.getLogger("nodeosd.agent")
@@ -63,7 +63,7 @@ class Copy:
     """One published volume on this node, as this process knows it."""
 
     uuid: str
-    state: str = "waiting"  # nodeos/cluster/publish.py COPY_STATES
+    state: str = "waiting"  # nodeos/storage/publish.py COPY_STATES
     progress: float | None = None
     resumed: float | None = None  # the fraction a restarted copy kept from its last run
     sha256: str | None = None

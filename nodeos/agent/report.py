@@ -146,7 +146,7 @@ class Reporting:
             dp = {
                 "name": node.dp.name,
                 "qos": bool(node.describe.get("qos")),
-                # Snapshots of replicated volumes need it (nodeos/cluster/snapshot_map.py).
+                # Snapshots of replicated volumes need it (nodeos/storage/snapshot_map.py).
                 "mirror_write_freeze": node.dp.mirror_caps.write_freeze,
                 # Growing replicated volumes needs it on every replica node (nodeos/control/decide.py).
                 "mirror_grow": node.dp.mirror_caps.grow,
@@ -215,7 +215,7 @@ class Reporting:
     ) -> dict[str, Any]:
         """A drive of a ready pool gone from the machine (pulled, dead on the bus): its pool is
         reported failed and the drive "missing", so the leader moves the pool's replicas away at
-        once (nodeos/cluster/replace.py). A cheap sysfs scan, every pass (at most IDLE_PASS_S
+        once (nodeos/storage/replace.py). A cheap sysfs scan, every pass (at most IDLE_PASS_S
         apart). Kernel data plane only: SPDK holds its drives outside the kernel's NVMe driver."""
         if self.node.dp.name != "kernel":
             return drives

@@ -30,8 +30,8 @@ def labels(value: Any, field: str) -> Any:
 
 
 def rebuild_mbps(value: Any, field: str) -> int:
-    from nodeos.cluster.failover_map import REBUILD_MBPS_MAX
     from nodeos.errors import BadInput
+    from nodeos.storage.failover_map import REBUILD_MBPS_MAX
 
     if type(value) is not int or not 1 <= value <= REBUILD_MBPS_MAX:
         raise BadInput(

@@ -25,7 +25,7 @@ CloneReplicas = Annotated[
 ]
 PublishReplicas = Annotated[
     int | str,
-    Check("nodeos.cluster.publish:parse_replicas"),
+    Check("nodeos.storage.publish:parse_replicas"),
     Meta(description="a count, or `all` (default): every failure domain with room"),
 ]
 QosIops = Annotated[

@@ -175,7 +175,7 @@ def _contradiction(key: str, first: str, second: str) -> BadInput:
 @command_runner
 def node_label(ctx: click.Context, name: str, labels: tuple[str, ...], as_json: bool) -> tuple[Any, Any]:
     """Set (KEY=VALUE) or remove (KEY-) labels of node NAME, e.g. `rack=a switch=sw1`."""
-    from nodeos.cluster.storage_map import check_labels
+    from nodeos.storage.storage_map import check_labels
 
     set_, remove = parse_labels(labels)
     check_labels(set_, remove)

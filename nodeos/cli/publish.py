@@ -13,7 +13,7 @@ from nodeos import validate
 from nodeos.cli.node import _bar, _client, _size, await_ready, volume
 from nodeos.cli.options import Seconds
 from nodeos.cli.output import command_runner, json_option
-from nodeos.cluster.publish import parse_replicas
+from nodeos.storage.publish import parse_replicas
 
 __all__ = ["volume"]
 

@@ -36,8 +36,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nodeos.cluster import caroll, secretroll, tlsca
-from nodeos.cluster.failover_map import health_of
 from nodeos.errors import BadInput, NodeosError, OperationFailed
+from nodeos.storage.failover_map import health_of
 
 if TYPE_CHECKING:
     from nodeos.cluster.driver import RaftDriver

@@ -51,13 +51,13 @@ class MapCommand:
 
 
 _MAP = "nodeos.cluster.map"
-_STORAGE = "nodeos.cluster.storage_map"
-_HOSTS = "nodeos.cluster.host_map"
-_SNAPS = "nodeos.cluster.snapshot_map"
-_PUBLISH = "nodeos.cluster.publish_map"
-_FAILOVER = "nodeos.cluster.failover_map"
+_STORAGE = "nodeos.storage.storage_map"
+_HOSTS = "nodeos.storage.host_map"
+_SNAPS = "nodeos.storage.snapshot_map"
+_PUBLISH = "nodeos.storage.publish_map"
+_FAILOVER = "nodeos.storage.failover_map"
 _FEATURES = "nodeos.cluster.feature_map"
-_CREATE = "nodeos.cluster.create_replace_map"
+_CREATE = "nodeos.storage.create_replace_map"
 _UPGRADE = "nodeos.cluster.upgrade_map"
 
 COMMANDS: tuple[MapCommand, ...] = (
@@ -86,7 +86,7 @@ COMMANDS: tuple[MapCommand, ...] = (
     MapCommand("volume_create", 1, _STORAGE, "a volume with the leader's placement, re-checked"),
     MapCommand("volume_delete", 1, _STORAGE, "mark a volume deleting"),
     MapCommand("volume_resize", 1, _STORAGE, "grow a volume"),
-    MapCommand("import_node", 1, "nodeos.cluster.storage_import", "adopt what a node held before"),
+    MapCommand("import_node", 1, "nodeos.storage.storage_import", "adopt what a node held before"),
     # hosts and grants
     MapCommand("volume_hosts", 1, _HOSTS, "grant or revoke a host on a volume"),
     MapCommand("host_add", 1, _HOSTS, "register a host (or several without secrets)"),
@@ -109,7 +109,7 @@ COMMANDS: tuple[MapCommand, ...] = (
     MapCommand("node_rebuild_limit", 1, _FAILOVER, "cap a node's mirror rebuilds (MB/s)"),
     MapCommand("volume_failover", 1, _FAILOVER, "make another replica the primary, at an epoch"),
     MapCommand("volume_handoff", 1, _FAILOVER, "a planned move: the primary stops serving"),
-    MapCommand("volume_replace_replica", 1, "nodeos.cluster.replace_map", "move a replica elsewhere"),
+    MapCommand("volume_replace_replica", 1, "nodeos.storage.replace_map", "move a replica elsewhere"),
     MapCommand("volume_create_replace", 1, _CREATE, "a new volume's failed replica, made elsewhere", level=3),
     MapCommand("volume_create_fail", 1, _CREATE, "fail a new volume no other node can take", level=3),
     # the rolling cluster upgrade (nodeos/update/rolling.py decides, the leader proposes)

@@ -31,9 +31,9 @@ from nodeos.errors import BadInput, NotSupported
 
 # The first release that knows each level. Level 1: the commands of 0.1.0, before levels.
 # Level 2: `set_feature_level` and `kv_delete` (0.2.0). Level 3: a create a node fails goes on
-# elsewhere (`volume_create_replace`, `volume_create_fail`: nodeos/cluster/create_replace_map.py). Level 4:
+# elsewhere (`volume_create_replace`, `volume_create_fail`: nodeos/storage/create_replace_map.py). Level 4:
 # a published copy on a node that went down before it joined is made elsewhere (`publish_replace`:
-# nodeos/cluster/publish_replace.py). Level 5: the rolling cluster upgrade's record (`upgrade_*`:
+# nodeos/storage/publish_replace.py). Level 5: the rolling cluster upgrade's record (`upgrade_*`:
 # nodeos/cluster/upgrade_map.py).
 LEVELS: dict[int, str] = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0", 4: "0.4.0", 5: "0.5.0"}
 LEVEL = max(LEVELS)  # what this release knows

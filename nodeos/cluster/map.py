@@ -28,25 +28,27 @@ import msgpack
 
 from nodeos.cluster import (
     commands,
-    create_replace_map,
-    failover_map,
     feature_map,
     features,
-    host_map,
-    pool_index,
-    publish_map,
-    replace_map,
     request_log,
     secretroll,
-    snapshot_map,
-    storage_import,
-    storage_map,
     token_map,
     upgrade_map,
     voters,
 )
 from nodeos.cluster import events as map_events
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
+from nodeos.storage import (
+    create_replace_map,
+    failover_map,
+    host_map,
+    pool_index,
+    publish_map,
+    replace_map,
+    snapshot_map,
+    storage_import,
+    storage_map,
+)
 
 # 2: storage sections (storage_map.SECTIONS) and node labels/state. A version-1 snapshot is
 # read as version 2 with those sections empty.
@@ -100,7 +102,7 @@ def _empty_state() -> dict[str, Any]:
         "reports": {},
         "pools": {},
         "snapshots": {},
-        "published": {},  # published volumes (nodeos/cluster/publish_map.py)
+        "published": {},  # published volumes (nodeos/storage/publish_map.py)
         "names": {},
         "kv": {},
         "rejected": [],

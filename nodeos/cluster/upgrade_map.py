@@ -36,7 +36,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 def handing_over(st: dict[str, Any], nid: int) -> bool:
     """The node is in the domain a running upgrade is taking down: its primaries move away
-    (nodeos/cluster/failover.py `primary_trouble`), its replicas stay and are resynced after."""
+    (nodeos/storage/failover.py `primary_trouble`), its replicas stay and are resynced after."""
     up = st.get("upgrade") or {}
     if up.get("state") != "running" or up.get("at", 0) >= len(up.get("domains") or []):
         return False

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nodeos.cluster import placement
-from nodeos.cluster.capacity import candidates  # the leader's view of nodes: placement's input
-from nodeos.cluster.snapshot_map import check_snapshot_allowed
-from nodeos.cluster.storage_map import pool_key, snapshot_by_name, volume_by_name
 from nodeos.control import host_api, publish_api, views
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
+from nodeos.storage import placement
+from nodeos.storage.capacity import candidates  # the leader's view of nodes: placement's input
+from nodeos.storage.snapshot_map import check_snapshot_allowed
+from nodeos.storage.storage_map import pool_key, snapshot_by_name, volume_by_name
 
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"
 Command = tuple[str, dict[str, Any]]

@@ -1,4 +1,4 @@
-"""The leader's side of leases and failover (the shell around nodeos/cluster/failover.py).
+"""The leader's side of leases and failover (the shell around nodeos/storage/failover.py).
 
 - `lease` (a leader handler, reached from every node through the cluster service): a read
   barrier proves this node still leads, then the renewal is recorded and the lease length
@@ -16,15 +16,15 @@ import logging
 import time
 from typing import Any
 
-from nodeos.cluster import failover, pool_index
 from nodeos.cluster.errors import NotLeader
-from nodeos.cluster.failover_map import health_of
 from nodeos.cluster.leader_ops import int_param
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.raft import StateRole
-from nodeos.cluster.replace import ReplacePolicy
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError, NotFound
+from nodeos.storage import failover, pool_index
+from nodeos.storage.failover_map import health_of
+from nodeos.storage.replace import ReplacePolicy
 
 LOG = logging.getLogger("nodeosd.failover")
 TICK_S = 0.2

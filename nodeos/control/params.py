@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from nodeos import validate
-from nodeos.cluster.host_map import MAX_HOSTS_AT_ONCE
 from nodeos.errors import BadInput
+from nodeos.storage.host_map import MAX_HOSTS_AT_ONCE
 
 # How long an operation waits for the map when its caller does not say (`wait`): less than the
 # console's own timeout (nodeos/rpc/client.py DEFAULT_TIMEOUT_S), so the console always gets the

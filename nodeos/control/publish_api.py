@@ -7,13 +7,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from nodeos.cluster import publish
-from nodeos.cluster.capacity import candidates
-from nodeos.cluster.publish_map import connected_hosts, published_by_name, section
-from nodeos.cluster.storage_map import snapshot_by_name
 from nodeos.control import views
 from nodeos.control.params import wait_param
 from nodeos.errors import AlreadyExists, NotSupported, OperationFailed
+from nodeos.storage import publish
+from nodeos.storage.capacity import candidates
+from nodeos.storage.publish_map import connected_hosts, published_by_name, section
+from nodeos.storage.storage_map import snapshot_by_name
 
 LOG = logging.getLogger("nodeosd.control")
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"

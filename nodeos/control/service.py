@@ -23,22 +23,23 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeos import validate
-from nodeos.cluster import pool_index, request_log
+from nodeos.cluster import request_log
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
 from nodeos.cluster.map import encode_command
-from nodeos.cluster.storage_map import (
-    check_labels,
-    label_conflicts,
-    ref_by_name,
-    snapshot_by_name,
-    volume_by_name,
-)
 from nodeos.control import decide, host_api, pool_api, progress, publish_api, views
 from nodeos.control.params import param, wait_param
 from nodeos.control.reads import READS
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import BadInput, NotSupported, OperationFailed
 from nodeos.node import crash
+from nodeos.storage import pool_index
+from nodeos.storage.storage_map import (
+    check_labels,
+    label_conflicts,
+    ref_by_name,
+    snapshot_by_name,
+    volume_by_name,
+)
 
 LOG = logging.getLogger("nodeosd.control")
 LEADER_TIMEOUT_S = 15.0
@@ -85,9 +86,9 @@ class ControlService:
         if self.cluster is None:
             raise OperationFailed("the control plane needs the cluster service", field="cluster")
         self.cluster.leader_handlers["control"] = self._at_leader
-        from nodeos.cluster.failover import LeaseTiming
-        from nodeos.cluster.replace import DEFAULT_REPLACE_AFTER_S, ReplacePolicy
         from nodeos.control.failover_loop import FailoverLoop
+        from nodeos.storage.failover import LeaseTiming
+        from nodeos.storage.replace import DEFAULT_REPLACE_AFTER_S, ReplacePolicy
 
         lease_s = float(self.ctx.config.get("lease_s") or LeaseTiming().lease_s)
         after_s = float(self.ctx.config.get("replace_after_s") or DEFAULT_REPLACE_AFTER_S)

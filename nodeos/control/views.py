@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from nodeos import tlskey
-from nodeos.cluster.failover_map import health_of, in_sync_of
-from nodeos.cluster.storage_map import replica_view
 from nodeos.dataplane.base import Listener
 from nodeos.errors import OperationFailed
+from nodeos.storage.failover_map import health_of, in_sync_of
+from nodeos.storage.storage_map import replica_view
 
 
 def node_name(st: dict[str, Any], nid: int) -> str:
@@ -294,7 +294,7 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
         "lease": health_of(st, nid),
         "rebuild_mbps": n.get(
             "rebuild_mbps"
-        ),  # None: the data plane's default  # down: its lease ran out (nodeos/cluster/failover.py)
+        ),  # None: the data plane's default  # down: its lease ran out (nodeos/storage/failover.py)
         "dataplane": dp.get("name"),
         "version": n.get("release"),  # the release the node reported (add_node / node_update)
         "capacity_bytes": sum(int(p["size_bytes"] or 0) for p in pools),
@@ -308,7 +308,7 @@ def node_view(st: dict[str, Any], nid: int, raft: dict[str, Any] | None = None) 
             for v in st["volumes"].values()
             if v["primary"] == nid and int(v.get("replicas") or 1) > 1
         ),
-        # What a drain still has to move off the node (re-placed elsewhere, nodeos/cluster/replace.py),
+        # What a drain still has to move off the node (re-placed elsewhere, nodeos/storage/replace.py),
         # and what it cannot (a single copy has nothing to be copied from).
         "secondaries": sorted(
             v["name"]

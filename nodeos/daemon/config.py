@@ -155,7 +155,7 @@ def check(cfg: Config) -> None:
             field="raft_tick_ms",
             allowed="20-1000",
         )
-    from nodeos.cluster.replace import ReplacePolicy
+    from nodeos.storage.replace import ReplacePolicy
 
     ReplacePolicy(after_s=cfg.replace_after_s)  # BadInput names replace_after_s
     n = cfg.metrics_volume_labels_max

@@ -19,9 +19,9 @@ import dataclasses
 import uuid as uuidlib
 from typing import Any
 
-from nodeos.cluster.failover_map import in_sync_of  # noqa: F401 - the agent's plan reads it here
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MirrorCaps, MirrorSpec, RemoteSpec
+from nodeos.storage.failover_map import in_sync_of  # noqa: F401 - the agent's plan reads it here
 
 NODE_NQN_PREFIX = "nqn.2014-08.io.nodeos:node:"
 CNTLID_SPAN = 16000  # controller ids per slot: 3 slots fit under nvmet's 0xFFEF

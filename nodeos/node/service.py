@@ -1,6 +1,6 @@
 """The node service: this node's data plane under durable operations, and its agent.
 
-Desired state lives in the cluster map (nodeos/cluster/storage_map.py); the API that changes
+Desired state lives in the cluster map (nodeos/storage/storage_map.py); the API that changes
 it is the control service (nodeos/control/). Here: the node's own records of what its data
 plane holds (bookkeeping for reconcile), the durable operations that change the data plane
 (ops.Ops: intent -> data plane -> final state), recovery of interrupted operations at start,

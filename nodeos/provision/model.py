@@ -191,7 +191,7 @@ def ssh_key(value: Any, field: str) -> str:
 
 
 def labels(value: Any, field: str = "labels") -> dict[str, str]:
-    from nodeos.cluster.storage_map import LABEL_KEY, LABEL_VALUE
+    from nodeos.storage.storage_map import LABEL_KEY, LABEL_VALUE
 
     t = _table(value, field, LABEL_ALLOWED)
     if len(t) > LABELS_MAX:

@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeos.cluster.failover_map import health_of, in_sync_of
 from nodeos.cluster.upgrade_map import ACTIVE
 from nodeos.cluster.voters import LEVELS
+from nodeos.storage.failover_map import health_of, in_sync_of
 from nodeos.update import checks
 
 

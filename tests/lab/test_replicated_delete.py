@@ -108,7 +108,7 @@ def test_a_three_replica_delete_with_the_replicas_gone_first_finishes_and_leaves
     resumed = time.monotonic()
     try:
         # The delete may return while the primary is still called down (a delete does not wait
-        # for a down node: nodeos/cluster/delete_map.py); the primary deletes its copy once back.
+        # for a down node: nodeos/storage/delete_map.py); the primary deletes its copy once back.
         rc = _wait(
             "the delete returns",
             lambda: lab.sh(console, "cat /root/del.rc 2>/dev/null || true").stdout.strip(),

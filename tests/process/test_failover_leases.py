@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.cluster.failover import DEFAULT_LEASE_S, LeaseTiming
+from nodeos.storage.failover import DEFAULT_LEASE_S, LeaseTiming
 
 from .test_cluster_events import events, wait_event
 from .test_cluster_membership import nodes as nodes  # the fixture

@@ -28,7 +28,7 @@ FAILOVER_CAUGHT = {
 # it made at an older epoch while it is primary again, i.e. a node that was primary, lost the
 # volume and got it back without one report of its own landing in between (every agent reports
 # within 1 s and at every change; reports replace older ones by seq, so a late one is ignored).
-# 300 seeds of the drain mix did not reach either. Caught by tests/unit/cluster/test_failover.py
+# 300 seeds of the drain mix did not reach either. Caught by tests/unit/storage/test_failover.py
 # (test_a_primarys_report_of_an_older_epoch_changes_no_in_sync_set,
 # test_a_hand_over_of_an_older_epoch_is_not_taken_for_this_one) and shown below on that state.
 UNREACHED = ("settle_any_epoch", "handed_off_any_epoch")
@@ -89,7 +89,7 @@ def test_settle_any_epoch_is_named_by_the_report_invariant() -> None:
 
 
 def test_handed_off_any_epoch_is_named_by_the_hand_over_invariant() -> None:
-    from nodeos.cluster import failover
+    from nodeos.storage import failover
 
     m, uuid = _back_to_the_old_primary()
     one = m.state["volumes"][uuid]["primary"]

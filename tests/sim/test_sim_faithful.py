@@ -10,12 +10,12 @@ import pytest
 
 from nodeos.agent import legs, plan
 from nodeos.agent.lease import LeaseKeeper
-from nodeos.cluster.failover import LeaseTiming
 from nodeos.cluster.sim import run_seed, sim_kernel, sim_teardown
 from nodeos.cluster.sim.failover_agent import SimFailoverAgent
 from nodeos.cluster.sim.failover_sim import failover_config
 from nodeos.cluster.sim.sim_md import Mirror
 from nodeos.cluster.sim.sim_plane import TEARDOWN_BOUND_S
+from nodeos.storage.failover import LeaseTiming
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(3000)]
 N_SEEDS = 40

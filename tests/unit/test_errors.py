@@ -47,8 +47,8 @@ def test_storage_failures_get_their_own_codes() -> None:
 
 
 def test_a_placement_refusal_keeps_exit_code_2_across_rpc() -> None:
-    from nodeos.cluster.placement import PlacementRefused
     from nodeos.errors import EXIT_BAD_INPUT, error_from_dict
+    from nodeos.storage.placement import PlacementRefused
 
     err = error_from_dict(
         PlacementRefused("3 replicas spread by rack need 3 racks", field="replicas").to_dict()

@@ -1,5 +1,5 @@
 """Deliberately broken variants of the failover map's decisions, for the self-test of the failover
-map invariants (epochcheck.py) only: each is the real function of nodeos/cluster/failover_map.py
+map invariants (epochcheck.py) only: each is the real function of nodeos/storage/failover_map.py
 with one line changed, patched in for one run. Production code never sets these.
 """
 
@@ -9,9 +9,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from nodeos.cluster import failover
-from nodeos.cluster import failover_map as fm
 from nodeos.cluster import map as map_mod
+from nodeos.storage import failover
+from nodeos.storage import failover_map as fm
 
 EPOCH_BROKEN_VARIANTS = {
     "settle_any_epoch": "the in-sync set is settled from the primary's report without comparing its epoch",

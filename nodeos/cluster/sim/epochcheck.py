@@ -2,7 +2,7 @@
 
 Checked by the simulator after every applied command (mapcheck.py calls these on the first
 apply of each entry; every other node must reach the same digest), in both the map and the
-failover workloads. Words as the map uses them (nodeos/cluster/failover_map.py):
+failover workloads. Words as the map uses them (nodeos/storage/failover_map.py):
 
 - a node is **down** when the map, as applied after the command, holds `health == "down"` for
   it (`health_of`); absent or "up" is up. A node's Raft member may still answer while the map
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeos.cluster.failover_map import MEMBER_OUT, health_of, in_sync_of
+from nodeos.storage.failover_map import MEMBER_OUT, health_of, in_sync_of
 
 from .invariants import Violation
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nodeos.agent.lease import reportable
-from nodeos.cluster import failover
 from nodeos.cluster.map import encode_command
+from nodeos.storage import failover
 
 from . import sim_teardown
 from .node import SimNode

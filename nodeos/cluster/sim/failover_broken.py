@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from nodeos.agent import legs
-from nodeos.cluster import failover
 from nodeos.cluster import map as map_mod
-from nodeos.cluster.failover_map import health_of, in_sync_of
+from nodeos.storage import failover
+from nodeos.storage.failover_map import health_of, in_sync_of
 
 from . import sim_kernel
 

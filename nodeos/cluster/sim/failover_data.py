@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nodeos.cluster.failover_map import in_sync_of
+from nodeos.storage.failover_map import in_sync_of
 
 from .invariants import Violation
 

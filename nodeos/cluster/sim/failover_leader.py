@@ -1,6 +1,6 @@
 """The failover workload's simulated leader shell: nodeos/control/failover_loop.py on one simulated
 node. Lease grants after a Raft read barrier (the real ReadIndex), and the real controller
-(nodeos/cluster/failover.py `decide`) on the leader's clock, its commands proposed one at a time
+(nodeos/storage/failover.py `decide`) on the leader's clock, its commands proposed one at a time
 (`propose`, framed as the driver frames it). The node agents: failover_agent.py.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nodeos.cluster import failover
-from nodeos.cluster.failover_map import health_of
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.raft import ProposalDropped, StateRole
+from nodeos.storage import failover
+from nodeos.storage.failover_map import health_of
 
 from .node import PendingRead, SimNode
 

@@ -35,12 +35,12 @@ from typing import Any
 
 import msgpack
 
-from nodeos.cluster.failover import LeaseTiming
-from nodeos.cluster.failover_map import health_of, in_sync_of
 from nodeos.cluster.map import ClusterMap, encode_command
 from nodeos.cluster.raft import HardState, MemoryStorage, Snapshot, SnapshotMeta
 from nodeos.cluster.raft.types import ConfState
 from nodeos.control import decide
+from nodeos.storage.failover import LeaseTiming
+from nodeos.storage.failover_map import health_of, in_sync_of
 
 from .cluster import Simulation
 from .config import SeedResult, SimConfig

@@ -12,10 +12,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from nodeos.cluster import create_replace_map, pool_index, request_log, snapshot_map
 from nodeos.cluster import map as map_mod
-from nodeos.cluster import storage_map as sm
-from nodeos.cluster.placement import CapacityIndex
+from nodeos.cluster import request_log
+from nodeos.storage import create_replace_map, pool_index, snapshot_map
+from nodeos.storage import storage_map as sm
+from nodeos.storage.placement import CapacityIndex
 
 MAP_BROKEN_VARIANTS = {
     "map_name_not_freed": "a dropped volume's name stays taken",

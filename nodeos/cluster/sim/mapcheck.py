@@ -33,9 +33,9 @@ from typing import Any
 
 import msgpack
 
-from nodeos.cluster import capacity, placement, pool_index
 from nodeos.cluster.map import MAX_REJECTED
-from nodeos.cluster.storage_map import VOLUME_STATES, replica_view
+from nodeos.storage import capacity, placement, pool_index
+from nodeos.storage.storage_map import VOLUME_STATES, replica_view
 
 from . import epochcheck
 from .invariants import Violation
@@ -152,8 +152,8 @@ def check_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
     """A published volume (issue 13): only replicas holding the source's bytes, on a node not
     down, serve, every path optimized; copies come only from such replicas, up, none feeding
     more than its share."""
-    from nodeos.cluster.failover_map import health_of
-    from nodeos.cluster.publish import DEFAULT_FANOUT, joined
+    from nodeos.storage.failover_map import health_of
+    from nodeos.storage.publish import DEFAULT_FANOUT, joined
 
     name, order = pub["name"], [s["node"] for s in pub["placement"]]
     if pub["state"] not in ("publishing", "ready", "unpublishing"):
@@ -236,7 +236,7 @@ def check_transition(
     for uuid, was in old["volumes"].items():
         vol = st["volumes"].get(uuid)
         if vol is None:
-            # A node that is down is not waited for (nodeos/cluster/delete_map.py).
+            # A node that is down is not waited for (nodeos/storage/delete_map.py).
             held = [
                 n
                 for n in sorted({s["node"] for s in was["placement"]})
@@ -410,7 +410,7 @@ class MapChecker:
         self.same_state(nid, index, st, "applying")
 
     def pool_index(self, nid: int, index: int, cmap: Any) -> None:
-        """A node's pool index (nodeos/cluster/pool_index.py, what its applied creates check
+        """A node's pool index (nodeos/storage/pool_index.py, what its applied creates check
         room with) finds, pool by pool, what a scan of every volume finds."""
         st = cmap.state
         for p in st["pools"].values():

@@ -22,11 +22,12 @@ import random
 import zlib
 from typing import Any
 
-from nodeos.cluster import features, placement
-from nodeos.cluster.create_replace import create_replace_commands
+from nodeos.cluster import features
 from nodeos.cluster.map import encode_command
 from nodeos.control import decide
 from nodeos.errors import NodeosError
+from nodeos.storage import placement
+from nodeos.storage.create_replace import create_replace_commands
 
 MAP_MEMBERS = 5
 RACKS = ("a", "b", "c")
@@ -236,7 +237,7 @@ class MapWorkload:
         x = r.random()
         if x < 0.05:
             # The leader's controller: a new volume's replica a node failed to make goes elsewhere
-            # (nodeos/cluster/create_replace.py), decided on this node's copy of the map.
+            # (nodeos/storage/create_replace.py), decided on this node's copy of the map.
             cmds = create_replace_commands(st)
             if cmds:
                 return cmds[0]

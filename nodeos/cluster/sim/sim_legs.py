@@ -22,9 +22,9 @@ from typing import Any
 
 from nodeos.agent import legs, plan
 from nodeos.agent.lease import LeaseKeeper
-from nodeos.cluster.failover import DEFAULT_LEASE_S, LeaseTiming
 from nodeos.dataplane.mirror_names import replica_nqn
 from nodeos.node import replicas
+from nodeos.storage.failover import DEFAULT_LEASE_S, LeaseTiming
 
 from .sim_md import MD_MEMBER, Mirror
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # The simulator runs the product's timings at its lease's scale (a 1 s lease, the product's
-# default is nodeos/cluster/failover.py DEFAULT_LEASE_S = 3 s).
+# default is nodeos/storage/failover.py DEFAULT_LEASE_S = 3 s).
 KATO_S = 0.5  # keep-alive timeout: an unanswered keep-alive or I/O this old resets the controller
 KA_S = 0.25  # a keep-alive this often on an idle live controller
 RECONNECT_S = 0.3  # reconnect_delay

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeos.agent.agent import error_still_wanted
-from nodeos.cluster.snapshot_map import settle_snapshot
+from nodeos.storage.snapshot_map import settle_snapshot
 
 SNAP_ERR = {"step": "volume.snapshot", "error": "the freeze expired after 30 s", "uuid": "s-1"}
 
@@ -67,7 +67,7 @@ def test_a_failed_create_is_forgotten_once_the_map_deletes_the_volume() -> None:
 
 def test_a_failed_create_is_forgotten_once_the_replica_is_placed_elsewhere() -> None:
     """Level 3: the leader gives the slot of a node that failed to make its replica to another
-    node; the failed node must stop reporting that replica failed (nodeos/cluster/create_replace_map.py)."""
+    node; the failed node must stop reporting that replica failed (nodeos/storage/create_replace_map.py)."""
     st = _st("ready")
     st["names"]["v"] = {"kind": "volume", "uuid": "v-1"}
     vol = {"uuid": "v-1", "name": "v", "state": "creating", "placement": [{"node": 1}, {"node": 2}]}

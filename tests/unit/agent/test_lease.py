@@ -7,7 +7,7 @@ when any grant lifted the fence)."""
 from __future__ import annotations
 
 from nodeos.agent.lease import LeaseKeeper
-from nodeos.cluster.failover import LeaseTiming
+from nodeos.storage.failover import LeaseTiming
 
 T = LeaseTiming(3.0)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeos.agent.lease import LeaseKeeper, reportable, sole_primaries
-from nodeos.cluster.failover import LeaseTiming
+from nodeos.storage.failover import LeaseTiming
 
 T = LeaseTiming(3.0)
 ME = 3

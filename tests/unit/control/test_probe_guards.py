@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from nodeos.cluster.map import ClusterMap
-from nodeos.cluster.storage_map import label_conflicts
 from nodeos.control.service import ControlService
 from nodeos.errors import BadInput, NotFound, NotSupported
+from nodeos.storage.storage_map import label_conflicts
 
 HOST = "nqn.2014-08.com.example:gpu1"
 SECRET = "DHHC-1:00:cXFxcXFxcXFxcXFxcXFxcXFxcXFxcXFxcXFxcXFxcXFjqMkU:"

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from nodeos.cluster import failover
 from nodeos.cluster.upgrade_map import handing_over
+from nodeos.storage import failover
 from nodeos.update import rolling
 
 from ..cluster.test_storage_map import M, cluster, create
