@@ -11,8 +11,7 @@ import pytest
 
 from nodeos.cluster import events as map_events
 from nodeos.cluster.map import ClusterMap, encode_command
-
-from .test_storage_map import GiB, M, cluster, create
+from tests.unit.storage.test_storage_map import GiB, M, cluster, create
 
 
 def kinds(m: M, since: int = 0) -> list[str]:
@@ -190,7 +189,7 @@ def test_snapshot_restore_keeps_the_log_and_older_snapshots_work() -> None:
 
 
 def test_a_replicated_snapshot_is_taken_once_and_an_abort_says_why() -> None:
-    from .test_snapshot_map import in_sync, ready_mirror
+    from tests.unit.storage.test_snapshot_map import in_sync, ready_mirror
 
     m = ready_mirror()
     mark = last(m)
