@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeos.storage.lookup import replica_report
+
 
 def reported_size(st: dict[str, Any], vol: dict[str, Any], nid: int) -> int:
     """The size node `nid` reports for its replica of `vol` (0: none)."""
-    rep = ((st["reports"].get(nid) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    rep = replica_report(st, nid, vol["uuid"])
     return int(rep.get("size_bytes") or 0)
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from nodeos.dataplane.mirror_names import MIRROR_PREFIX, REPLICA_NQN_PREFIX, VOLUME_NQN_PREFIX
 from nodeos.node import replicas
 from nodeos.storage.failover_map import in_sync_of
+from nodeos.storage.lookup import replica_report
 
 GRACE_S = 60.0
 GRACE_SCANS = 3
@@ -199,7 +200,7 @@ def volume_busy(st: dict[str, Any], vol: dict[str, Any], me: int) -> str | None:
         prim = int(vol["primary"])
         if not replicas.node_up(st, prim):
             return "its primary is down"
-        rep = ((st["reports"].get(prim) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+        rep = replica_report(st, prim, vol["uuid"])
         if int(rep.get("epoch") or 0) != int(vol["epoch"]):
             return "its primary has not reported at the volume's epoch"
         if any(int(n) == me for n in rep.get("members") or {}):

@@ -17,6 +17,7 @@ from nodeos import tlskey
 from nodeos.agent.grow import grow_phase
 from nodeos.control.views import pool_of
 from nodeos.node import replicas
+from nodeos.storage.lookup import replica_report
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def local_volume(st: dict[str, Any], vol: dict[str, Any], me: int) -> dict[str, 
 def _exported(st: dict[str, Any], vol: dict[str, Any], nid: int, epoch: int) -> bool:
     """A secondary's replica is exported (its own report says syncing or in-sync) to the primary
     of `epoch` (a new volume's primary re-placed: the others retarget to it first)."""
-    rep = ((st["reports"].get(nid) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    rep = replica_report(st, nid, vol["uuid"])
     return rep.get("state") in ("syncing", "in-sync") and int(rep.get("epoch") or 1) == epoch
 
 
@@ -244,7 +245,7 @@ def _leg_in_use(st: dict[str, Any], rec: dict[str, Any], me: int) -> bool:
         return False
     if any(s["node"] == me for s in vol["placement"]) or not replicas.node_up(st, vol["primary"]):
         return False
-    rep = ((st["reports"].get(vol["primary"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    rep = replica_report(st, vol["primary"], vol["uuid"])
     if int(rep.get("epoch") or 0) != int(vol["epoch"]):
         return False
     return any(int(n) == me for n in rep.get("members") or {})
@@ -272,7 +273,7 @@ def waits_for_primary(st: dict[str, Any], rec: dict[str, Any], me: int) -> str |
 
 def _reports_epoch(st: dict[str, Any], vol: dict[str, Any], nid: int) -> bool:
     """`nid` exports its replica at the map's epoch (to the map's primary) and is done with it."""
-    rep = ((st["reports"].get(nid) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    rep = replica_report(st, nid, vol["uuid"])
     return (
         rep.get("state") in ("syncing", "in-sync")
         and rep.get("step") is None
@@ -313,7 +314,7 @@ def failover_step(st: dict[str, Any], w: dict[str, Any], have: dict[str, Any], m
             "volume.promote", name, {"name": name, "me": me, "epoch": epoch, "attach": legs}, rec, "volumes"
         )
     if role == "primary":
-        mine = ((st["reports"].get(me) or {}).get("replicas") or {}).get(w["uuid"]) or {}
+        mine = replica_report(st, me, w["uuid"])
         if int(mine.get("epoch") or 0) != epoch:
             return None  # my mirror has not reported at this epoch yet (just promoted)
         back = [n for n in others if replicas.node_up(st, n) and _reports_epoch(st, w, n)]

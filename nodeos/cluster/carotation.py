@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodeos.cluster import caroll, secretroll, tlsca
 from nodeos.errors import BadInput, NodeosError, OperationFailed
-from nodeos.storage.failover_map import health_of
+from nodeos.storage.lookup import health_of
 
 if TYPE_CHECKING:
     from nodeos.cluster.driver import RaftDriver

@@ -13,8 +13,8 @@ from nodeos.control import host_api, publish_api, views
 from nodeos.errors import AlreadyExists, BadInput, NotFound, NotSupported, OperationFailed
 from nodeos.storage import placement
 from nodeos.storage.capacity import candidates  # the leader's view of nodes: placement's input
+from nodeos.storage.lookup import name_free, pool_key, snapshot_by_name, volume_by_name
 from nodeos.storage.snapshot_map import check_snapshot_allowed
-from nodeos.storage.storage_map import pool_key, snapshot_by_name, volume_by_name
 
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"
 Command = tuple[str, dict[str, Any]]
@@ -26,11 +26,6 @@ def _node(st: dict[str, Any], ref: Any, field: str = "node") -> int:
         names = sorted(str(n.get("name")) for n in st["nodes"].values())
         raise NotFound(f"node {ref!r} is not a member of this cluster", field=field, allowed=names or None)
     return nid
-
-
-def _name_free(st: dict[str, Any], name: str, field: str = "name") -> None:
-    if name in st["names"]:
-        raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
 
 
 def place(
@@ -80,7 +75,7 @@ def pool_create(st: dict[str, Any], p: dict[str, Any], pool_id: str) -> Command:
 
 
 def volume_create(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command:
-    _name_free(st, p["name"])
+    name_free(st, p["name"])
     slots = place(st, uuid, p["size"], p.get("replicas", 1), p.get("spread", "node"), p.get("pool"))
     args = {
         "uuid": uuid,
@@ -103,7 +98,7 @@ def volume_clone(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command:
     snap = snapshot_by_name(st, p["snapshot"])
     if snap["state"] != "ready":
         raise OperationFailed(f"snapshot {snap['name']!r} is {snap['state']}", field="snapshot")
-    _name_free(st, p["name"])
+    name_free(st, p["name"])
     have = len(snap["placement"])
     n = p.get("replicas") or have
     allowed = list(range(2 if have > 1 else 1, have + 1))
@@ -215,7 +210,7 @@ def volume_snapshot(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Command
         raise OperationFailed(f"volume {p['name']!r} is {vol['state']}", field="name")
     if vol["replicas"] > 1:
         check_snapshot_allowed(st, vol)
-    _name_free(st, p["snapshot"], "snapshot")
+    name_free(st, p["snapshot"], "snapshot")
     return "snapshot_create", {"uuid": uuid, "name": p["snapshot"], "volume": p["name"]}
 
 

@@ -23,7 +23,7 @@ from nodeos.cluster.raft import StateRole
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError, NotFound
 from nodeos.storage import failover, pool_index
-from nodeos.storage.failover_map import health_of
+from nodeos.storage.lookup import health_of
 from nodeos.storage.replace import ReplacePolicy
 
 LOG = logging.getLogger("nodeosd.failover")

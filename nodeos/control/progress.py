@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _node_name(st: dict[str, Any], nid: int) -> str:
-    return (st["nodes"].get(nid) or {}).get("name") or f"node-{nid}"
+from nodeos.storage.lookup import node_name
 
 
 def deleting(st: dict[str, Any], name: str) -> str:
@@ -30,7 +28,7 @@ def deleting(st: dict[str, Any], name: str) -> str:
         node = st["nodes"].get(nid) or {}
         health = node.get("health", "up")
         step = rep[ref["uuid"]].get("step") or ("not started" if health == "up" else f"node {health}")
-        holding.append(f"{_node_name(st, nid)}: {step}")
+        holding.append(f"{node_name(st, nid)}: {step}")
     return f"deleting {name}: " + (
         "; ".join(holding) if holding else "every node is done, the map drops it next"
     )

@@ -12,8 +12,9 @@ from nodeos.control.params import wait_param
 from nodeos.errors import AlreadyExists, NotSupported, OperationFailed
 from nodeos.storage import publish
 from nodeos.storage.capacity import candidates
-from nodeos.storage.publish_map import connected_hosts, published_by_name, section
-from nodeos.storage.storage_map import snapshot_by_name
+from nodeos.storage.lookup import published_by_name, snapshot_by_name
+from nodeos.storage.lookup import published_section as section
+from nodeos.storage.publish_map import connected_hosts
 
 LOG = logging.getLogger("nodeosd.control")
 NQN_PREFIX = "nqn.2014-08.io.nodeos:vol:"

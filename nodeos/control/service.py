@@ -33,13 +33,8 @@ from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import BadInput, NotSupported, OperationFailed
 from nodeos.node import crash
 from nodeos.storage import pool_index
-from nodeos.storage.storage_map import (
-    check_labels,
-    label_conflicts,
-    ref_by_name,
-    snapshot_by_name,
-    volume_by_name,
-)
+from nodeos.storage.lookup import ref_by_name, snapshot_by_name, volume_by_name
+from nodeos.storage.storage_map import check_labels, label_conflicts
 
 LOG = logging.getLogger("nodeosd.control")
 LEADER_TIMEOUT_S = 15.0

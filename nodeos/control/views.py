@@ -11,12 +11,9 @@ from typing import Any
 from nodeos import tlskey
 from nodeos.dataplane.base import Listener
 from nodeos.errors import OperationFailed
-from nodeos.storage.failover_map import health_of, in_sync_of
+from nodeos.storage.failover_map import in_sync_of
+from nodeos.storage.lookup import health_of, node_name, replica_report
 from nodeos.storage.storage_map import replica_view
-
-
-def node_name(st: dict[str, Any], nid: int) -> str:
-    return str((st["nodes"].get(nid) or {}).get("name") or f"node-{nid}")
 
 
 def node_by_ref(st: dict[str, Any], ref: str | int) -> int | None:
@@ -74,7 +71,7 @@ def replica_health(st: dict[str, Any], vol: dict[str, Any]) -> str:
 
 def rebuild_progress(st: dict[str, Any], vol: dict[str, Any]) -> dict[int, float]:
     """Fraction copied of each leg the primary's mirror is rebuilding (its own report)."""
-    rep = ((st["reports"].get(vol["primary"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+    rep = replica_report(st, vol["primary"], vol["uuid"])
     if rep.get("epoch", vol["epoch"]) != vol["epoch"]:
         return {}
     out = {}
@@ -92,7 +89,7 @@ def grants_in_force(st: dict[str, Any], vol: dict[str, Any]) -> bool | None:
     raises, naming its node."""
     want = sorted(vol["hosts"])
     for s in vol["placement"]:
-        rep = ((st["reports"].get(s["node"]) or {}).get("replicas") or {}).get(vol["uuid"]) or {}
+        rep = replica_report(st, s["node"], vol["uuid"])
         if rep.get("state") == "failed":
             raise OperationFailed(
                 f"volume {vol['name']!r} on {node_name(st, s['node'])}: {rep.get('error')}", field="name"

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nodeos.storage import placement, pool_index
-from nodeos.storage.failover_map import health_of
+from nodeos.storage.lookup import health_of
 from nodeos.storage.placement.model import PlacementRefused, human_size
 
 PoolRef = pool_index.PoolRef

@@ -17,7 +17,7 @@ from nodeos.cluster import features
 from nodeos.errors import BadInput
 from nodeos.storage import capacity, placement
 from nodeos.storage.create_replace_map import LEVEL, failed_nodes
-from nodeos.storage.failover_map import health_of
+from nodeos.storage.lookup import health_of
 
 Command = tuple[str, dict[str, Any]]
 

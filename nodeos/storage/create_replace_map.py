@@ -29,7 +29,8 @@ from nodeos.cluster import events as map_events
 from nodeos.cluster import features
 from nodeos.errors import OperationFailed
 from nodeos.storage.capacity import check_room
-from nodeos.storage.failover_map import health_of, volume_of
+from nodeos.storage.failover_map import volume_of
+from nodeos.storage.lookup import health_of
 from nodeos.storage.replace_map import slot_move
 
 LEVEL = 3  # the feature level that brings it (nodeos/cluster/features.py)

@@ -44,7 +44,8 @@ from typing import Any
 from nodeos.cluster import upgrade_map
 from nodeos.errors import BadInput
 from nodeos.storage.create_replace import create_replace_commands
-from nodeos.storage.failover_map import handed_off, health_of, in_sync_of
+from nodeos.storage.failover_map import handed_off, in_sync_of
+from nodeos.storage.lookup import health_of
 from nodeos.storage.publish_replace import publish_replace_commands
 from nodeos.storage.replace import Refusals, ReplacePolicy, replace_commands, track_down, troubled_pools
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from nodeos.cluster import events as map_events
 from nodeos.errors import BadInput, NotFound, OperationFailed
+from nodeos.storage.lookup import health_of
 
 HEALTH = ("up", "down")
 MEMBER_OUT = ("failed", "missing")
@@ -32,10 +33,6 @@ def in_sync_of(vol: dict[str, Any]) -> list[int]:
     """The volume's in-sync set; a volume from before the field: every placement node."""
     got = vol.get("in_sync")
     return list(got) if got is not None else [s["node"] for s in vol["placement"]]
-
-
-def health_of(st: dict[str, Any], nid: int) -> str:
-    return str((st["nodes"].get(nid) or {}).get("health") or "up")
 
 
 def _set_in_sync(vol: dict[str, Any], nodes: list[int]) -> None:

@@ -21,7 +21,8 @@ from nodeos import tlskey
 from nodeos.cluster import events as map_events
 from nodeos.cluster.datakey import is_sealed
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
-from nodeos.storage.storage_map import _req, volume_by_name
+from nodeos.storage.lookup import volume_by_name
+from nodeos.storage.storage_map import _req
 
 MAX_HOSTS_AT_ONCE = 1000  # hosts one map command registers or grants
 

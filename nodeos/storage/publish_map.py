@@ -21,23 +21,12 @@ from typing import Any
 from nodeos.cluster import events as map_events
 from nodeos.cluster import features
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
-from nodeos.storage.failover_map import health_of
 from nodeos.storage.host_map import grant_or_revoke
+from nodeos.storage.lookup import PUBLISHED as SECTION
+from nodeos.storage.lookup import health_of, name_free, node_name, published_by_name, snapshot_by_name
+from nodeos.storage.lookup import published_section as section
 from nodeos.storage.publish import COPY_STATES, check_unpublish, copy_plan, joined
-from nodeos.storage.storage_map import _name_free, _req, snapshot_by_name
-
-SECTION = "published"
-
-
-def section(st: dict[str, Any]) -> dict[str, Any]:
-    return st.setdefault(SECTION, {})
-
-
-def published_by_name(st: dict[str, Any], name: str, field: str = "name") -> dict[str, Any]:
-    ref = st["names"].get(name)
-    if ref is None or ref["kind"] != "published":
-        raise NotFound(f"published volume {name!r} does not exist", field=field)
-    return section(st)[ref["uuid"]]
+from nodeos.storage.storage_map import _req
 
 
 def report_of(st: dict[str, Any], nid: int, uuid: str) -> dict[str, Any] | None:
@@ -71,7 +60,7 @@ def connected_hosts(st: dict[str, Any], pub: dict[str, Any]) -> dict[int, list[s
 
 def volume_publish_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     name = _req(args, "name", str)
-    _name_free(st, name)
+    name_free(st, name)
     uuid = _req(args, "uuid", str)
     if uuid in section(st) or uuid in st["volumes"]:
         raise AlreadyExists(f"volume uuid {uuid} exists", field="uuid")
@@ -179,8 +168,8 @@ def publish_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     map_events.record(
         st,
         "replica_replaced",
-        f"published volume {pub['name']}: node {_node_name(st, old)} went down before its copy "
-        f"joined; the copy is made on node {_node_name(st, new)} instead",
+        f"published volume {pub['name']}: node {node_name(st, old)} went down before its copy "
+        f"joined; the copy is made on node {node_name(st, new)} instead",
         severity="warning",
         volume=uuid,
         node=new,
@@ -204,7 +193,7 @@ def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
             st["paths"].pop(pub["uuid"], None)
             if (st["names"].get(pub["name"]) or {}).get("uuid") == pub["uuid"]:
                 del st["names"][pub["name"]]
-            names = ", ".join(_node_name(st, n) for n in down)
+            names = ", ".join(node_name(st, n) for n in down)
             left = f"; {names} (down) removes its copy when it returns" if down else ""
             map_events.record(
                 st, "volume_unpublished", f"volume {pub['name']} unpublished{left}", volume=pub["uuid"]
@@ -234,10 +223,6 @@ def settle_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
     if pub["state"] == "publishing" and j == set(order):
         pub["state"] = "ready"
         map_events.record(st, "volume_ready", f"published volume {pub['name']} is ready", volume=pub["uuid"])
-
-
-def _node_name(st: dict[str, Any], nid: int) -> str:
-    return str((st["nodes"].get(nid) or {}).get("name") or f"node-{nid}")
 
 
 def settle_node(st: dict[str, Any], nid: int) -> None:

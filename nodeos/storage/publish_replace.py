@@ -24,7 +24,7 @@ from typing import Any
 from nodeos.cluster import features
 from nodeos.storage import placement
 from nodeos.storage.capacity import candidates
-from nodeos.storage.failover_map import health_of
+from nodeos.storage.lookup import health_of
 from nodeos.storage.publish import joined
 
 LEVEL = 4  # the feature level that brings it (nodeos/cluster/features.py)

@@ -29,7 +29,8 @@ from typing import Any
 from nodeos.dataplane.mirror_names import member_size_bytes
 from nodeos.errors import BadInput
 from nodeos.storage import capacity, placement
-from nodeos.storage.failover_map import health_of, in_sync_of
+from nodeos.storage.failover_map import in_sync_of
+from nodeos.storage.lookup import health_of
 
 DEFAULT_REPLACE_AFTER_S = 600.0
 MAX_REPLACE_AFTER_S = 7 * 86400.0

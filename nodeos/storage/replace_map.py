@@ -25,7 +25,8 @@ from typing import Any
 
 from nodeos.cluster import events as map_events
 from nodeos.errors import BadInput, NotFound, OperationFailed
-from nodeos.storage.failover_map import health_of, in_sync_of, volume_of
+from nodeos.storage.failover_map import in_sync_of, volume_of
+from nodeos.storage.lookup import health_of
 
 
 def _refuse(msg: str, field: str, **kw: Any) -> OperationFailed:

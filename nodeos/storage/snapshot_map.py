@@ -22,7 +22,8 @@ from typing import Any
 
 from nodeos.cluster import events as map_events
 from nodeos.errors import NotSupported, OperationFailed
-from nodeos.storage.storage_map import _name_free, _req, replica_view, snapshot_by_name, volume_by_name
+from nodeos.storage.lookup import name_free, snapshot_by_name, volume_by_name
+from nodeos.storage.storage_map import _req, replica_view
 
 PHASES = ("freezing", "taking")
 
@@ -95,7 +96,7 @@ def snapshot_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     if replicated:
         check_snapshot_allowed(st, vol)
     name = _req(args, "name", str)
-    _name_free(st, name, "snapshot")
+    name_free(st, name, "snapshot")
     uuid = _req(args, "uuid", str)
     snap = {
         "uuid": uuid,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeos.storage.storage_map import _nid, pool_key, set_paths
+from nodeos.storage.lookup import pool_key
+from nodeos.storage.storage_map import _nid, set_paths
 
 
 def import_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:

@@ -36,6 +36,7 @@ from typing import Any
 from nodeos.cluster import events as map_events
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
 from nodeos.storage.capacity import check_room
+from nodeos.storage.lookup import name_free, pool_key, snapshot_by_name, volume_by_name
 from nodeos.storage.placement import SPREADS, NodeCandidate, domain_of
 
 REPLICA_STATES = ("creating", "syncing", "in-sync", "degraded", "failed")
@@ -94,28 +95,6 @@ def label_conflicts(set_: dict[str, Any], remove: list[Any]) -> None:
             field="labels",
             allowed="KEY=VALUE or KEY-, once per key",
         )
-
-
-def ref_by_name(st: dict[str, Any], name: str, field: str = "name") -> dict[str, Any]:
-    """Whatever is called `name`: a volume, clone, snapshot or published volume."""
-    ref = st["names"].get(name)
-    if ref is None:
-        raise NotFound(f"volume {name!r} does not exist", field=field)
-    return dict(ref)
-
-
-def volume_by_name(st: dict[str, Any], name: str, field: str = "name") -> dict[str, Any]:
-    ref = st["names"].get(name)
-    if ref is None or ref["kind"] != "volume":
-        raise NotFound(f"volume {name!r} does not exist", field=field)
-    return st["volumes"][ref["uuid"]]
-
-
-def snapshot_by_name(st: dict[str, Any], name: str, field: str = "snapshot") -> dict[str, Any]:
-    ref = st["names"].get(name)
-    if ref is None or ref["kind"] != "snapshot":
-        raise NotFound(f"snapshot {name!r} does not exist", field=field)
-    return st["snapshots"][ref["uuid"]]
 
 
 def set_paths(st: dict[str, Any], vol: dict[str, Any]) -> None:
@@ -284,10 +263,6 @@ def _drop_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
 # --- pools -----------------------------------------------------------------------------------
 
 
-def pool_key(nid: int, name: str) -> str:
-    return f"{nid}/{name}"
-
-
 def pool_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     nid = _nid(st, args)
     name = _req(args, "name", str)
@@ -387,16 +362,11 @@ def _check_spread(st: dict[str, Any], placement: list[dict[str, Any]], spread: A
         seen[domain] = slot["node"]
 
 
-def _name_free(st: dict[str, Any], name: str, field: str = "name") -> None:
-    if name in st["names"]:
-        raise AlreadyExists(f"a volume or snapshot named {name!r} already exists", field=field)
-
-
 def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Placement was chosen by the leader from this very map; apply re-checks it anyway, so a
     stale decision (a pool deleted, a node relabelled meanwhile) is refused identically everywhere."""
     name = _req(args, "name", str)
-    _name_free(st, name)
+    name_free(st, name)
     uuid = _req(args, "uuid", str)
     if uuid in st["volumes"]:
         raise AlreadyExists(f"volume uuid {uuid} exists", field="uuid")

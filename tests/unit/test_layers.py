@@ -1,6 +1,8 @@
 """The house (issue 26): the API definitions and the REST endpoint sit in their layer, no import
-circle runs through them or back from the cluster into the control plane, and no module grows
-far past 500 lines. Read from the source (every import, those inside functions too), so a lazy
+circle runs through them or back from the cluster into the control plane, the storage domain
+(nodeos/storage) stands on the cluster's leaf services only and the cluster reaches into it only
+where its map gathers the storage sections, no import circle spans two packages, and no module
+grows far past 500 lines. Read from the source (every import, those inside functions too), so a lazy
 import cannot hide a circle that only shows when the code path runs."""
 
 from __future__ import annotations
@@ -26,10 +28,28 @@ ABOVE_API = ("daemon", "rest", "cli", "control", "agent", "node", "observe", "la
 API_USERS = ("api", "daemon", "rest", "cli", "control")
 # The REST endpoint is a way in beside the unix socket: only the daemon starts it.
 REST_USERS = ("rest", "daemon")
-# The cluster (consensus, membership, transport and, for now, the storage map) never imports the
-# control plane, the console or the ways in. Its simulator is test tooling that drives them.
+# The cluster (consensus, membership, transport, the replicated map) never imports the control
+# plane, the console or the ways in. Its simulator is test tooling that drives them.
 CLUSTER_NEVER = ("control", "cli", "rest", "api", "lab")
 TEST_TOOLING = ("nodeos.cluster.sim",)
+# The storage domain is below the control plane, the agents and every way in: they decide with it
+# and read the map through it, never the other way round.
+STORAGE_NEVER = ("control", "agent", "node", "daemon", "cli", "rest", "api", "lab", "observe")
+# The cluster's leaf services the storage domain stands on: the event log, feature levels, the
+# command list and data keys. None of them may import the storage domain back (even lazily), so
+# the two packages form no circle however the storage sections grow.
+STORAGE_USES_FROM_CLUSTER = (
+    "nodeos.cluster.events",
+    "nodeos.cluster.features",
+    "nodeos.cluster.commands",
+    "nodeos.cluster.datakey",
+    "nodeos.cluster.errors",
+)
+# Where the cluster may reach into the storage domain: the map gathers the storage sections as
+# its command handlers; anywhere else only the shared lookups and records, which import nothing
+# of the cluster.
+CLUSTER_GATHERS_STORAGE = ("nodeos.cluster.map",)
+STORAGE_LEAVES = ("nodeos.storage.lookup", "nodeos.storage.records")
 
 
 def _modules() -> dict[str, Path]:
@@ -174,6 +194,60 @@ def test_the_cluster_never_imports_the_control_plane_or_the_ways_in() -> None:
     assert bad == []
 
 
+def test_the_storage_domain_never_imports_a_layer_above_it() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in MODULES
+        if _package(m) == "storage"
+        for t, line, _ in _imports(m)
+        if _in(t, STORAGE_NEVER) or t.startswith(TEST_TOOLING)
+    ]
+    assert bad == []
+
+
+def test_the_storage_domain_uses_only_the_cluster_leaf_services_and_they_never_import_it() -> None:
+    internals = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in MODULES
+        if _package(m) == "storage"
+        for t, line, _ in _imports(m)
+        if _package(t) == "cluster" and t not in STORAGE_USES_FROM_CLUSTER
+    ]
+    assert internals == [], "the storage domain reaches into the cluster's internals"
+    back = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in STORAGE_USES_FROM_CLUSTER
+        for t, line, _ in _imports(m)
+        if _package(t) == "storage"
+    ]
+    assert back == [], "a cluster leaf service the storage domain uses imports it back"
+
+
+def test_the_cluster_reaches_into_storage_only_where_its_map_gathers_the_sections() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in MODULES
+        if _package(m) == "cluster" and not m.startswith(TEST_TOOLING) and m not in CLUSTER_GATHERS_STORAGE
+        for t, line, _ in _imports(m)
+        if _package(t) == "storage" and t not in STORAGE_LEAVES
+    ]
+    assert bad == []
+    leaves = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in STORAGE_LEAVES
+        for t, line, _ in _imports(m)
+        if t not in STORAGE_LEAVES and not t.startswith(("nodeos.errors",))
+    ]
+    assert leaves == [], "the shared lookups must stay leaves: anyone may import them"
+
+
+def test_no_import_circle_spans_two_packages() -> None:
+    """Circles inside one package (its modules calling each other lazily) are that package's own
+    business; one through two packages means neither can be read, tested or moved alone."""
+    bad = [c for c in _circles() if len({_package(m) for m in c}) > 1]
+    assert bad == []
+
+
 def test_no_import_circle_runs_through_the_api_the_rest_endpoint_or_control_and_cluster() -> None:
     bad = [
         c
@@ -195,4 +269,8 @@ def test_the_checks_see_what_they_check() -> None:
     assert "nodeos.api.openapi" in GRAPH["nodeos.rest.service"]
     assert "nodeos.rest.server" in GRAPH["nodeos.rest.service"]  # `from .server import ...`
     assert "nodeos.control.decide" in GRAPH["nodeos.cluster.sim.failover_sim"]  # tooling, allowed
+    assert "nodeos.storage.storage_map" in GRAPH["nodeos.cluster.map"]  # the map gathers the sections
+    assert "nodeos.cluster.events" in GRAPH["nodeos.storage.storage_map"]
+    assert "nodeos.storage.publish_map" in GRAPH["nodeos.storage.storage_map"]  # inside a function
+    assert any(len({_package(m) for m in c}) == 1 and len(c) > 1 for c in _circles())  # circles are seen
     assert len(MODULES) > 200

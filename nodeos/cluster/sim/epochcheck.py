@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeos.storage.failover_map import MEMBER_OUT, health_of, in_sync_of
+from nodeos.storage.failover_map import MEMBER_OUT, in_sync_of
+from nodeos.storage.lookup import health_of
 
 from .invariants import Violation
 

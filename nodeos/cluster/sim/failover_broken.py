@@ -14,7 +14,8 @@ from typing import Any
 from nodeos.agent import legs
 from nodeos.cluster import map as map_mod
 from nodeos.storage import failover
-from nodeos.storage.failover_map import health_of, in_sync_of
+from nodeos.storage.failover_map import in_sync_of
+from nodeos.storage.lookup import health_of
 
 from . import sim_kernel
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.raft import ProposalDropped, StateRole
 from nodeos.storage import failover
-from nodeos.storage.failover_map import health_of
+from nodeos.storage.lookup import health_of
 
 from .node import PendingRead, SimNode
 

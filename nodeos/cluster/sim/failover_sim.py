@@ -40,7 +40,8 @@ from nodeos.cluster.raft import HardState, MemoryStorage, Snapshot, SnapshotMeta
 from nodeos.cluster.raft.types import ConfState
 from nodeos.control import decide
 from nodeos.storage.failover import LeaseTiming
-from nodeos.storage.failover_map import health_of, in_sync_of
+from nodeos.storage.failover_map import in_sync_of
+from nodeos.storage.lookup import health_of
 
 from .cluster import Simulation
 from .config import SeedResult, SimConfig

@@ -152,7 +152,7 @@ def check_published(st: dict[str, Any], pub: dict[str, Any]) -> None:
     """A published volume (issue 13): only replicas holding the source's bytes, on a node not
     down, serve, every path optimized; copies come only from such replicas, up, none feeding
     more than its share."""
-    from nodeos.storage.failover_map import health_of
+    from nodeos.storage.lookup import health_of
     from nodeos.storage.publish import DEFAULT_FANOUT, joined
 
     name, order = pub["name"], [s["node"] for s in pub["placement"]]

@@ -13,7 +13,7 @@ from nodeos.cluster import events as map_events
 from nodeos.errors import BadInput
 from nodeos.storage import failover
 from nodeos.storage.failover import Leases, LeaseTiming
-from nodeos.storage.failover_map import health_of
+from nodeos.storage.lookup import health_of
 
 from .test_storage_map import M, cluster, create
 

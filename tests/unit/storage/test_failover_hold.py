@@ -11,7 +11,7 @@ from __future__ import annotations
 from nodeos.cluster import events as map_events
 from nodeos.storage import failover
 from nodeos.storage.failover import Leases
-from nodeos.storage.failover_map import health_of
+from nodeos.storage.lookup import health_of
 
 from .test_failover import T, apply_all, keep_renewing, late_renewer, ready
 from .test_storage_map import M, cluster, create
