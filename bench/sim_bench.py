@@ -20,7 +20,7 @@ sys.path.insert(0, str(PROJECT))
 
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
-from nodeos.cluster.sim import SimConfig, run_seed  # noqa: E402
+from nodeos.devtools.sim import SimConfig, run_seed  # noqa: E402
 
 SECTION = "## Raft simulator throughput"
 
@@ -32,7 +32,7 @@ def cli_run(seeds: int, jobs: int) -> float:
         [
             sys.executable,
             "-m",
-            "nodeos.cluster.sim.cli",
+            "nodeos.devtools.sim.cli",
             "--seeds",
             f"1..{seeds}",
             "--jobs",

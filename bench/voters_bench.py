@@ -37,8 +37,8 @@ from benchdoc import add_no_write, publish  # noqa: E402
 from raft_bench import Conn, pct  # noqa: E402
 
 from nodeos.cluster.localcluster import LocalNode  # noqa: E402
-from nodeos.cluster.sim import run_seed  # noqa: E402
-from nodeos.cluster.sim.voters_sim import voters_config  # noqa: E402
+from nodeos.devtools.sim import run_seed  # noqa: E402
+from nodeos.devtools.sim.voters_sim import voters_config  # noqa: E402
 from nodeos.errors import NodeosError  # noqa: E402
 
 SECTION = "## Voters and learners"

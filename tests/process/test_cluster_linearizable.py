@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from nodeos.cluster.lincheck import LINEARIZABLE, check_text
-from nodeos.cluster.lincheck.record import HistoryRecorder
 from nodeos.cluster.localcluster import LocalCluster, LocalNode
+from nodeos.devtools.lincheck import LINEARIZABLE, check_text
+from nodeos.devtools.lincheck.record import HistoryRecorder
 from nodeos.rpc import framing
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]

@@ -29,21 +29,27 @@ API_USERS = ("api", "daemon", "rest", "cli", "control")
 # The REST endpoint is a way in beside the unix socket: only the daemon starts it.
 REST_USERS = ("rest", "daemon")
 # The cluster (consensus, membership, transport, the replicated map) never imports the control
-# plane, the console or the ways in. Its simulator is test tooling that drives them.
-CLUSTER_NEVER = ("control", "cli", "rest", "api", "lab")
-TEST_TOOLING = ("nodeos.cluster.sim",)
+# plane, the console or the ways in.
+CLUSTER_NEVER = ("control", "cli", "rest", "api", "lab", "devtools")
+# Test tooling (simulator, linearizability checker, VM lab) drives every layer from outside; no
+# product module imports it.
+TEST_TOOLING = ("devtools", "lab")
 # The storage domain is below the control plane, the agents and every way in: they decide with it
 # and read the map through it, never the other way round.
-STORAGE_NEVER = ("control", "agent", "node", "daemon", "cli", "rest", "api", "lab", "observe")
-# The cluster's leaf services the storage domain stands on: the event log, feature levels, the
-# command list and data keys. None of them may import the storage domain back (even lazily), so
-# the two packages form no circle however the storage sections grow.
-STORAGE_USES_FROM_CLUSTER = (
-    "nodeos.cluster.events",
-    "nodeos.cluster.features",
-    "nodeos.cluster.commands",
-    "nodeos.cluster.datakey",
-    "nodeos.cluster.errors",
+STORAGE_NEVER = ("control", "agent", "node", "daemon", "cli", "rest", "api", "observe", *TEST_TOOLING)
+# The cluster's core: consensus, its log, the driver, transport, membership, the service and the
+# map that gathers every section. The storage domain stands on the cluster's leaf services only
+# (the event log, feature levels, the command list, data keys, ...): nothing it imports from the
+# cluster may lead, however indirectly, into this core or back into storage.
+CLUSTER_CORE = (
+    "nodeos.cluster.raft",
+    "nodeos.cluster.driver",
+    "nodeos.cluster.transport",
+    "nodeos.cluster.peer",
+    "nodeos.cluster.membership",
+    "nodeos.cluster.leader_ops",
+    "nodeos.cluster.service",
+    "nodeos.cluster.map",
 )
 # Where the cluster may reach into the storage domain: the map gathers the storage sections as
 # its command handlers; anywhere else only the shared lookups and records, which import nothing
@@ -187,7 +193,7 @@ def test_the_cluster_never_imports_the_control_plane_or_the_ways_in() -> None:
     bad = [
         f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
         for m in MODULES
-        if _package(m) == "cluster" and not m.startswith(TEST_TOOLING)
+        if _package(m) == "cluster"
         for t, line, _ in _imports(m)
         if _in(t, CLUSTER_NEVER)
     ]
@@ -200,34 +206,45 @@ def test_the_storage_domain_never_imports_a_layer_above_it() -> None:
         for m in MODULES
         if _package(m) == "storage"
         for t, line, _ in _imports(m)
-        if _in(t, STORAGE_NEVER) or t.startswith(TEST_TOOLING)
+        if _in(t, STORAGE_NEVER)
     ]
     assert bad == []
 
 
-def test_the_storage_domain_uses_only_the_cluster_leaf_services_and_they_never_import_it() -> None:
-    internals = [
-        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+def _closure(mod: str) -> set[str]:
+    """Every module of ours that importing `mod` may load (lazy imports included)."""
+    seen: set[str] = set()
+    todo = [mod]
+    while todo:
+        for t in GRAPH[todo.pop()]:
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def test_the_storage_domain_stands_on_the_cluster_leaf_services_only() -> None:
+    used = {
+        (t, f"{MODULES[m].relative_to(PROJECT)}:{line}")
         for m in MODULES
         if _package(m) == "storage"
         for t, line, _ in _imports(m)
-        if _package(t) == "cluster" and t not in STORAGE_USES_FROM_CLUSTER
-    ]
-    assert internals == [], "the storage domain reaches into the cluster's internals"
-    back = [
-        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
-        for m in STORAGE_USES_FROM_CLUSTER
-        for t, line, _ in _imports(m)
-        if _package(t) == "storage"
-    ]
-    assert back == [], "a cluster leaf service the storage domain uses imports it back"
+        if _package(t) == "cluster"
+    }
+    assert used, "the check sees the storage domain's cluster imports"
+    reach = {
+        t: sorted(r for r in _closure(t) | {t} if r.startswith(CLUSTER_CORE) or _in(r, ("storage",)))
+        for t, _ in used
+    }
+    bad = [f"{where} imports {t}, which leads to {reach[t]}" for t, where in sorted(used) if reach[t]]
+    assert bad == []
 
 
 def test_the_cluster_reaches_into_storage_only_where_its_map_gathers_the_sections() -> None:
     bad = [
         f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
         for m in MODULES
-        if _package(m) == "cluster" and not m.startswith(TEST_TOOLING) and m not in CLUSTER_GATHERS_STORAGE
+        if _package(m) == "cluster" and m not in CLUSTER_GATHERS_STORAGE
         for t, line, _ in _imports(m)
         if _package(t) == "storage" and t not in STORAGE_LEAVES
     ]
@@ -239,6 +256,17 @@ def test_the_cluster_reaches_into_storage_only_where_its_map_gathers_the_section
         if t not in STORAGE_LEAVES and not t.startswith(("nodeos.errors",))
     ]
     assert leaves == [], "the shared lookups must stay leaves: anyone may import them"
+
+
+def test_no_product_module_imports_the_test_tooling() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(PROJECT)}:{line} imports {t}"
+        for m in MODULES
+        if not _in(m, TEST_TOOLING)
+        for t, line, _ in _imports(m)
+        if _in(t, TEST_TOOLING)
+    ]
+    assert bad == []
 
 
 def test_no_import_circle_spans_two_packages() -> None:
@@ -268,7 +296,7 @@ def test_the_checks_see_what_they_check() -> None:
     assert "nodeos.cluster.secretroll" in GRAPH["nodeos.api.rules"]  # inside a function
     assert "nodeos.api.openapi" in GRAPH["nodeos.rest.service"]
     assert "nodeos.rest.server" in GRAPH["nodeos.rest.service"]  # `from .server import ...`
-    assert "nodeos.control.decide" in GRAPH["nodeos.cluster.sim.failover_sim"]  # tooling, allowed
+    assert "nodeos.control.decide" in GRAPH["nodeos.devtools.sim.failover_sim"]  # tooling, allowed
     assert "nodeos.storage.storage_map" in GRAPH["nodeos.cluster.map"]  # the map gathers the sections
     assert "nodeos.cluster.events" in GRAPH["nodeos.storage.storage_map"]
     assert "nodeos.storage.publish_map" in GRAPH["nodeos.storage.storage_map"]  # inside a function

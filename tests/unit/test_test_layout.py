@@ -34,7 +34,7 @@ def test_summary_counts_the_skips_and_names_the_reason() -> None:
             "-q",
             "-p",
             "no:cacheprovider",
-            "tests/unit/cluster/test_lincheck.py",
+            "tests/unit/devtools/test_lincheck.py",
             "-k",
             "agrees_with_every",
         ],

@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 from nodeos.cluster.map import ClusterMap, encode_command
-from nodeos.cluster.sim.failover_sim import build_map
+from nodeos.devtools.sim.failover_sim import build_map
 from nodeos.storage import failover
 from nodeos.storage.failover_map import handed_off, settle_in_sync
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from nodeos.cluster.sim.invariants import Violation
-from nodeos.cluster.sim.mapcheck import check_state
 from nodeos.control import decide, views
 from nodeos.control.publish_api import published_view
+from nodeos.devtools.sim.invariants import Violation
+from nodeos.devtools.sim.mapcheck import check_state
 from nodeos.errors import BadInput, NotFound, NotSupported, OperationFailed
 from nodeos.storage.publish import copy_plan, parse_replicas
 from tests.unit.storage.test_snapshot_map import in_sync

@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from nodeos.cluster.lincheck.history import UNKNOWN, Op
+from nodeos.devtools.lincheck.history import UNKNOWN, Op
 
 
 @dataclass(frozen=True)

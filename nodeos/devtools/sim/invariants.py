@@ -15,8 +15,8 @@
 
 from __future__ import annotations
 
-from ..raft import Entry, Snapshot
-from ..raft.raft import Raft
+from nodeos.cluster.raft import Entry, Snapshot
+from nodeos.cluster.raft.raft import Raft
 
 
 class Violation(Exception):

@@ -16,8 +16,8 @@ from typing import Any
 
 import msgpack
 
-from ..map import ClusterMap, decode_command
-from ..raft import (
+from nodeos.cluster.map import ClusterMap, decode_command
+from nodeos.cluster.raft import (
     Config,
     ConfState,
     EntryType,

@@ -1,6 +1,6 @@
 """Linearizability checker: histories, models and a Wing & Gong / porcupine-style search."""
 
-from nodeos.cluster.lincheck.checker import (
+from nodeos.devtools.lincheck.checker import (
     DEFAULT_MAX_STATES,
     LINEARIZABLE,
     NOT_LINEARIZABLE,
@@ -8,8 +8,8 @@ from nodeos.cluster.lincheck.checker import (
     Result,
     check,
 )
-from nodeos.cluster.lincheck.history import UNKNOWN, Op, parse_history
-from nodeos.cluster.lincheck.model import KV, MODELS, REGISTER, Model
+from nodeos.devtools.lincheck.history import UNKNOWN, Op, parse_history
+from nodeos.devtools.lincheck.model import KV, MODELS, REGISTER, Model
 
 __all__ = [
     "KV",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..raft import Message, MessageType
+from nodeos.cluster.raft import Message, MessageType
 
 
 @dataclass

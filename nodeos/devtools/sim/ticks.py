@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..raft import ProgressState, StateRole
+from nodeos.cluster.raft import ProgressState, StateRole
+
 from .events import TICK
 from .node import SimNode
 

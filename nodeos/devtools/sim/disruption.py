@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..raft import StateRole
+from nodeos.cluster.raft import StateRole
+
 from .events import DONE, REJOIN
 from .invariants import Violation
 

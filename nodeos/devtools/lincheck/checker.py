@@ -29,8 +29,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeos.cluster.lincheck.history import Op
-from nodeos.cluster.lincheck.model import Model
+from nodeos.devtools.lincheck.history import Op
+from nodeos.devtools.lincheck.model import Model
 
 LINEARIZABLE = "linearizable"
 NOT_LINEARIZABLE = "not-linearizable"

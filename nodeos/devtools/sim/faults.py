@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..raft import ConfChange, ConfChangeType, ProposalDropped
+from nodeos.cluster.raft import ConfChange, ConfChangeType, ProposalDropped
+
 from .events import FAULT, HEAL, RESTART
 from .node import SimNode
 

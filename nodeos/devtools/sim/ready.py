@@ -12,7 +12,8 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
-from ..raft import Message, MessageType, StateRole, from_wire, split_messages, to_wire
+from nodeos.cluster.raft import Message, MessageType, StateRole, from_wire, split_messages, to_wire
+
 from .config import msg_summary
 from .events import CRASH, DELIVER, SYNC
 from .mapcheck import before

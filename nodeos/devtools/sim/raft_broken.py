@@ -8,11 +8,11 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from ..raft.log import RaftLog
-from ..raft.raft import Raft
-from ..raft.read_only import ReadIndexStatus
-from ..raft.types import Message
-from ..raft.types import MessageType as MT
+from nodeos.cluster.raft.log import RaftLog
+from nodeos.cluster.raft.raft import Raft
+from nodeos.cluster.raft.read_only import ReadIndexStatus
+from nodeos.cluster.raft.types import Message
+from nodeos.cluster.raft.types import MessageType as MT
 
 RAFT_BROKEN_VARIANTS = {
     "vote_twice": "a voter that already voted in a term grants another candidate its vote too",

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from nodeos.cluster.lincheck import MODELS, NOT_LINEARIZABLE, UNKNOWN_VERDICT, check_text
-from nodeos.cluster.lincheck.checker import DEFAULT_MAX_STATES
+from nodeos.devtools.lincheck import MODELS, NOT_LINEARIZABLE, UNKNOWN_VERDICT, check_text
+from nodeos.devtools.lincheck.checker import DEFAULT_MAX_STATES
 from nodeos.errors import EXIT_BAD_INPUT, BadInput
 
 EXIT_UNKNOWN = 3

@@ -23,15 +23,16 @@ from typing import Any
 
 import msgpack
 
-from ..map import ClusterMap, decode_command, encode_command
-from ..raft import (
+from nodeos.cluster.map import ClusterMap, decode_command, encode_command
+from nodeos.cluster.raft import (
     ProposalDropped,
     StateRole,
     bootstrap_storage,
 )
-from ..raft.storage import MemoryStorage
-from ..raft_logfile import LogFileRaftStorage
-from ..raft_storage import LmdbRaftStorage
+from nodeos.cluster.raft.storage import MemoryStorage
+from nodeos.cluster.raft_logfile import LogFileRaftStorage
+from nodeos.cluster.raft_storage import LmdbRaftStorage
+
 from .config import SeedResult, SimConfig
 from .disruption import Disruption, DisruptionMixin
 from .events import CLIENT, CRASH, DELIVER, DONE, FAULT, FINAL, HEAL, REJOIN, RESTART, SETTLE, SYNC, TICK

@@ -6,7 +6,8 @@ catch real consensus bugs. Production code never sets these.
 
 from __future__ import annotations
 
-from ..raft.raft import Raft
+from nodeos.cluster.raft.raft import Raft
+
 from .raft_broken import RAFT_BROKEN_VARIANTS, break_raft
 
 BROKEN_VARIANTS = {
