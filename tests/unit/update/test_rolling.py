@@ -19,7 +19,7 @@ from nodeos.cluster.upgrade_map import handing_over
 from nodeos.storage import failover
 from nodeos.update import rolling
 
-from ..cluster.test_storage_map import M, cluster, create
+from ..storage.test_storage_map import M, cluster, create
 
 OLD, NEW = "0.5.0", "0.6.0"
 SHA = "ab" * 32
