@@ -64,6 +64,8 @@ DEADLINES_S = {
     "rescan_remote": 60.0,
     "reapply_exports": 330.0,  # every export of the node again, after its target restarted
     "choose_dataplane": 120.0,
+    # `nodeos status` asks it: a target that hangs must not hold status (nor the lane) for long.
+    "describe": 5.0,
 }
 
 

@@ -276,8 +276,11 @@ class Daemon:
         assert self.ctx is not None and self.api is not None
         dp = self.ctx.dataplane
         describe: dict[str, Any] = {}
-        if dp is not None:
-            try:
+        down = getattr(self.ctx.services.get("node"), "dataplane_down", lambda: None)()
+        if dp is not None and down:
+            describe = {"error": down}  # a hung target is not asked again: status answers at once
+        elif dp is not None:
+            try:  # bounded (lanes.DEADLINES_S): a target that hangs before the watch sees it
                 describe = dict(await self.run_blocking(dp.describe))
             except Exception as exc:  # a dead SPDK must show in status, not break it
                 describe = {"error": str(exc)}

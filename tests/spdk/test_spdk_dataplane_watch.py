@@ -169,3 +169,28 @@ def test_a_target_restarted_at_once_is_reported_and_reexported(node: Node) -> No
     out = n.root / "back2.bin"
     _dd(n, nqn, n.addr, "4420", "--ib", "Fn1", "--of", str(out), "--count", "1")
     assert out.read_bytes() == (n.root / "src.bin").read_bytes()[:MIB]
+
+
+def test_a_hung_target_does_not_hold_the_nodes_status(node: Node) -> None:
+    """SIGSTOP: the target's socket still takes connections but nothing answers. `nodeos status`
+    answered after 60 s (the RPC client's timeout), each call leaving one more stuck describe
+    behind the client's lock; the daemon looked dead (found by the SPDK replay helper). Now a
+    status answers within the describe's bound before the watch calls the data plane down, and
+    at once after; the target resumed, the data plane is up again."""
+    n = node
+    os.kill(n.target.proc.pid, signal.SIGSTOP)
+    try:
+        took = []
+        for _ in range(6):
+            t0 = time.monotonic()
+            _health(n)
+            took.append(time.monotonic() - t0)
+            time.sleep(1)
+        assert max(took) < 10, took
+        _wait("status says the data plane is down", lambda: _health(n)["state"] == "down", timeout=30)
+        t0 = time.monotonic()
+        assert "SPDK" in n.ok("status")["dataplane"]["error"]
+        assert time.monotonic() - t0 < 3
+    finally:
+        os.kill(n.target.proc.pid, signal.SIGCONT)
+    _wait("status says up", lambda: _health(n)["state"] == "up", timeout=90)

@@ -31,6 +31,7 @@ from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, Operat
 # SPDK answers a drive's attach once it has examined it, i.e. loaded its lvstore with every lvol:
 # 132 s for 10,000 lvols on this machine (an AIO file), far past the client's usual 60 s.
 ATTACH_TIMEOUT_S = 900.0
+DESCRIBE_TIMEOUT_S = 5.0  # `nodeos status` waits for this answer: a hung target must not hold it
 _PCIE = re.compile(r"^pcie:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])$")
 
 
@@ -82,7 +83,7 @@ class SpdkDataPlane(SpdkExports):
         self.rpc.close()
 
     def describe(self) -> dict[str, object]:
-        version = self.call(rq.get_version())
+        version = self.call(rq.get_version(), timeout=DESCRIBE_TIMEOUT_S)
         self.ensure_transports()
         return {
             "name": self.name,

@@ -44,6 +44,28 @@ def test_notify_over_an_abstract_socket() -> None:
         n.close()
 
 
+def test_notify_never_blocks_on_a_reader_that_does_not_drain(tmp_path: Path) -> None:
+    """A receiver that stopped reading (its queue full): status lines and watchdog pings are
+    dropped at once, READY waits at most READY_WAIT_S; a plain sendto blocked the daemon's event
+    loop until the reader drained (minutes, in the SPDK data plane watch test)."""
+    import time
+
+    from nodeos.daemon import notify
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(str(tmp_path / "n.sock"))
+        n = Notifier({"NOTIFY_SOCKET": str(tmp_path / "n.sock")})
+        t0 = time.monotonic()
+        sent = [n.status(f"line {i}") for i in range(200)]  # far past any queue length
+        assert time.monotonic() - t0 < 2.0
+        assert sent[0] and not sent[-1]
+        t0 = time.monotonic()
+        assert not n.ready("ready")
+        assert notify.READY_WAIT_S - 0.5 <= time.monotonic() - t0 < notify.READY_WAIT_S + 2
+        assert _recv(s) == {"STATUS": "line 0"}  # what fitted arrived, in order
+        n.close()
+
+
 def test_notify_without_systemd_is_a_quiet_no_op() -> None:
     n = Notifier({})
     assert not n.enabled and not n.ready("x") and n.watchdog_usec == 0
