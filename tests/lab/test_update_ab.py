@@ -24,7 +24,11 @@ from nodeos.lab.qga import AgentUnavailable
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 from tests.lab.update_helpers import bump, make_bundle
 
-pytestmark = pytest.mark.lab
+# Out of CI's run for now: in CI's run of 2026-11-30 one of the VM's resets never got out of the
+# firmware (OVMF stuck in its DXE phase, no output, again after a QMP system_reset; 1 of 9 guest
+# resets seen under TCG): a hang costs a test's whole bound. Runs with NODEOS_LAB_FULL=1.
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)]
+FIRMWARE_STUCK_S = 300.0  # no console output this long after a reset: the firmware hangs (above)
 LAB = dict(storage=1, drives=1, hosts=0, boot="disk")
 REBOOT_BOUND_S = 1800.0  # TCG on a shared 2-core host: a boot takes minutes, a failed try two boots
 NEW = bump(nodeos.__version__)
@@ -49,14 +53,21 @@ def _now(lab: Lab) -> tuple[str, str]:
 def _wait_rebooted(lab: Lab, before: str, slot: str) -> None:
     """Until s1 runs a boot other than `before` from `slot`, and is ready (nodeosd active)."""
     deadline = time.monotonic() + REBOOT_BOUND_S
+    console = lab.console_path("s1")
     while True:
         assert time.monotonic() < deadline, f"s1 not back on slot {slot} after {REBOOT_BOUND_S:.0f} s"
         try:
             boot_id, now = _now(lab)
             if boot_id != before and now == slot:
                 break
-        except (AgentUnavailable, OperationFailed):
-            pass  # rebooting
+        except (AgentUnavailable, OperationFailed, OSError):
+            pass  # rebooting (the agent's socket may be reset under us)
+        quiet = time.time() - console.stat().st_mtime
+        tail = console.read_bytes()[-300:]
+        assert not (b"reboot: machine restart" in tail and quiet > FIRMWARE_STUCK_S), (
+            f"s1's firmware printed nothing for {quiet:.0f} s after a reset (OVMF hang under TCG, see the "
+            "module's note); console: " + tail.decode(errors="replace")
+        )
         time.sleep(5)
     lab.wait_ready("s1")
 
