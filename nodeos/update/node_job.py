@@ -71,6 +71,18 @@ class NodeJob:
         self.sha256: str | None = None
         self.task: asyncio.Task[None] | None = None
 
+    def forget_bundles(self) -> list[str]:
+        """Remove the bundles kept for the cluster (hundreds of MiB each on the state partition)
+        once no upgrade needs them; never while this node's own job copies or installs one."""
+        if self.phase in ("copying", "installing"):
+            return []
+        gone = []
+        for p in sorted((self.state_dir / "update").glob("cluster-*.raucb")):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                gone.append(p.name)
+        return gone
+
     def status(self) -> dict[str, Any]:
         return {
             "boot_id": boot_id(),

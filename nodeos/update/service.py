@@ -14,6 +14,7 @@ nodeos/update/upgrade_loop.py.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import uuid
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeos.cluster.map import encode_command
+from nodeos.cluster.upgrade_map import ACTIVE
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import BadInput, NotFound, OperationFailed
 from nodeos.update import rolling
@@ -28,6 +30,8 @@ from nodeos.update.node_job import NodeJob, bundle_path, file_sha256
 from nodeos.update.upgrade_loop import UpgradeLoop
 
 LEADER_TIMEOUT_S = 20.0
+TIDY_EVERY_S = 30.0
+LOG = logging.getLogger("nodeosd.upgrade")
 VERIFY_TIMEOUT_S = 600.0
 
 
@@ -40,6 +44,7 @@ class UpgradeService:
         self.keyring = ctx.config.get("update_keyring") or None
         self.job: NodeJob | None = None
         self.loop: UpgradeLoop | None = None
+        self._tidy: asyncio.Task[None] | None = None
 
     def methods(self) -> dict[str, Handler]:
         return {
@@ -59,8 +64,12 @@ class UpgradeService:
         self.cluster.peer_handlers["update."] = self.job.handle
         self.loop = UpgradeLoop(self.cluster, self.job.status)
         self.loop.start()
+        self._tidy = asyncio.create_task(self._tidy_loop())
 
     async def stop(self) -> None:
+        if self._tidy is not None:
+            self._tidy.cancel()
+            await asyncio.gather(self._tidy, return_exceptions=True)
         if self.loop is not None:
             await self.loop.stop()
         if self.cluster is not None:
@@ -69,6 +78,18 @@ class UpgradeService:
 
     def status(self) -> dict[str, Any]:
         return {"job": self.job.status() if self.job else None}
+
+    async def _tidy_loop(self) -> None:
+        """Every node drops its kept bundles once the map holds no upgrade that may still need
+        them (running, paused or a stopped one that may resume)."""
+        while True:
+            await asyncio.sleep(TIDY_EVERY_S)
+            d = getattr(self.cluster, "driver", None)
+            up = (d.map.state.get("upgrade") if d is not None else None) or {}
+            if d is not None and up.get("state") not in ACTIVE and self.job is not None:
+                gone = await asyncio.to_thread(self.job.forget_bundles)
+                if gone:
+                    LOG.info("removed the bundle(s) kept for the cluster's upgrade: %s", ", ".join(gone))
 
     async def _request(self, to: int, method: str, params: dict[str, Any], timeout: float) -> Any:
         return await self.cluster.transport.request(to, method, params, timeout)
