@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from nodeos.errors import BadInput, NotFound, OperationFailed
 LOG = logging.getLogger("nodeosd.update")
 CHUNK = 1 << 20
 CHUNK_TIMEOUT_S = 30.0
+KEEP_FRESH_S = 600.0  # a bundle kept this recently is never tidied away
 UPDATE_TIMEOUT_S = 3600.0  # the one-node update: verify, write a slot (a few GiB)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -77,8 +79,11 @@ class NodeJob:
         if self.phase in ("copying", "installing"):
             return []
         gone = []
+        now = time.time()
         for p in sorted((self.state_dir / "update").glob("cluster-*.raucb")):
             with contextlib.suppress(FileNotFoundError):
+                if now - p.stat().st_mtime < KEEP_FRESH_S:
+                    continue  # just kept for an upgrade whose start may not be in the map yet
                 p.unlink()
                 gone.append(p.name)
         return gone

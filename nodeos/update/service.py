@@ -138,6 +138,7 @@ class UpgradeService:
         dst.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(dst.parent, 0o700)
         if dst.exists():
+            os.utime(dst)  # fresh again: not tidied away before the upgrade's start is in the map
             return
         tmp = dst.with_suffix(".part")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -12,6 +12,7 @@ serving; resume and abort then work from the map. Rebooting into a written slot 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import pytest
 
 from nodeos.cluster.localcluster import LocalNode
 from nodeos.update import build as ub
-from nodeos.update.node_job import bundle_path
+from nodeos.update.node_job import KEEP_FRESH_S, bundle_path
 from nodeos.update.verify import node_arch
 from tests.process.cluster_cli import cli, ok
 
@@ -158,6 +159,9 @@ def test_an_upgrade_stops_naming_the_node_whose_slot_cannot_be_written(
     # partition is small), within the tidy interval.
     kept = [bundle_path(n.root / "state", sha) for n in three]
     assert bundle_path(n3.root / "state", sha).exists()
+    for k in kept:  # older than the grace a fresh copy gets (an upgrade about to start)
+        if k.exists():
+            os.utime(k, (time.time() - KEEP_FRESH_S - 1,) * 2)
     deadline = time.monotonic() + 90
     while any(k.exists() for k in kept) and time.monotonic() < deadline:
         time.sleep(1)

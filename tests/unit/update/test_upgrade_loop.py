@@ -55,3 +55,27 @@ def test_leadership_goes_to_a_live_voter_outside_the_domain() -> None:
     progress[3] = pr(80, False)
     UpgradeLoop(cluster=None, local_status=None)._transfer(d, up)
     assert sent == [4]  # nobody to hand it to: it stays, and says so in the log
+
+
+def test_kept_bundles_are_tidied_but_never_a_fresh_one_nor_during_a_job(tmp_path: object) -> None:
+    """A node keeps the cluster's bundle (hundreds of MiB on a small state partition) only while
+    an upgrade may need it; a copy just kept (its upgrade's start not in the map yet) and the one
+    a job copies or installs stay."""
+    import os
+    import time
+    from pathlib import Path
+
+    from nodeos.update.node_job import KEEP_FRESH_S, NodeJob, bundle_path
+
+    state = Path(str(tmp_path))
+    old, fresh = bundle_path(state, "a" * 64), bundle_path(state, "b" * 64)
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"x")
+    fresh.write_bytes(b"y")
+    os.utime(old, (time.time() - KEEP_FRESH_S - 1,) * 2)
+    job = NodeJob(state, request=None, keyring=None)
+    job.phase = "copying"
+    assert job.forget_bundles() == [] and old.exists()
+    job.phase = "idle"
+    assert job.forget_bundles() == [old.name]
+    assert not old.exists() and fresh.exists()
