@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeos.errors import AlreadyExists, BadInput, EnvironmentProblem, NotFound, OperationFailed
-from nodeos.lab import diskboot, netns, qemu, qmp
+from nodeos.lab import coldboot, diskboot, netns, qemu, qmp
 from nodeos.lab import image as image_mod
 from nodeos.lab.plan import check_counts, cluster_labels, plan_vms, storage_names, subnet_of
 from nodeos.lab.qemu import VmSpec
@@ -168,11 +168,13 @@ class Lab(VmAccess):
         tap = netns.tap_name(v.name)
         netns.add_tap(self.ns, tap)
         netns.set_tap(self.ns, tap, not v.cut)
+        disk_boot = st.get("boot") == "disk" and v.role == "storage"
         argv = qemu.command_line(
             st["qemu"], v, accel=st["accel"], kernel=Path(st["kernel"]), initrd=Path(st["initrd"]),
-            rootfs=Path(st["rootfs"]), vm_dir=d, tap=tap, tag=self._tag(v.name),
-            disk_boot=st.get("boot") == "disk" and v.role == "storage",
+            rootfs=Path(st["rootfs"]), vm_dir=d, tap=tap, tag=self._tag(v.name), disk_boot=disk_boot,
         )  # fmt: skip
+        if disk_boot:  # its reboots are cold starts (OVMF's in-place reset can hang under TCG)
+            argv = coldboot.wrap(argv, d)
         with open(d / "console.log", "ab") as f:
             f.write(f"\n===== nodeos-lab: starting {v.name} at {time.strftime('%F %T')} =====\n".encode())
         v.pid = qemu.start(argv, self.ns, d / "qemu.log")

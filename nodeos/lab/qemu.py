@@ -349,24 +349,42 @@ def send_kill(pid: int | None, tag: str) -> bool:
         return False
     assert pid is not None
     try:
-        os.kill(pid, signal.SIGKILL)
+        # The VM's whole process group: a disk-booted VM's QEMU runs under its cold-start
+        # supervisor (nodeos/lab/coldboot.py), which leads the group the lab started.
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return False
     return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` (other than its leader) has a live thread: a supervised
+    QEMU (nodeos/lab/coldboot.py) still tearing down and holding the VM's tap."""
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or p.name == str(pgid):
+            continue
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if fields[2] == str(pgid) and _exiting(int(p.name)):
+            return True
+    return False
 
 
 def wait_gone(pid: int | None, tag: str, timeout: float = 30.0) -> None:
     """Until every thread of a killed QEMU is gone; EnvironmentProblem after `timeout`."""
     assert pid is not None
     deadline = time.monotonic() + timeout
+    reaped = False
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(ChildProcessError):
             # Our own child when started by this process: reap it (possible once all threads exited).
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except ChildProcessError:
-            pass
-        if not _exiting(pid):
+            reaped = reaped or os.waitpid(pid, os.WNOHANG)[0] == pid
+        if (reaped or not _exiting(pid)) and not _group_alive(pid):
             return
         time.sleep(0.05)
     raise EnvironmentProblem(f"QEMU {pid} ({tag}) still has live threads {timeout:.0f} s after SIGKILL")
