@@ -73,6 +73,10 @@ so (`nodeos status`: health not ok, "cluster map stopped: needs release >= X to 
 `cluster status`: `features.stalled`; a critical `node_stalled` event in its journal); restarted
 with a release that knows it, it applies the log from that entry on. (Releases before 0.2.0 still
 skip a command they do not know: the level is what keeps it from them.)
+Each map command version has typed arguments (`nodeos/cluster/command_args.py`): checked when
+proposed (`bad_input` naming the field, before the Raft log), observed but never refused when
+applied, since what a released version's handler accepts at apply is frozen (a log written by an
+older release must give every release the same map); a stricter rule is a new version.
 
 **HTTPS REST endpoint.** Off unless `nodeosd --rest-listen HOST:PORT` (or `rest_listen` in the
 config file; a management address, never a storage address). TLS with the node's certificate

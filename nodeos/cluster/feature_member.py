@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from nodeos.cluster import features
+from nodeos.cluster import commands, features
 from nodeos.cluster.driver import RaftDriver
 from nodeos.cluster.errors import NotLeader
 from nodeos.cluster.map import ClusterMap, encode_command
@@ -54,22 +54,29 @@ def known_level_from_env(env: dict[str, str] | None = None) -> int:
 
 def command_of(data: bytes) -> tuple[Any, Any]:
     """(name, version) of an encoded map command, or (None, None) if it is not one."""
+    name, version, _ = _decoded(data)
+    return name, version
+
+
+def _decoded(data: bytes) -> tuple[Any, Any, Any]:
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception:
-        return None, None
-    return (obj.get("cmd"), obj.get("v")) if isinstance(obj, dict) else (None, None)
+        return None, None, None
+    return (obj.get("cmd"), obj.get("v"), obj.get("args", {})) if isinstance(obj, dict) else (None,) * 3
 
 
 class GatedDriver(RaftDriver[ClusterMap]):
-    """The daemon's driver: no proposal above the cluster's feature level reaches Raft."""
+    """The daemon's driver: no proposal above the cluster's feature level, and none whose
+    arguments break its command's typed record (nodeos/cluster/command_args.py), reaches Raft."""
 
     async def propose(self, command: bytes, timeout: float = 5.0) -> Any:
         if self.map.stalled is not None:
             raise NotLeader(f"node {self.id} stopped applying the map: {self.map.stalled['message']}")
-        name, version = command_of(command)
+        name, version, args = _decoded(command)
         if name is not None:  # not a command at all: the map rejects it the same everywhere
             features.check_proposal(self.map.state, name, version, self.map.known_level)
+            commands.check_args(name, version, args)
         return await super().propose(command, timeout)
 
 

@@ -40,7 +40,7 @@ from nodeos.cluster import events as map_events
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound
 from nodeos.storage import (
     create_replace_map,
-    failover_map,
+    failover_handlers,
     host_map,
     pool_index,
     publish_map,
@@ -144,6 +144,9 @@ class ClusterMap:
         self.known_level = known_level
         self.stalled: dict[str, Any] | None = None
         self.pool_index = pool_index.PoolIndex()  # derived from state, for the room check
+        # Committed entries whose arguments break their command's typed record, on this node
+        # (not in the state: observed, never acted on; commands.nonconforming says why).
+        self.nonconforming: list[dict[str, Any]] = []
 
     # --- reading ---
     @property
@@ -201,6 +204,10 @@ class ClusterMap:
             if seen is not None:  # asked again after an unknown outcome: answered, not applied
                 return {k: seen[k] for k in ("result", "error") if k in seen}
             spec = commands.lookup(cmd["cmd"], cmd["v"])
+            why = commands.nonconforming(spec, cmd.get("args", {}))
+            if why is not None:
+                self.nonconforming.append({"index": index, "cmd": spec.name, "v": spec.version, "why": why})
+                del self.nonconforming[:-MAX_REJECTED]
             fn = HANDLERS[spec.name][spec.version]
             first = map_events.next_seq(self.state)
             token = pool_index.ACTIVE.set((self.state, self.pool_index))
@@ -475,7 +482,7 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     **host_map.HANDLERS,
     **snapshot_map.HANDLERS,
     **publish_map.HANDLERS,
-    **failover_map.HANDLERS,
+    **failover_handlers.HANDLERS,
     **replace_map.HANDLERS,
     **create_replace_map.HANDLERS,
     **storage_import.HANDLERS,

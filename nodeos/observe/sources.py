@@ -167,7 +167,7 @@ def _member_changes(pc: dict[str, Any], cc: dict[str, Any], at: float) -> list[d
 
 def _volume_changes(pc: dict[str, Any], cc: dict[str, Any], at: float) -> list[dict[str, Any]]:
     """Rebuilds seen in the map, reported by the leader only. Failovers are not derived here:
-    the map records its own (`failover`, with the epoch: nodeos/storage/failover_map.py)."""
+    the map records its own (`failover`, with the epoch: nodeos/storage/failover_handlers.py)."""
     if _alive(pc) is None or _alive(cc) is None:
         return []
     pm, cm = pc.get("map") or {}, cc.get("map") or {}

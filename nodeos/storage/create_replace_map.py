@@ -31,6 +31,7 @@ from nodeos.errors import OperationFailed
 from nodeos.storage.capacity import check_room
 from nodeos.storage.failover_map import volume_of
 from nodeos.storage.lookup import health_of
+from nodeos.storage.map_common import check_placement, check_spread, set_paths
 from nodeos.storage.replace_map import slot_move
 
 LEVEL = 3  # the feature level that brings it (nodeos/cluster/features.py)
@@ -87,7 +88,6 @@ def _creating(st: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
 
 def volume_create_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Give the slot of node `old` (it failed to make its replica) to `node`/`pool_id`."""
-    from nodeos.storage.storage_map import _check_placement, _check_spread, set_paths
 
     vol = _creating(st, args)
     old, new, pool_id = slot_move(st, args)
@@ -107,8 +107,8 @@ def volume_create_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     idx = nodes.index(old)
     placement = [dict(s) for s in vol["placement"]]
     placement[idx] = {"node": new, "pool_id": pool_id}
-    placement = _check_placement(st, placement)
-    _check_spread(st, placement, vol.get("spread", "node"))
+    placement = check_placement(st, placement)
+    check_spread(st, placement, vol.get("spread", "node"))
     check_room(st, name, int(vol["size_bytes"]), [placement[idx]])
     why = "create failed" if old in failed else "node down"
     if old not in failed:  # down: never tried again for this volume either

@@ -33,22 +33,3 @@ def left_on_down_nodes(st: dict[str, Any], obj: dict[str, Any], section: str) ->
     down = [n for n, is_down in _reporting(st, obj, section) if is_down]
     names = [(st["nodes"].get(n) or {}).get("name") or f"node-{n}" for n in down]
     return f"; {', '.join(names)} (down) deletes its copy when it returns" if names else ""
-
-
-def settle_deleting_on(st: dict[str, Any], nid: int) -> None:
-    """A node was called down: a delete that waited only for it finishes now."""
-    from nodeos.storage.snapshot_map import settle_snapshot
-    from nodeos.storage.storage_map import _settle_volume
-
-    def on_node(obj: dict[str, Any] | None) -> bool:
-        placed = obj is not None and any(s["node"] == nid for s in obj["placement"])
-        return placed and obj["state"] == "deleting"  # type: ignore[index]
-
-    for uuid in sorted(st["volumes"]):  # not dict order: every node records the same events
-        vol = st["volumes"].get(uuid)
-        if on_node(vol):
-            _settle_volume(st, vol)  # type: ignore[arg-type]
-    for uuid in sorted(st["snapshots"]):
-        snap = st["snapshots"].get(uuid)
-        if on_node(snap):
-            settle_snapshot(st, snap)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from nodeos.cluster import events as map_events
 from nodeos.cluster.datakey import is_sealed
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
 from nodeos.storage.lookup import volume_by_name
-from nodeos.storage.storage_map import _req
+from nodeos.storage.map_common import req
 
 MAX_HOSTS_AT_ONCE = 1000  # hosts one map command registers or grants
 
@@ -32,13 +32,13 @@ MAX_HOSTS_AT_ONCE = 1000  # hosts one map command registers or grants
 
 def volume_hosts_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Grant (`add: true`) or revoke a host on a volume."""
-    return grant_or_revoke(st, volume_by_name(st, _req(args, "name", str)), args)
+    return grant_or_revoke(st, volume_by_name(st, req(args, "name", str)), args)
 
 
 def _hosts_arg(args: dict[str, Any]) -> list[str]:
     """`host` (one NQN) or `hosts` (several at once: one map command for a fleet)."""
     if "hosts" not in args:
-        return [_req(args, "host", str)]
+        return [req(args, "host", str)]
     hosts = args["hosts"]
     if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
         raise BadInput("hosts must list at least one host NQN", field="hosts")
@@ -125,7 +125,7 @@ def host_add_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         for nqn in new:
             st["hosts"][nqn] = {"nqn": nqn, "dhchap_secret": None, "added": args.get("added")}
         return {"nqns": nqns, "added": len(new), "present": len(nqns) - len(new)}
-    nqn = _req(args, "nqn", str)
+    nqn = req(args, "nqn", str)
     if nqn in st["hosts"]:
         raise AlreadyExists(f"host {nqn!r} is already registered", field="host")
     policy, key = _tls_args(args)
@@ -140,7 +140,7 @@ def host_add_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 def host_update_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """A host's TLS: `tls` (policy) and `tls_key` (sealed; absent: the one it has). Refused if
     it would leave a host granted a volume it could no longer reach (tlskey.grant_conflicts)."""
-    nqn = _req(args, "nqn", str)
+    nqn = req(args, "nqn", str)
     old = st["hosts"].get(nqn)
     if old is None:
         raise NotFound(f"host {nqn!r} is not registered", field="host")
@@ -177,7 +177,7 @@ def host_update_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def host_remove_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    nqn = _req(args, "nqn", str)
+    nqn = req(args, "nqn", str)
     if nqn not in st["hosts"]:
         raise NotFound(f"host {nqn!r} is not registered", field="host")
     granted = sorted(v["name"] for v in st["volumes"].values() if nqn in v["hosts"])

@@ -25,8 +25,8 @@ from nodeos.storage.host_map import grant_or_revoke
 from nodeos.storage.lookup import PUBLISHED as SECTION
 from nodeos.storage.lookup import health_of, name_free, node_name, published_by_name, snapshot_by_name
 from nodeos.storage.lookup import published_section as section
+from nodeos.storage.map_common import req
 from nodeos.storage.publish import COPY_STATES, check_unpublish, copy_plan, joined
-from nodeos.storage.storage_map import _req
 
 
 def report_of(st: dict[str, Any], nid: int, uuid: str) -> dict[str, Any] | None:
@@ -59,12 +59,12 @@ def connected_hosts(st: dict[str, Any], pub: dict[str, Any]) -> dict[int, list[s
 
 
 def volume_publish_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    name = _req(args, "name", str)
+    name = req(args, "name", str)
     name_free(st, name)
-    uuid = _req(args, "uuid", str)
+    uuid = req(args, "uuid", str)
     if uuid in section(st) or uuid in st["volumes"]:
         raise AlreadyExists(f"volume uuid {uuid} exists", field="uuid")
-    snap = snapshot_by_name(st, _req(args, "snapshot", str), "snapshot")
+    snap = snapshot_by_name(st, req(args, "snapshot", str), "snapshot")
     if snap["state"] != "ready":
         raise OperationFailed(f"snapshot {snap['name']!r} is {snap['state']}", field="snapshot")
     placement = args.get("placement")
@@ -89,7 +89,7 @@ def volume_publish_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     pub = {
         "uuid": uuid,
         "name": name,
-        "nqn": _req(args, "nqn", str),
+        "nqn": req(args, "nqn", str),
         "nguid": uuid.replace("-", ""),
         "serial": uuid.replace("-", "")[:20],
         "size_bytes": snap["size_bytes"],
@@ -116,7 +116,7 @@ def volume_publish_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def volume_unpublish_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    pub = published_by_name(st, _req(args, "name", str))
+    pub = published_by_name(st, req(args, "name", str))
     check_unpublish(pub["name"], connected_hosts(st, pub), bool(args.get("force")))
     pub["state"] = "unpublishing"
     st["paths"][pub["uuid"]] = {}
@@ -125,7 +125,7 @@ def volume_unpublish_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def publish_hosts_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    return grant_or_revoke(st, published_by_name(st, _req(args, "name", str)), args)
+    return grant_or_revoke(st, published_by_name(st, req(args, "name", str)), args)
 
 
 def publish_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
@@ -138,7 +138,7 @@ def publish_replace_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
     if features.cluster_level(st) < 4:  # refused before Raft too (commands.py); never applied below it
         raise OperationFailed("a published copy is moved from feature level 4 on", field="cmd")
-    uuid = _req(args, "uuid", str)
+    uuid = req(args, "uuid", str)
     pub = section(st).get(uuid)
     if pub is None:
         raise NotFound(f"published volume {uuid} does not exist", field="uuid")

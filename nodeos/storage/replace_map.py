@@ -27,6 +27,7 @@ from nodeos.cluster import events as map_events
 from nodeos.errors import BadInput, NotFound, OperationFailed
 from nodeos.storage.failover_map import in_sync_of, volume_of
 from nodeos.storage.lookup import health_of
+from nodeos.storage.map_common import check_placement, check_spread, set_paths
 
 
 def _refuse(msg: str, field: str, **kw: Any) -> OperationFailed:
@@ -47,7 +48,6 @@ def slot_move(st: dict[str, Any], args: dict[str, Any]) -> tuple[int, int, str]:
 
 def volume_replace_replica_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Move the replica of volume `uuid` on node `old` to `node`/`pool_id`, decided at `epoch`."""
-    from nodeos.storage.storage_map import _check_placement, _check_spread, set_paths
 
     vol = volume_of(st, args)
     old, new, pool_id = slot_move(st, args)
@@ -83,9 +83,9 @@ def volume_replace_replica_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     idx = nodes.index(old)
     placement = [dict(s) for s in vol["placement"]]
     placement[idx] = {"node": new, "pool_id": pool_id}
-    placement = _check_placement(st, placement)
+    placement = check_placement(st, placement)
     if vol.get("kind") != "clone":  # a clone's legs live where its snapshot's are (no spread check)
-        _check_spread(st, placement, vol.get("spread", "node"))
+        check_spread(st, placement, vol.get("spread", "node"))
     vol["placement"] = placement
     vol["in_sync"] = [n for n in (int(s["node"]) for s in placement) if n in set(left)]
     set_paths(st, vol)

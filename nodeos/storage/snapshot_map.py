@@ -22,8 +22,9 @@ from typing import Any
 
 from nodeos.cluster import events as map_events
 from nodeos.errors import NotSupported, OperationFailed
+from nodeos.storage.delete_map import left_on_down_nodes, still_holding
 from nodeos.storage.lookup import name_free, snapshot_by_name, volume_by_name
-from nodeos.storage.storage_map import _req, replica_view
+from nodeos.storage.map_common import replica_view, req
 
 PHASES = ("freezing", "taking")
 
@@ -35,8 +36,6 @@ def _drop(st: dict[str, Any], snap: dict[str, Any], why: str | None = None) -> N
     views = {s["node"]: ((st["reports"].get(s["node"]) or {}).get("snapshots") or {}).get(snap["uuid"])
              for s in snap["placement"]}  # fmt: skip
     if why is None and snap["state"] == "deleting":
-        from nodeos.storage.delete_map import left_on_down_nodes
-
         why = "deleted" + left_on_down_nodes(st, snap, "snapshots")
     why = why or "not taken"
     map_events.snapshot_dropped(st, snap, why, views)
@@ -59,8 +58,6 @@ def settle_snapshot(st: dict[str, Any], snap: dict[str, Any]) -> None:
         for s in snap["placement"]
     }
     if snap["state"] == "deleting":
-        from nodeos.storage.delete_map import still_holding
-
         if not still_holding(st, snap, "snapshots"):
             _drop(st, snap)
         return
@@ -89,15 +86,15 @@ def settle_snapshot(st: dict[str, Any], snap: dict[str, Any]) -> None:
 
 
 def snapshot_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    vol = volume_by_name(st, _req(args, "volume", str), "name")
+    vol = volume_by_name(st, req(args, "volume", str), "name")
     if vol["state"] != "ready":
         raise OperationFailed(f"volume {vol['name']!r} is {vol['state']}", field="name")
     replicated = int(vol.get("replicas") or 1) > 1
     if replicated:
         check_snapshot_allowed(st, vol)
-    name = _req(args, "name", str)
+    name = req(args, "name", str)
     name_free(st, name, "snapshot")
-    uuid = _req(args, "uuid", str)
+    uuid = req(args, "uuid", str)
     snap = {
         "uuid": uuid,
         "name": name,
@@ -156,7 +153,7 @@ def check_snapshot_allowed(st: dict[str, Any], vol: dict[str, Any]) -> None:
 def snapshot_abort_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """The primary gives up a freeze that lasted too long: the snapshot is dropped unless it
     became ready meanwhile (then nothing changes)."""
-    uuid = _req(args, "uuid", str)
+    uuid = req(args, "uuid", str)
     snap = st["snapshots"].get(uuid)
     if snap is None or snap["state"] != "creating":
         return {"uuid": uuid, "aborted": False, "state": None if snap is None else snap["state"]}
@@ -166,7 +163,7 @@ def snapshot_abort_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def snapshot_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    snap = snapshot_by_name(st, _req(args, "name", str), "name")
+    snap = snapshot_by_name(st, req(args, "name", str), "name")
     clones = sorted(v["name"] for v in st["volumes"].values() if v.get("origin_uuid") == snap["uuid"])
     if clones and not args.get("force"):
         raise OperationFailed(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodeos.storage.lookup import pool_key
-from nodeos.storage.storage_map import _nid, set_paths
+from nodeos.storage.map_common import member, set_paths
 
 
 def import_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
@@ -15,7 +15,7 @@ def import_node_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     Objects already in the map (same pool key, same volume/snapshot uuid, same host) are left
     as they are, so a node that repeats the import after a crash changes nothing twice. A
     name taken by another object is reported, not overwritten."""
-    nid = _nid(st, args)
+    nid = member(st, args)
     imported: dict[str, list[str]] = {"pools": [], "volumes": [], "snapshots": [], "hosts": [], "skipped": []}
     for h in args.get("hosts") or []:
         if h["nqn"] not in st["hosts"]:

@@ -35,9 +35,13 @@ from typing import Any
 
 from nodeos.cluster import events as map_events
 from nodeos.errors import AlreadyExists, BadInput, NotFound, OperationFailed
+from nodeos.storage import create_replace_map, failover_map
 from nodeos.storage.capacity import check_room
+from nodeos.storage.delete_map import left_on_down_nodes, still_holding
 from nodeos.storage.lookup import name_free, pool_key, snapshot_by_name, volume_by_name
-from nodeos.storage.placement import SPREADS, NodeCandidate, domain_of
+from nodeos.storage.map_common import check_placement, check_spread, member, replica_view, req, set_paths
+from nodeos.storage.publish_map import check_report, settle_node
+from nodeos.storage.snapshot_map import drop_freezes_of, settle_snapshot
 
 REPLICA_STATES = ("creating", "syncing", "in-sync", "degraded", "failed")
 VOLUME_STATES = ("creating", "ready", "deleting", "failed")
@@ -49,20 +53,6 @@ SECTIONS = ("reports", "pools", "volumes", "snapshots", "names", "hosts", "paths
 
 
 # --- argument helpers ------------------------------------------------------------------------
-
-
-def _req(args: dict[str, Any], field: str, kind: type | tuple[type, ...]) -> Any:
-    v = args.get(field)
-    if not isinstance(v, kind) or isinstance(v, bool):
-        raise BadInput(f"{field} is missing or of the wrong type", field=field)
-    return v
-
-
-def _nid(st: dict[str, Any], args: dict[str, Any], field: str = "node_id") -> int:
-    nid = args.get(field)
-    if type(nid) is not int or nid not in st["nodes"]:
-        raise NotFound(f"node {nid!r} is not a member", field=field, allowed=sorted(st["nodes"]) or None)
-    return nid
 
 
 def _short(s: Any) -> str | None:
@@ -97,18 +87,11 @@ def label_conflicts(set_: dict[str, Any], remove: list[Any]) -> None:
         )
 
 
-def set_paths(st: dict[str, Any], vol: dict[str, Any]) -> None:
-    st["paths"][vol["uuid"]] = {
-        slot["node"]: ("optimized" if slot["node"] == vol["primary"] else "inaccessible")
-        for slot in vol["placement"]
-    }
-
-
 # --- nodes -----------------------------------------------------------------------------------
 
 
 def node_label_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    nid = _nid(st, args)
+    nid = member(st, args)
     set_ = args.get("set") or {}
     remove = args.get("remove") or []
     if not isinstance(set_, dict) or not isinstance(remove, list):
@@ -124,7 +107,7 @@ def node_label_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def node_set_state_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    nid = _nid(st, args)
+    nid = member(st, args)
     state = args.get("state")
     if state not in ("active", "draining"):
         raise BadInput(f"state {state!r} is not allowed", field="state", allowed=["active", "draining"])
@@ -138,8 +121,8 @@ def node_set_state_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 def node_report_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """A node's agent says what it really has. Newer reports replace older ones (seq)."""
-    nid = _nid(st, args)
-    seq = _req(args, "seq", int)
+    nid = member(st, args)
+    seq = req(args, "seq", int)
     old = st["reports"].get(nid)
     if old is not None and old.get("seq", 0) >= seq:
         return {"node_id": nid, "stale": True}
@@ -150,8 +133,6 @@ def node_report_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
             raise BadInput(f"{key} must be a map", field=key)
         rep[key] = v
     if args.get("published"):
-        from nodeos.storage.publish_map import check_report
-
         check_report(args["published"])
         rep["published"] = args["published"]
     for r in rep["replicas"].values():
@@ -196,45 +177,22 @@ def _settle(st: dict[str, Any], nid: int) -> None:
     for uuid in sorted(u for u, v in st["volumes"].items() if any(s["node"] == nid for s in v["placement"])):
         if uuid in st["volumes"]:
             _settle_volume(st, st["volumes"][uuid])
-    from nodeos.storage.snapshot_map import settle_snapshot  # it builds on this module
-
     mine = [u for u, x in st["snapshots"].items() if any(s["node"] == nid for s in x["placement"])]
     for uuid in sorted(mine):
         if uuid in st["snapshots"]:
             settle_snapshot(st, st["snapshots"][uuid])
-    from nodeos.storage.publish_map import settle_node
-
     settle_node(st, nid)
 
 
-def replica_view(st: dict[str, Any], vol: dict[str, Any], nid: int) -> dict[str, Any]:
-    """The state of `vol`'s replica on `nid`: what the primary's mirror says of it if it says
-    anything (it sees the member), else what the node itself reports."""
-    own = (st["reports"].get(nid) or {}).get("replicas", {}).get(vol["uuid"])
-    prim = (st["reports"].get(vol["primary"]) or {}).get("replicas", {}).get(vol["uuid"]) or {}
-    member = (prim.get("members") or {}).get(nid) if nid != vol["primary"] else None
-    if own is None:
-        return {"state": "creating", "step": "waiting for the node", "error": None}
-    if member is not None and own.get("state") != "failed":
-        return {**own, "state": member}
-    return own
-
-
 def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
-    from nodeos.storage.failover_map import settle_in_sync  # it builds on this module
-
-    settle_in_sync(st, vol)
+    failover_map.settle_in_sync(st, vol)  # through the module: the simulator patches it
     views = {s["node"]: replica_view(st, vol, s["node"]) for s in vol["placement"]}
     if vol["state"] == "deleting":
-        from nodeos.storage.delete_map import still_holding  # it builds on this module
-
         if not still_holding(st, vol, "replicas"):
             _drop_volume(st, vol)
         return
     if vol["state"] == "creating":
         failed = [(n, v) for n, v in views.items() if v["state"] == "failed"]
-        from nodeos.storage import create_replace_map
-
         if failed and create_replace_map.retries_create(st, vol):
             create_replace_map.note_create_failures(st, vol, failed)  # the leader places it elsewhere
         elif failed:
@@ -250,8 +208,6 @@ def _settle_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
 
 
 def _drop_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
-    from nodeos.storage.delete_map import left_on_down_nodes  # it builds on this module
-
     left = left_on_down_nodes(st, vol, "replicas")
     del st["volumes"][vol["uuid"]]
     st["paths"].pop(vol["uuid"], None)
@@ -260,16 +216,34 @@ def _drop_volume(st: dict[str, Any], vol: dict[str, Any]) -> None:
     map_events.record(st, "volume_deleted", f"volume {vol['name']} deleted{left}", volume=vol["uuid"])
 
 
+def settle_deleting_on(st: dict[str, Any], nid: int) -> None:
+    """A node was called down: a delete that waited only for it finishes now (the deletes wait
+    for the nodes nodeos/storage/delete_map.py says)."""
+
+    def on_node(obj: dict[str, Any] | None) -> bool:
+        placed = obj is not None and any(s["node"] == nid for s in obj["placement"])
+        return placed and obj["state"] == "deleting"  # type: ignore[index]
+
+    for uuid in sorted(st["volumes"]):  # not dict order: every node records the same events
+        vol = st["volumes"].get(uuid)
+        if on_node(vol):
+            _settle_volume(st, vol)  # type: ignore[arg-type]
+    for uuid in sorted(st["snapshots"]):
+        snap = st["snapshots"].get(uuid)
+        if on_node(snap):
+            settle_snapshot(st, snap)  # type: ignore[arg-type]
+
+
 # --- pools -----------------------------------------------------------------------------------
 
 
 def pool_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    nid = _nid(st, args)
-    name = _req(args, "name", str)
+    nid = member(st, args)
+    name = req(args, "name", str)
     key = pool_key(nid, name)
     if key in st["pools"]:
         raise AlreadyExists(f"pool {name!r} already exists on this node", field="name")
-    drives = _req(args, "drives", list)
+    drives = req(args, "drives", list)
     used = {d for p in st["pools"].values() if p["node"] == nid for d in p["drives"]}
     taken = sorted(set(drives) & used)
     if taken:
@@ -277,9 +251,9 @@ def pool_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     st["pools"][key] = {
         "name": name,
         "node": nid,
-        "pool_id": _req(args, "pool_id", str),
+        "pool_id": req(args, "pool_id", str),
         "drives": list(drives),
-        "devices": list(_req(args, "devices", list)),
+        "devices": list(req(args, "devices", list)),
         "state": "creating",
         "size_bytes": 0,
         "error": None,
@@ -291,8 +265,8 @@ def pool_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def pool_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    nid = _nid(st, args)
-    name = _req(args, "name", str)
+    nid = member(st, args)
+    name = req(args, "name", str)
     key = pool_key(nid, name)
     pool = st["pools"].get(key)
     if pool is None:
@@ -325,60 +299,23 @@ def pool_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 # --- volumes ---------------------------------------------------------------------------------
 
 
-def _check_placement(st: dict[str, Any], placement: Any, field: str = "placement") -> list[dict[str, Any]]:
-    if not isinstance(placement, list) or not 1 <= len(placement) <= 3:
-        raise BadInput("placement must list 1 to 3 replicas", field=field)
-    out, seen = [], set()
-    pool_ids = {(p["node"], p["pool_id"]): p for p in st["pools"].values()}
-    for slot in placement:
-        nid, pid = slot.get("node"), slot.get("pool_id")
-        if nid in seen:
-            raise BadInput(f"node {nid} holds two replicas", field=field)
-        pool = pool_ids.get((nid, pid))
-        if pool is None or pool["state"] != "ready":
-            raise BadInput(f"pool {pid!r} on node {nid} is not a ready pool", field=field)
-        seen.add(nid)
-        out.append({"node": nid, "pool_id": pid})
-    return out
-
-
-def _check_spread(st: dict[str, Any], placement: list[dict[str, Any]], spread: Any) -> None:
-    """Replicas on distinct failure domains by the labels as applied: a placement decided
-    before a concurrent `node_label` committed may no longer spread (found by the simulator)."""
-    if spread not in SPREADS:
-        raise BadInput(f"spread {spread!r} is not allowed", field="spread", allowed=list(SPREADS))
-    seen: dict[str, int] = {}
-    for slot in placement:
-        n = st["nodes"][slot["node"]]
-        domain = domain_of(
-            NodeCandidate(slot["node"], str(n.get("name")), n.get("labels") or {}, True), spread
-        )
-        if domain in seen:
-            raise BadInput(
-                f"nodes {seen[domain]} and {slot['node']} are both in {spread} {domain!r} now; "
-                "the placement is stale, create the volume again",
-                field="placement",
-            )
-        seen[domain] = slot["node"]
-
-
 def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Placement was chosen by the leader from this very map; apply re-checks it anyway, so a
     stale decision (a pool deleted, a node relabelled meanwhile) is refused identically everywhere."""
-    name = _req(args, "name", str)
+    name = req(args, "name", str)
     name_free(st, name)
-    uuid = _req(args, "uuid", str)
+    uuid = req(args, "uuid", str)
     if uuid in st["volumes"]:
         raise AlreadyExists(f"volume uuid {uuid} exists", field="uuid")
-    placement = _check_placement(st, args.get("placement"))
+    placement = check_placement(st, args.get("placement"))
     kind = args.get("kind", "volume")
-    size = _req(args, "size_bytes", int)
+    size = req(args, "size_bytes", int)
     if kind != "clone":  # a clone lives where its snapshot lives, wherever the labels moved
-        _check_spread(st, placement, args.get("spread", "node"))
+        check_spread(st, placement, args.get("spread", "node"))
         check_room(st, name, size, placement)  # two creates decided on one map: the second may not fit
     origin_uuid = None
     if kind == "clone":
-        snap = snapshot_by_name(st, _req(args, "origin", str), "snapshot")
+        snap = snapshot_by_name(st, req(args, "origin", str), "snapshot")
         if snap["state"] != "ready":
             raise OperationFailed(f"snapshot {snap['name']!r} is {snap['state']}", field="snapshot")
         origin_uuid = snap["uuid"]
@@ -386,7 +323,7 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
         "uuid": uuid,
         "name": name,
         "vol_id": "v" + uuid.replace("-", ""),
-        "nqn": _req(args, "nqn", str),
+        "nqn": req(args, "nqn", str),
         "nguid": uuid.replace("-", ""),
         "serial": uuid.replace("-", "")[:20],
         "size_bytes": size,
@@ -418,9 +355,7 @@ def volume_create_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 def volume_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Mark the volume deleting; it leaves the map once no replica node reports it. Its
     snapshots stay (thin snapshots do not depend on their origin)."""
-    from nodeos.storage.snapshot_map import drop_freezes_of
-
-    vol = volume_by_name(st, _req(args, "name", str))
+    vol = volume_by_name(st, req(args, "name", str))
     vol["state"] = "deleting"
     drop_freezes_of(st, vol)
     _settle_volume(st, vol)
@@ -428,8 +363,8 @@ def volume_delete_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 
 def volume_resize_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    vol = volume_by_name(st, _req(args, "name", str))
-    size = _req(args, "size_bytes", int)
+    vol = volume_by_name(st, req(args, "name", str))
+    size = req(args, "size_bytes", int)
     if size < vol["size_bytes"]:
         raise BadInput("volumes only grow", field="size", allowed=f">= {vol['size_bytes']} bytes")
     vol["size_bytes"] = size

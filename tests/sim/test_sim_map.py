@@ -70,6 +70,7 @@ CAUGHT_BY = {
     "map_create_replace_keeps_epoch": "map invariant",
     "map_index_misses_create_replace": "map invariant",
     "map_unlisted_ignores_reports": "map invariant",
+    "map_command_untyped": "map invariant",
 }
 
 

@@ -1,7 +1,8 @@
 """The house (issue 26): the API definitions and the REST endpoint sit in their layer, no import
 circle runs through them or back from the cluster into the control plane, the storage domain
 (nodeos/storage) stands on the cluster's leaf services only and the cluster reaches into it only
-where its map gathers the storage sections, no import circle spans two packages, and no module
+where its map gathers the storage sections, no import circle spans two packages nor forms inside
+one (but the known ones, none in storage), and no module
 grows far past 500 lines. Read from the source (every import, those inside functions too), so a lazy
 import cannot hide a circle that only shows when the code path runs."""
 
@@ -270,10 +271,54 @@ def test_no_product_module_imports_the_test_tooling() -> None:
 
 
 def test_no_import_circle_spans_two_packages() -> None:
-    """Circles inside one package (its modules calling each other lazily) are that package's own
-    business; one through two packages means neither can be read, tested or moved alone."""
+    """One through two packages means neither can be read, tested or moved alone (circles inside
+    one package: KNOWN_CIRCLES below)."""
     bad = [c for c in _circles() if len({_package(m) for m in c}) > 1]
     assert bad == []
+
+
+# Circles inside one package that were there before circles within a package were forbidden,
+# each still to untangle: no module may join one, and no new one may form. The storage domain's
+# (eleven sections calling each other lazily) is untangled: below every section, map_common.py
+# (argument helpers, paths, the placement re-check); the report settling on top, in storage_map.py;
+# the failover handlers above the decisions they re-check (failover_handlers.py).
+KNOWN_CIRCLES = (
+    {"nodeos.agent.agent", "nodeos.agent.report"},
+    {"nodeos.cli.node", "nodeos.cli.publish"},
+    {"nodeos.cluster.raft.leader", "nodeos.cluster.raft.raft"},  # Raft + LeaderMixin
+    {"nodeos.cluster.peersender", "nodeos.cluster.peerserver", "nodeos.cluster.transport"},
+    {
+        f"nodeos.devtools.sim.{m}"
+        for m in [
+            "cluster",
+            "disruption",
+            "failover_agent",
+            "failover_broken",
+            "failover_data",
+            "failover_faults",
+            "failover_handoff",
+            "failover_leader",
+            "failover_sim",
+            "faults",
+            "ready",
+            "sim_kernel",
+            "sim_plane",
+            "sim_teardown",
+            "ticks",
+            "voters_sim",
+        ]
+    },
+    {"nodeos.lab.diskboot", "nodeos.lab.qemu"},
+    {"nodeos.lab.bundle", "nodeos.lab.image", "nodeos.lab.rawdisk"},
+    {"nodeos.lab.cluster", "nodeos.lab.lab", "nodeos.lab.state", "nodeos.lab.vm_access"},
+)
+
+
+def test_no_import_circle_within_a_package_but_the_known_ones_and_none_in_storage() -> None:
+    """A circle inside one package still means none of its modules can be read or tested alone."""
+    new = [c for c in _circles() if not any(set(c) <= known for known in KNOWN_CIRCLES)]
+    assert new == [], "untangle these import circles (lazy imports count)"
+    assert not any(_in(m, ("storage", "api", "rest")) for known in KNOWN_CIRCLES for m in known)
 
 
 def test_no_import_circle_runs_through_the_api_the_rest_endpoint_or_control_and_cluster() -> None:
@@ -299,6 +344,7 @@ def test_the_checks_see_what_they_check() -> None:
     assert "nodeos.control.decide" in GRAPH["nodeos.devtools.sim.failover_sim"]  # tooling, allowed
     assert "nodeos.storage.storage_map" in GRAPH["nodeos.cluster.map"]  # the map gathers the sections
     assert "nodeos.cluster.events" in GRAPH["nodeos.storage.storage_map"]
-    assert "nodeos.storage.publish_map" in GRAPH["nodeos.storage.storage_map"]  # inside a function
+    assert "nodeos.storage.publish_replace" in GRAPH["nodeos.storage.publish_map"]  # inside a function
     assert any(len({_package(m) for m in c}) == 1 and len(c) > 1 for c in _circles())  # circles are seen
+    assert {"nodeos.cluster.raft.leader", "nodeos.cluster.raft.raft"} in [set(c) for c in _circles()]
     assert len(MODULES) > 200

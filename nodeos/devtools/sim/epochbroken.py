@@ -1,6 +1,6 @@
 """Deliberately broken variants of the failover map's decisions, for the self-test of the failover
-map invariants (epochcheck.py) only: each is the real function of nodeos/storage/failover_map.py
-with one line changed, patched in for one run. Production code never sets these.
+map invariants (epochcheck.py) only: each is the real function of nodeos/storage/failover_map.py or
+failover_handlers.py with one line changed, patched in for one run. Production code never sets these.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _settle_broken(st: dict[str, Any], vol: dict[str, Any], *, check_epoch: bool
             fm._set_in_sync(vol, [*cur, nid])
             cur = fm.in_sync_of(vol)
         elif state in fm.MEMBER_OUT and nid in cur and vol["state"] == "ready":
-            fm._drop_in_sync(st, vol, nid, None)
+            fm.drop_in_sync(st, vol, nid, None)
             cur = fm.in_sync_of(vol)
     if vol.get("in_sync") is None:
         vol["in_sync"] = cur

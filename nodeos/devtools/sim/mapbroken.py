@@ -14,6 +14,7 @@ from typing import Any
 
 from nodeos.cluster import map as map_mod
 from nodeos.cluster import request_log
+from nodeos.control import decide
 from nodeos.storage import create_replace_map, pool_index, snapshot_map
 from nodeos.storage import storage_map as sm
 from nodeos.storage.placement import CapacityIndex
@@ -32,6 +33,7 @@ MAP_BROKEN_VARIANTS = {
     "map_create_replace_keeps_epoch": "a new volume's primary slot re-placed without a new epoch",
     "map_index_misses_create_replace": "the pool index takes a new volume's re-placed slot for no change",
     "map_unlisted_ignores_reports": "the index of unlisted volumes misses a report that stops listing one",
+    "map_command_untyped": "volume_create's decision sends its QoS IOPS as text (stored as is)",
 }
 
 
@@ -42,6 +44,11 @@ def _create_replace_keeps_epoch(st: dict[str, Any], args: dict[str, Any]) -> Any
     if vol is not None:
         vol["epoch"] = epoch  # the secondaries never learn to follow the new primary
     return out
+
+
+def _volume_create_untyped(st: dict[str, Any], p: dict[str, Any], uuid: str) -> Any:
+    cmd, args = _ORIGINAL["decide_create"](st, p, uuid)
+    return cmd, {**args, "qos_iops": str(args.get("qos_iops") or 1000)}
 
 
 def _drop_volume_keeps_name(st: dict[str, Any], vol: dict[str, Any]) -> None:
@@ -76,7 +83,7 @@ def _place_by_node(
 
 
 def _host_remove_unchecked(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    nqn = sm._req(args, "nqn", str)
+    nqn = sm.req(args, "nqn", str)
     if nqn not in st["hosts"]:
         raise sm.NotFound(f"host {nqn!r} is not registered", field="host")
     del st["hosts"][nqn]
@@ -90,11 +97,12 @@ def _restore_without_snapshots(self: map_mod.ClusterMap, data: bytes, index: int
 
 _ORIGINAL: dict[str, Any] = {
     "volume_create": sm.volume_create_v1,
-    "check_placement": sm._check_placement,
+    "check_placement": sm.check_placement,
     "settle_volume": sm._settle_volume,
     "place": CapacityIndex.place,
     "restore": map_mod.ClusterMap.restore,
     "create_replace": create_replace_map.volume_create_replace_v1,
+    "decide_create": decide.volume_create,
 }
 
 
@@ -107,7 +115,7 @@ def map_bug(variant: str | None) -> Iterator[None]:
     elif variant == "map_apply_clock":
         patches.append((map_mod.HANDLERS["volume_create"], 1, _volume_create_with_clock))
     elif variant == "map_apply_dict_order":
-        patches.append((sm, "_check_placement", _placement_in_pool_order))
+        patches.append((sm, "check_placement", _placement_in_pool_order))
     elif variant == "map_ready_early":
         patches.append((sm, "_settle_volume", _settle_volume_any_in_sync))
     elif variant == "map_placement_ignores_spread":
@@ -127,6 +135,8 @@ def map_bug(variant: str | None) -> Iterator[None]:
         patches.append((pool_index.PoolIndex, "_relist", lambda self, st, nid: None))
     elif variant == "map_request_applied_twice":
         patches.append((request_log, "recorded", lambda st, rid: None))
+    elif variant == "map_command_untyped":
+        patches.append((decide, "volume_create", _volume_create_untyped))
     elif variant == "map_restore_drops_snapshots":
         patches.append((map_mod.ClusterMap, "restore", _restore_without_snapshots))
     saved = [(obj, key, _get(obj, key)) for obj, key, _ in patches]

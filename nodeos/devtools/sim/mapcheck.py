@@ -20,7 +20,8 @@ Every simulated node applies the committed entries to its own `ClusterMap`. Chec
   size of volumes under the simulator's thick accounting (`_check_pool_room`); a snapshot turns ready only
   when every replica node reports it ready and, for a replicated volume, while its primary
   reports the writes frozen for it; a volume's freeze and its snapshot's phase go together;
-- the failover invariants (epochs, the in-sync set, hand-overs): epochcheck.py.
+- the failover invariants (epochs, the in-sync set, hand-overs): epochcheck.py;
+- typed commands (`typed`): no committed command's arguments break its typed record.
 """
 
 from __future__ import annotations
@@ -408,6 +409,17 @@ class MapChecker:
             epochcheck.check_transition(old, st, cmd)
             self._count(old, st)
         self.same_state(nid, index, st, "applying")
+
+    def typed(self, nid: int, index: int, cmap: Any) -> None:
+        """Every committed command's arguments fit its typed record (nodeos/cluster/command_args.py):
+        the map only observes it at apply, so a proposer that skipped the check shows here."""
+        if cmap.nonconforming:
+            bad = cmap.nonconforming[-1]
+            raise Violation(
+                "map invariant",
+                f"node {nid} applied {bad['cmd']} v{bad['v']} at index {bad['index']} "
+                f"(by {index}) with arguments its record refuses: {bad['why']}",
+            )
 
     def pool_index(self, nid: int, index: int, cmap: Any) -> None:
         """A node's pool index (nodeos/storage/pool_index.py, what its applied creates check

@@ -97,6 +97,7 @@ class ReadyMixin:
                 cmd, rid, result = n.apply_map(e.index, e.type, e.data)
                 self.mapcheck.applied(n.id, e.index, n.cmap.state, old, cmd, result, rid)
                 self.mapcheck.pool_index(n.id, e.index, n.cmap)
+                self.mapcheck.typed(n.id, e.index, n.cmap)
                 self._map_applied(n)
             n.apply_entry_data(e.index, e.type, e.data)
             owner = self.proposer.get(e.data)
