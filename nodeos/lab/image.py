@@ -31,6 +31,7 @@ from pathlib import Path
 
 import nodeos
 from nodeos.errors import EnvironmentProblem, OperationFailed
+from nodeos.lab.image_files import product_files
 from nodeos.lab.image_update import gate_unit_file
 from nodeos.lab.image_update import install as install_updater
 
@@ -201,15 +202,6 @@ def base_key() -> str:
     return h.hexdigest()[:16]
 
 
-def _nodeos_files() -> list[tuple[Path, str]]:
-    pkg = Path(nodeos.__file__).resolve().parent
-    out: list[tuple[Path, str]] = []
-    for p in sorted(pkg.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith(".pyc"):
-            out.append((p, str(p.relative_to(pkg.parent))))
-    return out
-
-
 def unit_file() -> Path | None:
     p = PROJECT_DIR / "systemd" / "nodeosd.service"
     return p if p.is_file() else None
@@ -227,7 +219,7 @@ def extra_unit_files() -> list[Path]:
 def image_key(bkey: str | None = None) -> str:
     h = hashlib.sha256()
     h.update(f"{IMAGE_RECIPE}:{bkey or base_key()}\0".encode())
-    for path, rel in _nodeos_files():
+    for path, rel in product_files():
         _hash_update_file(h, path, rel)
     unit = unit_file()
     if unit is not None:
@@ -371,7 +363,7 @@ def _add_nodeos_layer(rootfs: Path) -> bool:
     dst = site / "nodeos"
     if dst.exists():
         shutil.rmtree(dst)
-    for path, rel in _nodeos_files():
+    for path, rel in product_files():
         out = site / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, out)
