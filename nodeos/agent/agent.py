@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nodeos.agent import freeze, handoff, orphans, referral_plan
+from nodeos.agent import freeze, handoff, orphans, referral_plan, urgency
 from nodeos.agent.gc import OrphanCollector
 from nodeos.agent.legs import Sent
 from nodeos.agent.legwatch import LegWatch
@@ -83,6 +83,7 @@ class Agent(Reporting):
         self.published = Published(self)  # published volumes (issue 13)
         # Replicas of deleted volumes waiting for their primary's teardown: uuid -> (since, why).
         self.teardown_waits: dict[str, tuple[float, str]] = {}
+        self._roles: frozenset[tuple[Any, ...]] = frozenset()  # urgency.roles at the last look
 
     def start(self) -> None:
         # A snapshot rolled back by recovery lost its moment: report it failed (the map drops
@@ -136,6 +137,8 @@ class Agent(Reporting):
             # most one per POLL_S, as a map busy with other nodes' reports would otherwise keep
             # every agent passing.
             gap = MIN_PASS_GAP_S if now < self._busy_until else POLL_S
+            if d.map.applied_index != seen and (moved := urgency.roles(d.map.state, d.id)) != self._roles:
+                self._roles, gap = moved, MIN_PASS_GAP_S  # a primary moves: follow it at once
             if now < last_end + gap and not self.wake.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(last_end + gap - now):
@@ -188,7 +191,10 @@ class Agent(Reporting):
                 retry |= await self._referrals(st, me)
                 # Freezes first: a thaw must never wait behind a step (a delete stops the mirror).
                 aborts = await self._freezes(st, me, recs[1])
+                handed = dict(self.handed_off)
                 await handoff.follow(self.node, st, me, recs[1], self.handed_off)
+                if self.handed_off != handed:  # the new primary waits for it (issue 29: the I/O gap)
+                    await self._report(d)
                 retry |= await self._rebuild_limit(st, me)
                 recs = self.node.records()
                 overdue = self._teardown_overdue(st, me, recs[1])

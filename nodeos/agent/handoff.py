@@ -69,6 +69,7 @@ async def follow(
         mid = mirror_id_for(uuid)
         try:
             await ops.call("apply_export", ops.spec_for(v))
+            LOG.info("volume %s epoch %d: front end inaccessible, handing off", v["name"], want[uuid])
             # A write the target took before the flip may still be on its way to a leg; the
             # new primary must hold it before it serves (the lab saw a verify error without).
             await ops.call("freeze_mirror_writes", mid)

@@ -46,3 +46,16 @@ def waited_for(body: dict[str, Any] | None) -> dict[str, Any]:
 def urgent(last: dict[str, Any] | None, body: dict[str, Any]) -> bool:
     """True when `body` changes something an operation may be waiting for since `last`."""
     return waited_for(last) != waited_for(body)
+
+
+def roles(st: dict[str, Any], me: int) -> frozenset[tuple[Any, ...]]:
+    """What the map asks of this node's replicated volumes that moves a primary: each volume's
+    primary, epoch and hand-over, for the volumes placed on `me`. A change here is followed at
+    once, not after the agent's poll gap (issue 29: a failover waited up to 0.1 s for it)."""
+    out = set()
+    for uuid, vol in st["volumes"].items():
+        if int(vol.get("replicas") or 1) <= 1 or not any(s["node"] == me for s in vol["placement"]):
+            continue
+        ho = vol.get("handoff") or {}
+        out.add((uuid, vol["primary"], vol["epoch"], ho.get("epoch"), ho.get("to")))
+    return frozenset(out)

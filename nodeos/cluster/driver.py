@@ -39,6 +39,7 @@ import lmdb
 
 from nodeos.cluster import entry
 from nodeos.cluster.errors import NotLeader, OutcomeUnknown, remote_error
+from nodeos.cluster.leader_contact import LEADER_MESSAGES, LeaderContact
 from nodeos.cluster.raft import (
     NONE,
     ConfChange,
@@ -148,6 +149,7 @@ class RaftDriver(Generic[M]):
         self._writing = False  # a Ready's write is on the disk thread: appends may go out meanwhile
         self.failure: str | None = None  # why the Ready loop stopped, for status and the supervisor
         self.voter_keeper = VoterKeeper()  # the leader keeps the voter set (nodeos/cluster/voters.py)
+        self.contact = LeaderContact(started=time.monotonic())  # a new leader's lease floor asks it
         self._sync_peers()
 
     # --- lifecycle ---
@@ -183,6 +185,8 @@ class RaftDriver(Generic[M]):
             msg = from_wire(wire)
             if msg.frm != frm:
                 raise ValueError(f"message claims to be from {msg.frm} on node {frm}'s connection")
+            if msg.type in LEADER_MESSAGES:  # noted before Raft takes (or refuses) it: later is safe
+                self.contact.note(msg.term, time.monotonic())
             self.node.step(msg)
         except (lmdb.Error, CorruptRecord) as exc:
             # Our disk, not the peer's message: stop taking part, as a failed write does.
@@ -279,6 +283,14 @@ class RaftDriver(Generic[M]):
         self.node.read_index(ctx)
         self._wake.set()
 
+    def contact_ago(self, term: int) -> float | None:
+        """Seconds since this member may last have acknowledged a leader of a term below `term`
+        (nodeos/cluster/leader_contact.py); None while its own term is below `term` (it could
+        still acknowledge one)."""
+        if self.term < term:
+            return None
+        return time.monotonic() - self.contact.last_before(term)
+
     def transfer_leadership(self, to: int) -> None:
         self.node.transfer_leadership(to)
         self._wake.set()
@@ -364,6 +376,8 @@ class RaftDriver(Generic[M]):
         if crash:
             self._crash_point("applied")
         self.node.advance(rd)
+        if self.role is StateRole.LEADER:  # a leader acknowledges its own barriers
+            self.contact.note(self.term, time.monotonic())
         self._waiters.serve_reads(self.map.applied_index)
         self._maybe_snapshot()
 

@@ -6,17 +6,24 @@
 - A loop that, while this node leads, feeds the pure controller the members its Raft saw
   active (the progress tracker, and the leader itself: a node whose renewals are late but
   whose Raft member answers is suspect before it is down), asks it what to do and proposes
-  its commands one at a time, so every decision is taken on the map as applied.
+  its commands one at a time, so every decision is taken on the map as applied; a node called
+  down is decided on again at once (its failovers), not a tick later.
+- A new leader asks the voters when they last acknowledged an older leader (`lease.contact`,
+  nodeos/cluster/leader_contact.py) and counts every lease from that moment once a majority
+  answered, not from its own election (issue 29: a lost leader that was a primary cost an
+  election timeout more than its lease).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
 
 from nodeos.cluster.errors import NotLeader
+from nodeos.cluster.leader_contact import lease_floor
 from nodeos.cluster.leader_ops import int_param
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.raft import StateRole
@@ -27,8 +34,11 @@ from nodeos.storage.lookup import health_of
 from nodeos.storage.replace import ReplacePolicy
 
 LOG = logging.getLogger("nodeosd.failover")
-TICK_S = 0.2
+TICK_S = 0.1
+WOKEN_GAP_S = 0.03  # between decisions at least, however often the map changes
 PROPOSE_TIMEOUT_S = 5.0
+FLOOR_ASK_S = 0.5  # one voter's answer; a dead one is asked again while no majority answered
+REDECIDE = 3  # decisions taken again at once after a health change (down, then its failovers)
 
 
 class FailoverLoop:
@@ -43,14 +53,17 @@ class FailoverLoop:
         self._term: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._unavailable: list[str] = []
+        self._floor: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.cluster.leader_handlers["lease"] = self.lease
+        self.cluster.peer_handlers["lease."] = self.contact
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
         self.cluster.leader_handlers.pop("lease", None)
-        await cancel_and_wait(self._task)
+        self.cluster.peer_handlers.pop("lease.", None)
+        await cancel_and_wait(self._task, self._floor)
 
     def _leading(self, d: Any) -> failover.Leases | None:
         """The lease table of this leadership (a new term starts a fresh one)."""
@@ -59,8 +72,58 @@ class FailoverLoop:
             return None
         if self.leases is None or self._term != d.term:
             self.leases, self._term = failover.Leases(leader_since=time.monotonic()), d.term
-            LOG.info("leading term %d: every lease counts from now", d.term)
+            LOG.info("leading term %d: every lease counts from now until the voters answer", d.term)
+            if self._floor is not None:
+                self._floor.cancel()
+            self._floor = asyncio.create_task(self._ask_floor(d, self.leases, d.term))
         return self.leases
+
+    async def contact(self, frm: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A new leader asks when this member last acknowledged a leader of an older term."""
+        d = getattr(self.cluster, "driver", None)
+        term = int_param(params, "term", required=True)
+        if method != "lease.contact" or d is None:
+            raise NotFound(f"no such method {method!r}", field="method")
+        return {"ago_s": d.contact_ago(term)}
+
+    async def _ask_one(self, d: Any, nid: int, term: int) -> tuple[int, float | None]:
+        """Voter `nid`'s last moment with an older leader, on this clock (None: no answer yet)."""
+        if nid == d.id:
+            ago = d.contact_ago(term)
+        elif getattr(self.cluster, "transport", None) is None:
+            return nid, None
+        else:
+            try:
+                out = await self.cluster.transport.request(nid, "lease.contact", {"term": term}, FLOOR_ASK_S)
+            except (NodeosError, OSError, TimeoutError):
+                return nid, None
+            ago = out.get("ago_s") if isinstance(out, dict) else None
+        # Counted back from the answer's arrival: the moment it names is no later than that.
+        return nid, None if not isinstance(ago, (int, float)) else time.monotonic() - float(ago)
+
+    async def _ask_floor(self, d: Any, leases: failover.Leases, term: int) -> None:
+        voters = tuple(d.conf_state.voters)
+        answers: dict[int, float] = {}
+        while self.leases is leases:
+            asks = [asyncio.ensure_future(self._ask_one(d, v, term)) for v in voters if v not in answers]
+            try:
+                for fut in asyncio.as_completed(asks):
+                    nid, t = await fut
+                    if t is None:
+                        continue
+                    answers[nid] = t
+                    floor = lease_floor(answers, voters)
+                    if floor is not None and self.leases is leases:
+                        leases.floor = floor
+                        LOG.info(
+                            "leading term %d: leases count from %.2f s before this leadership (voters %s)",
+                            term, leases.leader_since - leases.start(), sorted(answers),
+                        )  # fmt: skip
+                        return
+            finally:
+                for f in asks:
+                    f.cancel()
+            await asyncio.sleep(TICK_S)
 
     async def lease(self, d: Any, params: dict[str, Any], timeout: float) -> dict[str, Any]:
         nid = int_param(params, "node_id", required=True)
@@ -81,17 +144,30 @@ class FailoverLoop:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(TICK_S)
+            await asyncio.sleep(WOKEN_GAP_S)
+            d = getattr(self.cluster, "driver", None)
+            if d is not None and d.role is StateRole.LEADER:
+                # A map change (a hand-over confirmed, a node's report) is decided on at once.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(d.map_changed.wait(), TICK_S - WOKEN_GAP_S)
+            else:
+                await asyncio.sleep(TICK_S - WOKEN_GAP_S)
             try:
                 await self.tick()
             except Exception:
                 LOG.exception("failover controller tick failed")
 
     async def tick(self) -> None:
+        for _ in range(REDECIDE):
+            if not await self._decide_once():
+                return
+
+    async def _decide_once(self) -> bool:
+        """One round of decisions, proposed; True when a node's health changed (decide again)."""
         d = getattr(self.cluster, "driver", None)
         leases = self._leading(d)
         if leases is None:
-            return
+            return False
         st = d.map.state
         now = time.monotonic()
         leases.heard(failover.in_contact_now(d.node.status().progress, d.id), now)
@@ -108,9 +184,10 @@ class FailoverLoop:
                 await d.propose(encode_command(cmd, args), PROPOSE_TIMEOUT_S)
             except NodeosError as err:
                 LOG.warning("failover controller: %s not committed: %s", cmd, err.message)
-                return
+                return False
         gone = failover.unavailable(d.map.state)
         if gone != self._unavailable:
             if gone:
                 LOG.error("no in-sync replica is up to take over volume(s) %s; waiting", ", ".join(gone))
             self._unavailable = gone
+        return any(cmd == "node_health" for cmd, _ in cmds)

@@ -13,7 +13,7 @@ Keys (file) / flags:
                                       (else 127.0.0.1) on port 9810, never a storage address
   metrics_volume_labels_max           1000: above it volume series are summed (one label value)
   net_config       --net-config       the network profile to sample for metrics (unset: none)
-  lease_s                             3.0: a primary's lease (1-60 s); the leader's value rules
+  lease_s                             2.0: a primary's lease (1-60 s); the leader's value rules
                                       (docs/operations.md, "Failover")
   raft_tick_ms                        100: the Raft tick (20-1000 ms): heartbeats every tick,
                                       an election after 10-20 idle ticks; raise it only where a
@@ -61,7 +61,7 @@ class Config:
     metrics_listen: str | None = None
     metrics_volume_labels_max: int = 1000
     net_config: str | None = None
-    lease_s: float = 3.0
+    lease_s: float = 2.0
     raft_tick_ms: int = 100
     replace_after_s: float = 600.0
     rest_listen: str | None = None

@@ -8,7 +8,10 @@ inaccessible, so the target refuses its I/O) at `fence_after_s`, before the leas
 leader counts from the moment it *received* the request, which is later, and adds
 `drift_s` for clock rate differences: when it calls the node down, the node has fenced
 itself. A new leader does not know the old one's grants, so it counts every lease from its
-own first moment as leader.
+own first moment as leader, and from an earlier moment once a majority of voters said when they
+last acknowledged an older leader (`Leases.floor`, nodeos/cluster/leader_contact.py: every older
+grant was sent before it): a lost leader that was also a primary costs its lease, not an
+election timeout plus its lease.
 
 Decisions, each a map command the shell proposes (one at a time, re-deciding on the map as
 applied, so nothing is decided twice):
@@ -49,7 +52,7 @@ from nodeos.storage.lookup import health_of
 from nodeos.storage.publish_replace import publish_replace_commands
 from nodeos.storage.replace import Refusals, ReplacePolicy, replace_commands, track_down, troubled_pools
 
-DEFAULT_LEASE_S = 3.0
+DEFAULT_LEASE_S = 2.0  # issue 29: failover within 3 s (was 3.0)
 Command = tuple[str, dict[str, Any]]
 
 
@@ -97,23 +100,30 @@ class LeaseTiming:
 @dataclass
 class Leases:
     """What the leader knows of renewals, on its own monotonic clock (volatile: a new leader
-    starts empty, counting from `leader_since`)."""
+    starts empty, counting from `start()`)."""
 
     leader_since: float
     last: dict[int, float] = field(default_factory=dict)  # node -> last renewal received
     steady_since: dict[int, float] = field(default_factory=dict)  # start of its unbroken renewals
     seen: dict[int, float] = field(default_factory=dict)  # when this leader first saw it a member
-    looked: bool = False  # members present at the first look count from leader_since
+    looked: bool = False  # members present at the first look count from start()
     down_since: dict[int, float] = field(default_factory=dict)  # when this leader first saw it down
     contact: dict[int, float] = field(default_factory=dict)  # node -> last seen active by this leader's Raft
     suspect: dict[int, float] = field(default_factory=dict)  # node -> when its lease ran out while in contact
     held: set[int] = field(default_factory=set)  # suspects kept up past the grace, said so this episode
     refused: Refusals = field(default_factory=dict)  # replicas a re-placement found no room for
 
+    floor: float | None = None  # every older leader's grant was sent before this (lease_floor)
+
     def observe(self, members: Any, now: float) -> None:
-        for nid in members:
-            self.seen.setdefault(nid, now if self.looked else self.leader_since)
+        for nid in members:  # members at the first look count from start() (-inf: no later)
+            self.seen.setdefault(nid, now if self.looked else float("-inf"))
         self.looked = True
+
+    def start(self) -> float:
+        """Where a lease this leader never renewed counts from: its own start, or earlier once the
+        voters told it when they last acknowledged an older leader (nodeos/cluster/leader_contact.py)."""
+        return self.leader_since if self.floor is None else min(self.floor, self.leader_since)
 
     def renewed(self, nid: int, now: float, timing: LeaseTiming) -> None:
         prev = self.last.get(nid)
@@ -129,8 +139,8 @@ class Leases:
     def since(self, nid: int) -> float:
         """Where this node's lease counts from on this leader's clock: its last renewal, or,
         without one, this leader's start (a member that joined later: from when it was seen)."""
-        first = self.seen.get(nid, self.leader_since)
-        return max(self.last.get(nid, self.leader_since), self.leader_since, first)
+        start = self.start()
+        return max(self.last.get(nid, start), start, self.seen.get(nid, start))
 
     def expired(self, nid: int, now: float, timing: LeaseTiming) -> bool:
         """The node's lease ran out: it has fenced itself. The one safety test of a failover."""
@@ -193,7 +203,8 @@ def lease_verdict(
     why = (
         f"no lease renewal for {now - last:.1f} s"
         if last is not None
-        else f"no lease renewal since this leader took over {now - leases.leader_since:.1f} s ago"
+        else f"no lease renewal for at least {now - leases.start():.1f} s (this leader took over "
+        f"{now - leases.leader_since:.1f} s ago)"
     )
     if dataplane_down(st, nid):
         return "down", f"{why}; its data plane is down"

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from nodeos.agent import legs
+from nodeos.cluster import leader_contact
 from nodeos.cluster import map as map_mod
 from nodeos.storage import failover
 from nodeos.storage.failover_map import in_sync_of
@@ -38,10 +39,16 @@ FAILOVER_BROKEN_VARIANTS = {
     "only in-sync replica is its own (issue 29's rule without its in-sync test)",
     "report_in_sync_out_of_standing": "a node without a good lease still reports a rebuilt leg in sync, "
     "while it keeps serving its sole primaries: the leader gets somebody to promote",
+    "fence_after_lease": "a node fences itself only a whole lease after its lease ended (2 x lease_s), "
+    "long after the leader may call it down",
+    "contact_not_noted": "members never note a leader's messages (nor their own leading): asked by a new "
+    "leader, each names its own start, and every lease counts from then (issue 29's lease floor)",
 }
 
 _ORIGINAL: dict[str, Any] = {
     "down_after_s": failover.LeaseTiming.down_after_s,
+    "fence_after_s": failover.LeaseTiming.fence_after_s,
+    "note": leader_contact.LeaderContact.note,
     "contact_s": failover.LeaseTiming.contact_s,
     "expired": failover.Leases.expired,
     "failover_target": failover.failover_target,
@@ -84,6 +91,10 @@ def failover_bug(variant: str | None) -> Iterator[None]:
         if variant == "no_lease_wait":
             failover.LeaseTiming.down_after_s = property(lambda t: 1.5 * t.renew_s)  # type: ignore[method-assign,assignment]
             failover.LeaseTiming.contact_s = property(lambda t: 0.0)  # type: ignore[method-assign,assignment]
+        elif variant == "fence_after_lease":
+            failover.LeaseTiming.fence_after_s = property(lambda t: 2 * t.lease_s)  # type: ignore[method-assign,assignment]
+        elif variant == "contact_not_noted":
+            leader_contact.LeaderContact.note = lambda *_: None  # type: ignore[method-assign]
         elif variant == "lost_contact_is_expiry":
             failover.Leases.expired = _expired_on_lost_contact  # type: ignore[method-assign]
         elif variant == "ack_on_map_view":  # the product's leg rules (nodeos/agent/legs.py)
@@ -97,6 +108,8 @@ def failover_bug(variant: str | None) -> Iterator[None]:
     finally:
         failover.LeaseTiming.down_after_s = _ORIGINAL["down_after_s"]  # type: ignore[method-assign]
         failover.LeaseTiming.contact_s = _ORIGINAL["contact_s"]  # type: ignore[method-assign]
+        failover.LeaseTiming.fence_after_s = _ORIGINAL["fence_after_s"]  # type: ignore[method-assign]
+        leader_contact.LeaderContact.note = _ORIGINAL["note"]  # type: ignore[method-assign]
         failover.Leases.expired = _ORIGINAL["expired"]  # type: ignore[method-assign]
         failover.failover_target = _ORIGINAL["failover_target"]
         map_mod.HANDLERS["volume_failover"][1] = _ORIGINAL["volume_failover"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nodeos.cluster import leader_contact
 from nodeos.cluster.map import encode_command
 from nodeos.cluster.raft import ProposalDropped, StateRole
 from nodeos.storage import failover
@@ -18,8 +19,9 @@ from .node import PendingRead, SimNode
 if TYPE_CHECKING:
     from .failover_sim import FailoverSimulation
 
-CONTROLLER_EVERY_S = 0.2  # failover_loop.TICK_S
+CONTROLLER_EVERY_S = 0.1  # failover_loop.TICK_S
 PROPOSE_TIMEOUT_S = 5.0
+CONTACT_ASK_S = 0.5  # failover_loop.FLOOR_ASK_S: voters not answered are asked again
 
 
 class SimLeaderShell:
@@ -33,6 +35,8 @@ class SimLeaderShell:
         self.pending: tuple[bytes, float] | None = None
         self.barriers: dict[bytes, tuple[int, int]] = {}
         self.last_tick = -1e9
+        self.contact: dict[int, float] = {}  # voter -> its last moment with an older leader
+        self.asked = -1e9
 
     def leading(self, n: SimNode, now: float) -> failover.Leases | None:
         r = n.rn.raft if n.rn is not None else None
@@ -41,7 +45,27 @@ class SimLeaderShell:
             return None
         if self.leases is None or self.term != r.term:
             self.leases, self.term = failover.Leases(leader_since=now), r.term
+            self.contact, self.asked = {}, -1e9
         return self.leases
+
+    def ask_contact(self, sim: FailoverSimulation, n: SimNode, now: float) -> None:
+        """failover_loop._ask_floor: every voter that has not answered, again every ask's timeout."""
+        if self.leases is None or self.leases.floor is not None or now - self.asked < CONTACT_ASK_S:
+            return
+        self.asked = now
+        for v in n.conf_state.voters:
+            if v not in self.contact:
+                sim.fo_send("contact", n.id, v, {"term": self.term})
+
+    def contact_answer(self, sim: FailoverSimulation, n: SimNode, frm: int, body: dict[str, float]) -> None:
+        now = sim.clock(n.id)
+        leases = self.leading(n, now)
+        if leases is None or body["term"] != self.term or leases.floor is not None:
+            return
+        self.contact[frm] = now - body["ago"]  # counted back from the answer's arrival
+        leases.floor = leader_contact.lease_floor(self.contact, n.conf_state.voters)
+        if leases.floor is not None:
+            sim.stats["lease_floors"] += 1
 
     def lease_request(self, sim: FailoverSimulation, n: SimNode, frm: int, req: int) -> None:
         assert n.rn is not None
@@ -75,6 +99,8 @@ class SimLeaderShell:
         sim.fo_send("lease_ok", n.id, frm, body)
 
     def tick(self, sim: FailoverSimulation, n: SimNode, now: float) -> None:
+        if self.leading(n, now) is not None:
+            self.ask_contact(sim, n, now)
         if now - self.last_tick < CONTROLLER_EVERY_S:
             return
         self.last_tick = now
@@ -86,6 +112,7 @@ class SimLeaderShell:
         leases.heard(failover.in_contact_now(n.rn.raft.trk.progress, n.id), now)
         if self.pending is not None:
             if self.pending[0] in n.state_set:
+                # decided on again in this tick, as failover_loop.tick does after a health change
                 self.pending = None
             elif now > self.pending[1]:
                 self.queue, self.pending = [], None

@@ -35,8 +35,9 @@ from typing import Any
 
 import msgpack
 
+from nodeos.cluster.leader_contact import LEADER_MESSAGES, LeaderContact
 from nodeos.cluster.map import ClusterMap, encode_command
-from nodeos.cluster.raft import HardState, MemoryStorage, Snapshot, SnapshotMeta
+from nodeos.cluster.raft import HardState, MemoryStorage, Message, Snapshot, SnapshotMeta, StateRole
 from nodeos.cluster.raft.types import ConfState
 from nodeos.control import decide
 from nodeos.storage.failover import LeaseTiming
@@ -72,7 +73,8 @@ from .sim_plane import FO_PLANE, SETTLE_MS, Plane
 FO_TICK, FO_MSG, FO_HOST = 100, 101, 102
 AGENT_TICK_MS = 50
 LEASE_S = 1.0
-CONTROL_KINDS = ("lease", "lease_ok", "lease_no", "report")  # the cluster network; the rest: storage
+# the cluster network; the rest: storage
+CONTROL_KINDS = ("lease", "lease_ok", "lease_no", "report", "contact", "contact_ok")
 DATA_KINDS = ("leg", "leg_ok", "leg_no", "write", "w_ok", "w_no", "resync")
 GIB = 1024**3
 STATS = (
@@ -94,6 +96,7 @@ STATS = (
     "kept_open",  # a fenced node's primaries left unfenced: the only in-sync replica (issue 29)
     "holds",  # suspects the leader kept up past the grace: nothing to fail over to (issue 29)
     "starved",
+    "lease_floors",  # new leaders that learnt from a majority when older leaders last reached them
 )
 
 
@@ -180,6 +183,7 @@ class FailoverSimulation(Simulation):
         self.long_cuts: list[LongCut] = []
         self.agents: dict[int, HandoffAgent] = {}
         self.shells: dict[int, SimLeaderShell] = {}
+        self.contacts: dict[int, LeaderContact] = {}  # nodeos/cluster/leader_contact.py, per life
         self.next_ctx = 0
         self.max_applied = 0
         self.settled_at: int | None = None
@@ -217,6 +221,7 @@ class FailoverSimulation(Simulation):
         n = self.nodes[nid]
         self.agents[nid] = HandoffAgent(nid, self.timing, self.cfg.broken, self.clock(nid))
         self.shells[nid] = SimLeaderShell(self.timing)
+        self.contacts[nid] = LeaderContact(started=self.clock(nid))  # what this life heard
         self._at(self.now + self.frng.randint(1, AGENT_TICK_MS), FO_TICK, (nid, n.incarnation))
 
     def _schedule_faults(self) -> None:
@@ -303,11 +308,30 @@ class FailoverSimulation(Simulation):
             return
         if kind == "lease":
             self.shells[to].lease_request(self, n, frm, body["req"])
+        elif kind == "contact":  # failover_loop.contact: only once its own (written) term is T
+            term = n.disk.initial_state()[0].term
+            if term >= body["term"]:
+                ago = self.clock(to) - self.contacts[to].last_before(body["term"])
+                self.fo_send("contact_ok", to, frm, {"term": body["term"], "ago": ago})
+        elif kind == "contact_ok":
+            self.shells[to].contact_answer(self, n, frm, body)
         elif kind == "report":
             if n.rn.raft.state.name == "LEADER":
                 propose(self, n, body["cmd"])
         else:
             self.agents[to].on_message(self, n, kind, frm, body)
+
+    def _deliver(self, m: Message) -> None:
+        n = self.nodes[m.to]
+        if n.up and self.net.can_pass(m.frm, m.to) and m.type in LEADER_MESSAGES:
+            self.contacts[m.to].note(m.term, self.clock(m.to))  # as the driver's on_raft
+        super()._deliver(m)
+
+    def _after_input(self, n: SimNode) -> None:
+        super()._after_input(n)
+        r = n.rn.raft if n.rn is not None else None
+        if r is not None and r.state is StateRole.LEADER:  # as the driver after each Ready
+            self.contacts[n.id].note(r.term, self.clock(n.id))
 
     def _agent_tick(self, nid: int, inc: int) -> None:
         n = self.nodes[nid]
