@@ -51,3 +51,16 @@ def test_a_new_leader_calls_a_dead_node_down_a_lease_after_the_floor_not_after_i
     assert ls.start() == 100.0
     ls.renewed(1, 101.0, t)  # a renewal this leader granted counts as always
     assert not ls.expired(1, 101.0 + t.down_after_s - 0.01, t)
+
+
+def test_a_member_behind_the_asking_leaders_term_does_not_answer() -> None:
+    # It could still acknowledge an older leader after answering (RaftDriver.contact_ago).
+    from types import SimpleNamespace
+
+    from nodeos.cluster.driver import RaftDriver
+
+    me = SimpleNamespace(term=6, contact=LeaderContact(started=0.0))
+    assert RaftDriver.contact_ago(me, 7) is None  # type: ignore[arg-type]
+    me.term = 7
+    ago = RaftDriver.contact_ago(me, 7)  # type: ignore[arg-type]
+    assert ago is not None and ago > 0
