@@ -36,6 +36,7 @@ from nodeos.storage.replace import ReplacePolicy
 LOG = logging.getLogger("nodeosd.failover")
 TICK_S = 0.1
 WOKEN_GAP_S = 0.03  # between decisions at least, however often the map changes
+EAGER_S = 5.0  # after a decision, map changes wake the loop this long (a hand-over's confirmation)
 PROPOSE_TIMEOUT_S = 5.0
 FLOOR_ASK_S = 0.5  # one voter's answer; a dead one is asked again while no majority answered
 REDECIDE = 3  # decisions taken again at once after a health change (down, then its failovers)
@@ -54,6 +55,7 @@ class FailoverLoop:
         self._task: asyncio.Task[None] | None = None
         self._unavailable: list[str] = []
         self._floor: asyncio.Task[None] | None = None
+        self._eager_until = 0.0
 
     def start(self) -> None:
         self.cluster.leader_handlers["lease"] = self.lease
@@ -146,8 +148,9 @@ class FailoverLoop:
         while True:
             await asyncio.sleep(WOKEN_GAP_S)
             d = getattr(self.cluster, "driver", None)
-            if d is not None and d.role is StateRole.LEADER:
-                # A map change (a hand-over confirmed, a node's report) is decided on at once.
+            if d is not None and d.role is StateRole.LEADER and time.monotonic() < self._eager_until:
+                # While something moves, a map change (a hand-over confirmed) is decided on at
+                # once; an idle cluster's reports keep to the tick (decide reads the whole map).
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(d.map_changed.wait(), TICK_S - WOKEN_GAP_S)
             else:
@@ -176,6 +179,8 @@ class FailoverLoop:
         for key in sorted(set(leases.refused) - self._refused):
             LOG.warning("no place to re-place a replica: %s", leases.refused[key])
         self._refused = set(leases.refused)  # one that found room and is refused again is logged again
+        if cmds:
+            self._eager_until = now + EAGER_S
         for cmd, args in cmds:
             if cmd == "record_event":
                 args = {**args, "at": time.time()}  # the pure core reads no wall clock
