@@ -199,7 +199,9 @@ class AnaSampler:
     def _opt(self, rpc: SpdkRpc) -> bool:
         try:
             (sub,) = rpc.call("nvmf_get_subsystems", {"nqn": self.nqn})
-            grp = int((sub.get("namespaces") or [{}])[0].get("anagrpid", 1))
+            if not sub.get("namespaces"):
+                return False  # between a namespace's removal and its return: nothing to reach
+            grp = int(sub["namespaces"][0].get("anagrpid", 1))
             lst = rpc.call("nvmf_subsystem_get_listeners", {"nqn": self.nqn})
         except Exception:  # a target busy with the move: not optimized as far as a host knows
             return False
