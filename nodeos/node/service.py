@@ -159,8 +159,8 @@ class NodeService(NodeBase):
             self.recovery = await self.ops.recover()
             # Right after boot the drives or their LVM volumes may not be there yet: try
             # again for a while before reporting ready (the retry loop keeps trying after).
-            for _ in range(STARTUP_RECONCILE_TRIES):
-                rep = await self._reconcile()
+            for i in range(STARTUP_RECONCILE_TRIES):
+                rep = await (self._reconcile_held() if i == 0 else self._reconcile())
                 if not rep["errors"] and not rep["missing"]:
                     break
                 await asyncio.sleep(STARTUP_RECONCILE_PAUSE_S)
@@ -203,6 +203,24 @@ class NodeService(NodeBase):
             if (rep.get("errors") or rep.get("missing")) and not self.lock.locked():
                 async with self.lock:
                     await self._reconcile()
+
+    async def _reconcile_held(self) -> dict[str, Any]:
+        """_reconcile with the target's ports held until it is done (a backend that can: the
+        kernel's): a host reconnecting to a rebooted node meets either no listener (and retries)
+        or every export the node had, never a port that refuses its volume as unknown (with DNR,
+        which drops that path from a Linux host for good: the rolling upgrade's lab test saw a
+        2-replica volume lose every path, one rebooted node after the other)."""
+        hold = hasattr(self.dp, "hold_listeners")
+        if hold:
+            await self.ops.call("hold_listeners")
+        try:
+            return await self._reconcile()
+        finally:
+            if hold:
+                try:
+                    await self.ops.call("release_listeners")
+                except NodeosError as err:
+                    LOG.error("exports not linked to their ports after the re-export: %s", err.message)
 
     async def _reconcile(self) -> dict[str, Any]:
         """Make the data plane match the records after a restart (configfs and SPDK forget
@@ -282,7 +300,7 @@ class NodeService(NodeBase):
         set what it keeps applied (referrals, rebuild cap) again and report. False when the re-export
         failed as a whole (one volume's trouble is in the reconcile report, the agent's to fix)."""
         async with self.lock:
-            rep = await self._reconcile()
+            rep = await self._reconcile_held()
         if self.agent is not None:
             self.agent.dataplane_reset()
         return not rep.get("failed")

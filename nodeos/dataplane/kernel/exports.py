@@ -65,6 +65,15 @@ class KernelExports:
     def _active(self, pool_id: str, lv: lvm.Lv) -> lvm.Lv:
         raise NotImplementedError
 
+    def hold_listeners(self) -> None:
+        """A restart's re-export begins: no port listens until release_listeners() (Nvmet.hold_links)."""
+        if self.fs.usable():
+            self.nvmet.hold_links()
+
+    def release_listeners(self) -> None:
+        """Every export the re-export made is reachable now, on its ports at once."""
+        self.nvmet.release_links()
+
     def reapply_exports(self, specs: Sequence[ExportSpec]) -> None:
         """One `lvs` for all of them (not one per export), and no export read back."""
         have = {(lv.vg, lv.name): lv for lv in self.lvm.lvs()} if specs else {}

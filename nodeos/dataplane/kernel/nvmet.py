@@ -12,6 +12,7 @@ gets, what the ANA state is called); `Nvmet` carries the decisions out through C
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from pathlib import Path
 
 from nodeos.dataplane.base import Listener, is_tls
 from nodeos.dataplane.kernel.configfs import ConfigFs
-from nodeos.errors import EnvironmentProblem, OperationFailed
+from nodeos.errors import EnvironmentProblem, NodeosError, OperationFailed
+
+LOG = logging.getLogger("nodeosd.dataplane")
 
 NSID = 1
 DEFAULT_ANA_GROUP = 1  # every port has ana_groups/1; other groups are made on demand
@@ -101,6 +104,8 @@ class Nvmet:
     def __init__(self, fs: ConfigFs, debugfs: Path = DEBUGFS_NVMET) -> None:
         self.fs = fs
         self.debugfs = debugfs
+        # (port, subsystem) -> address: links noted while held (hold_links), made by release_links
+        self._held: dict[tuple[int, str], PortAddr] | None = None
 
     # ---- ports -----------------------------------------------------------------------
     def ports(self) -> dict[int, PortAddr]:
@@ -155,10 +160,38 @@ class Nvmet:
             ) from None
 
     def port_subsystems(self, pid: int) -> list[str]:
-        return self.fs.listdir("ports", str(pid), "subsystems")
+        """The subsystems linked to port `pid`, and those whose link is held (hold_links)."""
+        linked = self.fs.listdir("ports", str(pid), "subsystems")
+        held = [nqn for p, nqn in self._held or () if p == pid and nqn not in linked]
+        return linked + held
+
+    def hold_links(self) -> None:
+        """Until release_links(), links to ports are noted, not made. A port listens from its
+        first link on, and a host that reconnects to a subsystem not linked yet is refused with
+        DNR (Linux's target), which a Linux host (6.12) takes as final: it removes that path for
+        good. So a re-export after a reboot links every subsystem at the end, at once."""
+        if self._held is None:
+            self._held = {}
+
+    def release_links(self) -> None:
+        """Make the links noted while held; each one's trouble is logged, the first raised."""
+        held, self._held = self._held or {}, None
+        first: NodeosError | None = None
+        for (pid, nqn), addr in held.items():
+            try:
+                if self.has_subsystem(nqn) and pid in self.ports():
+                    self.link_port(pid, nqn, addr)
+            except NodeosError as err:
+                LOG.error("subsystem %s not linked to port %d: %s", nqn, pid, err.message)
+                first = first or err
+        if first is not None:
+            raise first
 
     def link_port(self, pid: int, nqn: str, addr: PortAddr) -> None:
         if self.fs.exists("ports", str(pid), "subsystems", nqn):
+            return
+        if self._held is not None:
+            self._held[(pid, nqn)] = addr
             return
         try:
             # The first link enables the port: this is where a missing transport shows.
@@ -175,6 +208,9 @@ class Nvmet:
             ) from None
 
     def unlink_port(self, pid: int, nqn: str) -> None:
+        held = self._held is not None and self._held.pop((pid, nqn), None) is not None
+        if held and not self.fs.exists("ports", str(pid), "subsystems", nqn):
+            return  # only noted, never made
         # Dropping the link makes the kernel delete this subsystem's controllers on the port.
         self.fs.unlink("ports", str(pid), "subsystems", nqn)
 
@@ -235,7 +271,7 @@ class Nvmet:
                 self.ensure_subsystem(ANCHOR_NQN, ANCHOR_SERIAL, 1, 0xFFEF)
             self.link_port(pid, ANCHOR_NQN, addr)
             return
-        if self.fs.exists("ports", str(pid), "subsystems", ANCHOR_NQN):
+        if ANCHOR_NQN in self.port_subsystems(pid):
             self.unlink_port(pid, ANCHOR_NQN)
         if self.has_subsystem(ANCHOR_NQN) and not any(
             ANCHOR_NQN in self.port_subsystems(p) for p in self.ports()
@@ -422,7 +458,7 @@ class Nvmet:
                 time.sleep(0.05)
             else:
                 return
-        for pid in sorted(self.ports()):
+        for pid, addr in sorted(self.ports().items()):
             if nqn in self.port_subsystems(pid):
-                self.fs.unlink("ports", str(pid), "subsystems", nqn)
-                self.fs.link(("subsystems", nqn), "ports", str(pid), "subsystems", nqn)
+                self.unlink_port(pid, nqn)
+                self.link_port(pid, nqn, addr)
