@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 
 
 @contextmanager

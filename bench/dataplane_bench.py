@@ -22,11 +22,12 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "tests" / "tooling"))  # nodeos_devtools, without the dev install too
 
 from benchdoc import BENCHMARKS_MD, add_no_write, write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 from benchspdk import target  # noqa: E402
 
-from nodeos.lab import Lab  # noqa: E402
+from nodeos_devtools.lab import Lab  # noqa: E402
 from tests.lab.dataplane_helpers import connect, device_of, dp, spec_code  # noqa: E402
 
 SECTION = "## Data plane (lab, TCG)"

@@ -31,11 +31,12 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "tests" / "tooling"))  # nodeos_devtools, without the dev install too
 
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 from raft_bench import pct  # noqa: E402
 
-from nodeos.lab import Lab  # noqa: E402
+from nodeos_devtools.lab import Lab  # noqa: E402
 from tests.lab.dataplane_helpers import connect, device_of, disconnect  # noqa: E402
 from tests.lab.metrics_helpers import scrape, start_relay, stop_relay, wait_scrapable  # noqa: E402
 from tests.lab.node_helpers import ok, wait_daemon  # noqa: E402

@@ -34,12 +34,13 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "tests" / "tooling"))  # nodeos_devtools, without the dev install too
 sys.path.insert(0, str(PROJECT / "bench"))
 
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 from benchlab import lab_for_run  # noqa: E402
 
-from nodeos.lab import Lab  # noqa: E402
+from nodeos_devtools.lab import Lab  # noqa: E402
 
 SECTION = "## Published volume: read throughput with 1, 2 and 3 replicas (lab, TCG)"
 SRC, SNAP, PUB = "pubread-src", "pubread-snap", "pubread"

@@ -23,10 +23,11 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "tests" / "tooling"))  # nodeos_devtools, without the dev install too
 
 from benchdoc import BENCHMARKS_MD, add_no_write, write_section  # noqa: E402
 
-from nodeos.lab import Lab  # noqa: E402
+from nodeos_devtools.lab import Lab  # noqa: E402
 from tests.lab.node_helpers import ok, wait_daemon  # noqa: E402
 
 SECTION = "## Replicated volumes (lab, TCG)"

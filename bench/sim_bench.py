@@ -17,10 +17,11 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "tests" / "tooling"))  # nodeos_devtools, without the dev install too
 
 from benchdoc import add_no_write, publish  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
-from nodeos.devtools.sim import SimConfig, run_seed  # noqa: E402
+from nodeos_devtools.sim import SimConfig, run_seed  # noqa: E402
 
 SECTION = "## Raft simulator throughput"
 
@@ -32,7 +33,7 @@ def cli_run(seeds: int, jobs: int) -> float:
         [
             sys.executable,
             "-m",
-            "nodeos.devtools.sim.cli",
+            "nodeos_devtools.sim.cli",
             "--seeds",
             f"1..{seeds}",
             "--jobs",
@@ -41,7 +42,7 @@ def cli_run(seeds: int, jobs: int) -> float:
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(PROJECT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT), str(PROJECT / "tests" / "tooling")])},
     )
     if out.returncode != 0:
         raise SystemExit(f"simulator failed: {out.stdout[-2000:]}{out.stderr[-2000:]}")

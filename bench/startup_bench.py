@@ -27,10 +27,11 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "tests" / "tooling"))  # nodeos_devtools, without the dev install too
 
 from benchdoc import BENCHMARKS_MD, add_no_write, read_section, write_section  # noqa: E402  (bench/ is on sys.path when a bench script runs)
 
-from nodeos.lab import Lab  # noqa: E402
+from nodeos_devtools.lab import Lab  # noqa: E402
 
 SECTION = "## nodeosd start-up (lab, TCG)"
 PKG = "/usr/lib/python3/dist-packages/nodeos"

@@ -32,14 +32,15 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "tests" / "tooling"))  # nodeos_devtools, without the dev install too
 
 from benchdoc import add_no_write, publish  # noqa: E402
 from raft_bench import Conn, pct  # noqa: E402
 
 from nodeos.cluster.localcluster import LocalNode  # noqa: E402
-from nodeos.devtools.sim import run_seed  # noqa: E402
-from nodeos.devtools.sim.voters_sim import voters_config  # noqa: E402
 from nodeos.errors import NodeosError  # noqa: E402
+from nodeos_devtools.sim import run_seed  # noqa: E402
+from nodeos_devtools.sim.voters_sim import voters_config  # noqa: E402
 
 SECTION = "## Voters and learners"
 IDLE_S = 5.0  # a quiet spell after the puts: what members cost the leader with no client

@@ -1,6 +1,7 @@
 """The A/B disk layout as the running system and the updater name it (docs/image.md, "Disk
 layout"): fixed partition GUIDs, each slot's systemd-boot entry and kernel command line, and
-RAUC's system configuration over them. Pure: the raw image build (nodeos/lab/rawdisk.py) and
+RAUC's system configuration over them. Pure: the raw image build
+(tests/tooling/nodeos_devtools/lab/rawdisk.py) and
 the boot-loader backend (nodeos/update/backend.py) both use these.
 """
 

@@ -8,7 +8,7 @@ down after its last test, even when a test or the boot fails):
     pytestmark = pytest.mark.lab
     LAB = dict(storage=1, drives=2, hosts=1)   # optional; this is the default
 
-    def test_drives(lab):                        # lab: nodeos.lab.Lab, already up and ready
+    def test_drives(lab):                        # lab: nodeos_devtools.lab.Lab, already up and ready
         r = lab.exec("s1", ["nvme", "list", "-o", "json"])     # ExecResult: rc, stdout, stderr
         assert r.rc == 0
         lab.sh("h1", f"ping -c1 -W2 {lab.addr('s1')}")         # sh -ec, raises unless rc == 0
@@ -45,7 +45,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab import shared_labs
 
 PROJECT = Path(__file__).resolve().parents[2]

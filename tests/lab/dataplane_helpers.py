@@ -8,7 +8,7 @@ import shlex
 import time
 from typing import Any
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 
 PRELUDE = """
 import json, sys

@@ -2,7 +2,7 @@
 reaches the management address.
 
 A lab VM has one network, its storage network, and nodeosd refuses to serve /metrics on a
-storage address, so in the lab it serves them on the VM's loopback (nodeos/lab/guest/
+storage address, so in the lab it serves them on the VM's loopback (tests/tooling/nodeos_devtools/lab/guest/
 nodeos-lab-init.sh). A plain TCP relay in the VM (a transient systemd unit running the Python
 below) passes RELAY_PORT on the VM's lab address to that loopback endpoint: the bytes Prometheus
 reads are nodeosd's own. Test and bench scaffolding, not part of the product."""
@@ -13,7 +13,7 @@ import subprocess
 import time
 import urllib.parse
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab.node_helpers import ok
 
 RELAY_PORT = 9811

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 
 # The python the storage VMs run the data plane with (a scratch lab may point it elsewhere).
 PY = ["python3", "-"]

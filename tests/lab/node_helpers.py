@@ -7,7 +7,7 @@ import json
 import shlex
 from typing import Any
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 
 
 def nodeos(lab: Lab, vm: str, *args: str, timeout: float = 300) -> tuple[int, Any]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nodeos.lab import Lab
-from nodeos.lab.leftovers import leftovers
-from nodeos.lab.plan import missing_members
+from nodeos_devtools.lab import Lab
+from nodeos_devtools.lab.leftovers import leftovers
+from nodeos_devtools.lab.plan import missing_members
 
 # CI's budget (60 min on a 2-core machine under TCG) cannot hold every crash step and every
 # data plane primitive: CI runs a representative part (one step per recovery branch) and
@@ -44,7 +44,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 def up_kwargs(shape: str) -> dict[str, Any]:
     kw = dict(SHAPES[shape])
     if kw.get("cluster"):
-        from nodeos.lab.cluster import label_command_available
+        from nodeos_devtools.lab.cluster import label_command_available
 
         # Default rack labels once `nodeos node label` exists; until then a cluster without labels.
         kw["labels"] = None if label_command_available() else []
@@ -53,11 +53,12 @@ def up_kwargs(shape: str) -> dict[str, Any]:
 
 def problems(lab: Lab, shape: str) -> list[str]:
     """What a module left behind in a shared lab (empty: clean)."""
-    # The same check as the soak's end (nodeos/lab/leftovers.py), without its deep part (md
+    # The same check as the soak's end (tests/tooling/nodeos_devtools/lab/leftovers.py), without its deep part
+    # (md
     # arrays, remote controllers, intents): this contract is the one docs/lab.md states.
     found = leftovers(lab)
     if SHAPES[shape].get("cluster") and not found:
-        from nodeos.lab.cluster import cluster_status
+        from nodeos_devtools.lab.cluster import cluster_status
 
         first = lab.storage_vms[0]
         missing = missing_members(cluster_status(lab, first), lab.storage_vms)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab.dataplane_helpers import (
     connect,
     connected,

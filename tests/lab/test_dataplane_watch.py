@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab.dataplane_helpers import (
     connect,
     device_of,

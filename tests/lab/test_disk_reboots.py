@@ -3,7 +3,8 @@ default): every reboot gets back out of the firmware into a new boot of the same
 
 Why: OVMF's in-place reset under TCG once never left the firmware (1 of 9 resets, CI of
 2026-11-30). The lab now runs a disk-booted VM with `-no-reboot` under a supervisor that starts
-QEMU again on each reset, with the same disk and UEFI variable store (nodeos/lab/coldboot.py);
+QEMU again on each reset, with the same disk and UEFI variable store
+(tests/tooling/nodeos_devtools/lab/coldboot.py);
 this is the loop that shows it holds, and its console shows each cold start."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import time
 import pytest
 
 from nodeos.errors import OperationFailed
-from nodeos.lab import Lab
-from nodeos.lab.qga import AgentUnavailable
+from nodeos_devtools.lab import Lab
+from nodeos_devtools.lab.qga import AgentUnavailable
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)]

@@ -31,7 +31,7 @@ import pytest
 
 from nodeos.dataplane.mirror_names import mirror_id_for, replica_nqn
 from nodeos.errors import OperationFailed
-from nodeos.lab import Lab, fio
+from nodeos_devtools.lab import Lab, fio
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
 
 pytestmark = pytest.mark.lab

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.lab import image, qemu
-from nodeos.lab.qga import GuestAgent
+from nodeos_devtools.lab import image, qemu
+from nodeos_devtools.lab.qga import GuestAgent
 
 pytestmark = pytest.mark.labimage
 PROJECT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from nodeos.errors import OperationFailed
-from nodeos.lab import Lab, demo
+from nodeos_devtools.lab import Lab, demo
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
 # With NODEOS_LAB_FULL=1 since 2026-11-29: CI runs past its 60 minutes with lab `one` beside

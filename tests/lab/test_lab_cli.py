@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.lab import Lab
-from nodeos.lab.state import labs_root
+from nodeos_devtools.lab import Lab
+from nodeos_devtools.lab.state import labs_root
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
 pytestmark = pytest.mark.lab
 NAME = "t-cli"
-CLI = [sys.executable, "-c", "from nodeos.lab.cli import main; main()"]
+CLI = [sys.executable, "-c", "from nodeos_devtools.lab.cli import main; main()"]
 
 
 def run(*args: str, input: bytes | None = None, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
@@ -108,7 +108,7 @@ def test_bad_counts_and_names_exit_2_and_start_nothing(cli_lab: str, args: list[
 
 
 def test_cluster_labels_without_the_label_command_exit_1_before_booting(cli_lab: str) -> None:
-    from nodeos.lab.cluster import label_command_available
+    from nodeos_devtools.lab.cluster import label_command_available
 
     if label_command_available():
         pytest.skip("this build has `nodeos node label`: labels are applied (tests/lab/test_lab_cluster.py)")

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from nodeos.lab import Lab
-from nodeos.lab.cluster import cluster_status, label_command_available
-from nodeos.lab.plan import PEER_PORT
+from nodeos_devtools.lab import Lab
+from nodeos_devtools.lab.cluster import cluster_status, label_command_available
+from nodeos_devtools.lab.plan import PEER_PORT
 from tests.lab.node_helpers import ok
 
 pytestmark = pytest.mark.lab
@@ -43,7 +43,8 @@ def test_lab_status_shows_the_leader_and_members(lab: Lab) -> None:
     assert st["leader"] in NAMES
     assert [m["name"] for m in st["members"]] == NAMES
     out = subprocess.run(
-        [sys.executable, "-c", "from nodeos.lab.cli import main; main()", "--name", lab.name, "status"],
+        [sys.executable, "-c", "from nodeos_devtools.lab.cli import main; main()", "--name", lab.name,
+         "status"],
         capture_output=True, text=True, timeout=600, check=True,
     ).stdout  # fmt: skip
     assert f"leader {st['leader']}" in out

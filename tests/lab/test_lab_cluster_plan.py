@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from nodeos.errors import BadInput, EnvironmentProblem
-from nodeos.lab import cluster as cluster_mod
-from nodeos.lab import image, qemu
-from nodeos.lab.plan import (
+from nodeos_devtools.lab import cluster as cluster_mod
+from nodeos_devtools.lab import image, qemu
+from nodeos_devtools.lab.plan import (
     PEER_PORT,
     cluster_labels,
     cluster_summary,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from nodeos.errors import BadInput
-from nodeos.lab import qemu
-from nodeos.lab.plan import check_counts, check_name, plan_vms, subnet_of
-from nodeos.lab.qga import GuestAgent
+from nodeos_devtools.lab import qemu
+from nodeos_devtools.lab.plan import check_counts, check_name, plan_vms, subnet_of
+from nodeos_devtools.lab.qga import GuestAgent
 
 
 def test_plan_gives_each_vm_its_own_address_mac_identity_and_serials(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.lab import qemu, qmp
+from nodeos_devtools.lab import qemu, qmp
 
 pytestmark = pytest.mark.skipif(shutil.which(qemu.QEMU_DEFAULT) is None, reason="needs QEMU")
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab.dataplane_helpers import connect, connected, device_of, disconnect, wait_for
 from tests.lab.metrics_helpers import start_relay, stop_relay
 from tests.lab.node_helpers import ok, start_unit, wait_daemon

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nodeos.dataplane.mirror_names import replica_nqn, volume_nqn
-from nodeos.lab import Lab, fio
+from nodeos_devtools.lab import Lab, fio
 from tests.lab import shared_labs
 from tests.lab.dataplane_helpers import device_of, discover, wait_for
 from tests.lab.mirror_helpers import (

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
 # With NODEOS_LAB_FULL=1 since 2026-11-29: CI runs past its 60 minutes with lab `one` beside

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from nodeos.dataplane.kernel.lvm import LV_PREFIX
-from nodeos.lab import Lab
 from nodeos.node import crash
+from nodeos_devtools.lab import Lab
 from tests.lab import shared_labs
 from tests.lab.node_helpers import (
     node_state,

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab.mirror_helpers import host_paths
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL

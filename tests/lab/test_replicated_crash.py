@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from nodeos.dataplane import mirror_names as names
-from nodeos.lab import Lab
 from nodeos.node import crash
+from nodeos_devtools.lab import Lab
 from tests.lab import shared_labs
 from tests.lab.node_helpers import (
     CRASH_LOG,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 from tests.lab.node_helpers import logical_volumes, nodeos, ok, subsystems, wait_daemon
 
 # In CI since 2026-11-29 (passed in the lab: the delete finished 53 s after the primary came back).

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import Lab, fio
+from nodeos_devtools.lab import Lab, fio
 from tests.lab.dataplane_helpers import connect, discover
 from tests.lab.mirror_helpers import host_paths
 from tests.lab.node_helpers import nodeos, ok, start_crashing_daemon, start_unit, wait_daemon, wait_dead

@@ -29,8 +29,8 @@ import pytest
 
 import nodeos
 from nodeos.errors import OperationFailed
-from nodeos.lab import Lab
-from nodeos.lab.qga import AgentUnavailable
+from nodeos_devtools.lab import Lab
+from nodeos_devtools.lab.qga import AgentUnavailable
 from tests.lab.node_helpers import nodeos as nodeos_cmd
 from tests.lab.node_helpers import ok, wait_daemon
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL

@@ -1,4 +1,5 @@
-"""The seeded fault soak (nodeos/lab/soak.py, `nodeos-lab soak`) on the shared cluster3 lab: a
+"""The seeded fault soak (tests/tooling/nodeos_devtools/lab/soak.py, `nodeos-lab soak`) on the shared cluster3
+lab: a
 short seed, every violation listed in the failure.
 
 CI runs seed 223 for its first 7 actions with the cheap faults only (a network cut, nodeosd
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.lab import Lab
-from nodeos.lab.soak import Soak
+from nodeos_devtools.lab import Lab
+from nodeos_devtools.lab.soak import Soak
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 
 pytestmark = pytest.mark.lab

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import Lab
+from nodeos_devtools.lab import Lab
 
 RUN = os.environ.get("NODEOS_BENCH_STORM") == "1"
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(not RUN, reason="a bench: NODEOS_BENCH_STORM=1")]

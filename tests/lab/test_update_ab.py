@@ -19,15 +19,16 @@ import pytest
 
 import nodeos
 from nodeos.errors import OperationFailed
-from nodeos.lab import Lab
-from nodeos.lab.qga import AgentUnavailable
+from nodeos_devtools.lab import Lab
+from nodeos_devtools.lab.qga import AgentUnavailable
 from tests.lab.shared_labs import LAB_FULL, NOT_FULL
 from tests.lab.update_helpers import bump, make_bundle
 
 # CI runs the update and the rollback (about 13 min); the power cut runs with NODEOS_LAB_FULL=1.
 # In CI's run of 2026-11-30 one of the VM's in-place resets never got out of OVMF (its DXE phase,
 # no output; 1 of 9 resets under TCG): the lab now makes every reboot of a disk-booted VM a cold
-# start of QEMU (nodeos/lab/coldboot.py; tests/lab/test_disk_reboots.py reboots one in a loop).
+# start of QEMU (tests/tooling/nodeos_devtools/lab/coldboot.py; tests/lab/test_disk_reboots.py reboots one in
+# a loop).
 # Should a firmware still go silent, the test fails within 5 min of it, naming it.
 pytestmark = pytest.mark.lab
 FIRMWARE_STUCK_S = 300.0  # no console output this long after a reset: the firmware hangs (above)

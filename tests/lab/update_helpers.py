@@ -48,9 +48,10 @@ def set_version(tree: Path, version: str) -> None:
 
 def bundle_of(tree: Path) -> Path:
     """`nodeos-lab image --bundle` run from `tree` (its own nodeos package); the bundle's path."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    path = os.pathsep.join([str(tree), str(tree / "tests" / "tooling")])  # its own nodeos and tooling
+    env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run(
-        ["nice", "-n", "10", sys.executable, "-c", "from nodeos.lab.cli import main; main()",
+        ["nice", "-n", "10", sys.executable, "-c", "from nodeos_devtools.lab.cli import main; main()",
          "image", "--bundle"],
         cwd=tree, env=env, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip

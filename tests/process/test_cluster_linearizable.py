@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from nodeos.cluster.localcluster import LocalCluster, LocalNode
-from nodeos.devtools.lincheck import LINEARIZABLE, check_text
-from nodeos.devtools.lincheck.record import HistoryRecorder
 from nodeos.rpc import framing
+from nodeos_devtools.lincheck import LINEARIZABLE, check_text
+from nodeos_devtools.lincheck.record import HistoryRecorder
 
 pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
 

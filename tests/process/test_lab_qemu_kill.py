@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from nodeos.lab import qemu
+from nodeos_devtools.lab import qemu
 
 # The main thread ends (pthread_exit) and leaves a worker thread running: the state a killed
 # QEMU is in while its other threads tear down.

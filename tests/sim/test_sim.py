@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from nodeos.devtools.sim import SimConfig, Simulation, run_seed
-from nodeos.devtools.sim.events import HEAL
+from nodeos_devtools.sim import SimConfig, Simulation, run_seed
+from nodeos_devtools.sim.events import HEAL
 
 # A livelocked run is stopped by the event budget; a hang anywhere else by this timeout.
 # Timeouts are hang guards only: CI runs this tier at nice 19 beside the lab (tests/run.sh), where
@@ -110,7 +110,7 @@ def test_cli_reports_failing_seed_with_trace_and_exit_1() -> None:
         [
             sys.executable,
             "-m",
-            "nodeos.devtools.sim.cli",
+            "nodeos_devtools.sim.cli",
             "--nodes",
             "3",
             "--seeds",
@@ -138,7 +138,7 @@ def test_cli_reports_failing_seed_with_trace_and_exit_1() -> None:
 
 def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
     ok = subprocess.run(
-        [sys.executable, "-m", "nodeos.devtools.sim.cli", "--nodes", "3", "--seeds", "1..5", "--quiet"],
+        [sys.executable, "-m", "nodeos_devtools.sim.cli", "--nodes", "3", "--seeds", "1..5", "--quiet"],
         capture_output=True,
         text=True,
         timeout=2400,
@@ -146,7 +146,7 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "5 seeds (1..5), 3 nodes: no invariant violated" in ok.stdout
     jobs = subprocess.run(
-        [sys.executable, "-m", "nodeos.devtools.sim.cli", "--seeds", "1..40", "--jobs", "0", "--quiet"],
+        [sys.executable, "-m", "nodeos_devtools.sim.cli", "--seeds", "1..40", "--jobs", "0", "--quiet"],
         capture_output=True,
         text=True,
         timeout=2400,
@@ -154,7 +154,7 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
     assert jobs.returncode == 0, jobs.stdout + jobs.stderr
     # The same seeds give the same totals whether they run in one process or in several.
     one = subprocess.run(
-        [sys.executable, "-m", "nodeos.devtools.sim.cli", "--seeds", "1..40", "--quiet"],
+        [sys.executable, "-m", "nodeos_devtools.sim.cli", "--seeds", "1..40", "--quiet"],
         capture_output=True,
         text=True,
         timeout=2400,
@@ -162,7 +162,7 @@ def test_cli_ok_exit_0_and_bad_seed_range_exit_2() -> None:
     assert jobs.stdout.split("[")[1] == one.stdout.split("[")[1]
     assert f"with {os.cpu_count()} job" in jobs.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "nodeos.devtools.sim.cli", "--seeds", "9..3"],
+        [sys.executable, "-m", "nodeos_devtools.sim.cli", "--seeds", "9..3"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -194,7 +194,7 @@ def _stuck_seed(seed: int, cfg: SimConfig) -> object:
 
 def test_a_stuck_seed_fails_naming_itself_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     # CI once held a pooled sim test to its 30-minute timeout without a word of where.
-    from nodeos.devtools.sim import cli
+    from nodeos_devtools.sim import cli
 
     monkeypatch.setattr(cli, "run_seed", _stuck_seed)  # forked workers inherit it
     monkeypatch.setattr(cli, "SEED_RESULT_BOUND_S", 2.0)

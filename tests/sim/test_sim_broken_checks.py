@@ -1,5 +1,7 @@
-"""Each failover map invariant (nodeos/devtools/sim/epochcheck.py) and each Raft safety invariant
-without a broken variant before (nodeos/devtools/sim/raft_broken.py) fails on its bug: the bug is
+"""Each failover map invariant (tests/tooling/nodeos_devtools/sim/epochcheck.py) and each Raft safety
+invariant
+without a broken variant before (tests/tooling/nodeos_devtools/sim/raft_broken.py) fails on its bug: the bug
+is
 the real function with one line changed, patched in for one run (`--broken`). Where the
 simulator's schedules do not reach a bug, the invariant is shown failing on the state the bug
 would make, and a unit test catches the bug itself (named below)."""
@@ -11,11 +13,11 @@ import copy
 import pytest
 
 from nodeos.cluster.map import ClusterMap, encode_command
-from nodeos.devtools.sim import SimConfig, epochcheck, mapcheck, run_seed
-from nodeos.devtools.sim.epochbroken import EPOCH_BROKEN_VARIANTS, epoch_bug
-from nodeos.devtools.sim.failover_sim import build_map, failover_config
-from nodeos.devtools.sim.invariants import Checker, Violation
-from nodeos.devtools.sim.raft_broken import RAFT_BROKEN_VARIANTS, break_raft
+from nodeos_devtools.sim import SimConfig, epochcheck, mapcheck, run_seed
+from nodeos_devtools.sim.epochbroken import EPOCH_BROKEN_VARIANTS, epoch_bug
+from nodeos_devtools.sim.failover_sim import build_map, failover_config
+from nodeos_devtools.sim.invariants import Checker, Violation
+from nodeos_devtools.sim.raft_broken import RAFT_BROKEN_VARIANTS, break_raft
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(3000)]
 

@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from nodeos.devtools.sim import run_seed
-from nodeos.devtools.sim.cli import run_seeds
-from nodeos.devtools.sim.failover_broken import FAILOVER_BROKEN_VARIANTS
-from nodeos.devtools.sim.failover_sim import failover_config
+from nodeos_devtools.sim import run_seed
+from nodeos_devtools.sim.cli import run_seeds
+from nodeos_devtools.sim.failover_broken import FAILOVER_BROKEN_VARIANTS
+from nodeos_devtools.sim.failover_sim import failover_config
 
 # Timeouts are hang guards only: CI runs this tier at nice 19 beside the lab (tests/run.sh), where
 # its wall time is several times its CPU time.
@@ -186,7 +186,7 @@ def test_broken_variant_leaves_the_real_code_as_it_was() -> None:
 
 
 def test_cli_failover_workload_ok_and_failing_seed_reproduces() -> None:
-    cmd = [sys.executable, "-m", "nodeos.devtools.sim.cli", "--workload", "failover", "--quiet"]
+    cmd = [sys.executable, "-m", "nodeos_devtools.sim.cli", "--workload", "failover", "--quiet"]
     ok = subprocess.run([*cmd, "--seeds", "1..3"], capture_output=True, text=True, timeout=1200)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "no invariant violated" in ok.stdout and "failovers=" in ok.stdout

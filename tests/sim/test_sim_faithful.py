@@ -10,12 +10,12 @@ import pytest
 
 from nodeos.agent import legs, plan
 from nodeos.agent.lease import LeaseKeeper
-from nodeos.devtools.sim import run_seed, sim_kernel, sim_teardown
-from nodeos.devtools.sim.failover_agent import SimFailoverAgent
-from nodeos.devtools.sim.failover_sim import failover_config
-from nodeos.devtools.sim.sim_md import Mirror
-from nodeos.devtools.sim.sim_plane import TEARDOWN_BOUND_S
 from nodeos.storage.failover import LeaseTiming
+from nodeos_devtools.sim import run_seed, sim_kernel, sim_teardown
+from nodeos_devtools.sim.failover_agent import SimFailoverAgent
+from nodeos_devtools.sim.failover_sim import failover_config
+from nodeos_devtools.sim.sim_md import Mirror
+from nodeos_devtools.sim.sim_plane import TEARDOWN_BOUND_S
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(3000)]
 N_SEEDS = 40
@@ -35,7 +35,7 @@ def _first_failure(nodes: int, seeds: range) -> tuple[int, str]:
 
 def test_the_agents_call_the_products_rules() -> None:
     # No copies left in the simulated agent: the rules it uses are the product's objects.
-    from nodeos.devtools.sim import sim_legs
+    from nodeos_devtools.sim import sim_legs
 
     assert sim_legs.legs is legs
     assert sim_teardown.waits_for_primary is plan.waits_for_primary

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from nodeos.devtools.sim import SimConfig, run_seed
-from nodeos.devtools.sim.mapbroken import MAP_BROKEN_VARIANTS
+from nodeos_devtools.sim import SimConfig, run_seed
+from nodeos_devtools.sim.mapbroken import MAP_BROKEN_VARIANTS
 
 # Timeouts are hang guards only: CI runs this tier at nice 19 beside the lab (tests/run.sh), where
 # its wall time is several times its CPU time.
@@ -103,7 +103,7 @@ def test_broken_variant_leaves_the_map_code_as_it_was() -> None:
 
 
 def test_cli_map_workload_ok_and_failing_seed_reproduces() -> None:
-    cmd = [sys.executable, "-m", "nodeos.devtools.sim.cli", "--workload", "map", "--quiet"]
+    cmd = [sys.executable, "-m", "nodeos_devtools.sim.cli", "--workload", "map", "--quiet"]
     ok = subprocess.run([*cmd, "--seeds", "1..3"], capture_output=True, text=True, timeout=1200)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "no invariant violated" in ok.stdout and "volumes_ready=" in ok.stdout

@@ -1,4 +1,4 @@
-"""The voters workload (nodeos/devtools/sim/voters_sim.py): many members on 40 racks, the leader
+"""The voters workload (tests/tooling/nodeos_devtools/sim/voters_sim.py): many members on 40 racks, the leader
 keeping 3 or 5 voters with the daemon's own keeper, under crashes, partitions and whole racks
 lost. Each seed checks the Raft invariants, that the set never shrinks below its target once
 reached, that it is whole and spread over distinct racks within a bound after the heal and
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from nodeos.devtools.sim import run_seed
-from nodeos.devtools.sim.voters_broken import VOTERS_BROKEN_VARIANTS
-from nodeos.devtools.sim.voters_sim import voters_config
+from nodeos_devtools.sim import run_seed
+from nodeos_devtools.sim.voters_broken import VOTERS_BROKEN_VARIANTS
+from nodeos_devtools.sim.voters_sim import voters_config
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(3000)]
 

@@ -3,19 +3,30 @@ circle runs through them or back from the cluster into the control plane, the st
 (nodeos/storage) stands on the cluster's leaf services only and the cluster reaches into it only
 where its map gathers the storage sections, no import circle spans two packages nor forms inside
 one (but the known ones, none in storage), and no module
-grows far past 500 lines. Read from the source (every import, those inside functions too), so a lazy
+grows far past 500 lines; the test tooling (the package nodeos_devtools, tests/tooling/) is a
+distribution of its own that no product module imports and the product distribution does not
+carry, held to the same circles and sizes. Read from the source (every import, those inside functions too), so
+a lazy
 import cannot hide a circle that only shows when the code path runs."""
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
+import tomllib
 from collections import defaultdict
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGE = PROJECT / "nodeos"
+# The test tooling: its own distribution (nodeos-devtools), its own import package.
+TOOLING = "nodeos_devtools"
+TOOLING_ROOT = PROJECT / "tests" / "tooling"
+TOOLING_SCRIPTS = {"nodeos-lab", "nodeos-sim", "nodeos-lincheck"}
 MAX_LINES = 520  # "about 500": the acceptance's bound, with a little room for a docstring
 
 # What the definitions may name at import time: nothing that serves or uses them, so loading them
@@ -23,7 +34,7 @@ MAX_LINES = 520  # "about 500": the acceptance's bound, with a little room for a
 API_AT_IMPORT = ("nodeos.api", "nodeos.errors", "nodeos.validate")
 # Layers above the definitions: they use the API and must never be imported by it, even lazily
 # (a validator the definitions name lives in the domain: nodeos.cluster, nodeos.validate).
-ABOVE_API = ("daemon", "rest", "cli", "control", "agent", "node", "observe", "lab")
+ABOVE_API = ("daemon", "rest", "cli", "control", "agent", "node", "observe", "tooling")
 # Who may import the definitions: the ways in (daemon dispatcher, REST, console) and the control
 # plane that implements them. The domain below never imports them back.
 API_USERS = ("api", "daemon", "rest", "cli", "control")
@@ -31,10 +42,10 @@ API_USERS = ("api", "daemon", "rest", "cli", "control")
 REST_USERS = ("rest", "daemon")
 # The cluster (consensus, membership, transport, the replicated map) never imports the control
 # plane, the console or the ways in.
-CLUSTER_NEVER = ("control", "cli", "rest", "api", "lab", "devtools")
+CLUSTER_NEVER = ("control", "cli", "rest", "api", "tooling")
 # Test tooling (simulator, linearizability checker, VM lab) drives every layer from outside; no
-# product module imports it.
-TEST_TOOLING = ("devtools", "lab")
+# product module imports it. "tooling" names every package of nodeos_devtools (sim, lincheck, lab).
+TEST_TOOLING = ("tooling",)
 # The storage domain is below the control plane, the agents and every way in: they decide with it
 # and read the map through it, never the other way round.
 STORAGE_NEVER = ("control", "agent", "node", "daemon", "cli", "rest", "api", "observe", *TEST_TOOLING)
@@ -60,12 +71,14 @@ STORAGE_LEAVES = ("nodeos.storage.lookup", "nodeos.storage.records")
 
 
 def _modules() -> dict[str, Path]:
+    """Every module of the product (nodeos) and of the test tooling (nodeos_devtools), by name."""
     out = {}
-    for f in PACKAGE.rglob("*.py"):
-        parts = list(f.relative_to(PROJECT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = f
+    for root, package in ((PROJECT, PACKAGE), (TOOLING_ROOT, TOOLING_ROOT / TOOLING)):
+        for f in package.rglob("*.py"):
+            parts = list(f.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = f
     return out
 
 
@@ -113,13 +126,19 @@ for _m in MODULES:
         GRAPH[_m].add(_t)
 
 
+def _tooling(mod: str) -> bool:
+    return mod == TOOLING or mod.startswith(f"{TOOLING}.")
+
+
 def _package(mod: str) -> str:
+    """`cluster` for nodeos.cluster.map; `tooling.sim` for nodeos_devtools.sim.cli."""
     parts = mod.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    sub = parts[1] if len(parts) > 1 else ""
+    return f"tooling.{sub}" if _tooling(mod) else sub
 
 
 def _in(mod: str, packages: tuple[str, ...]) -> bool:
-    return _package(mod) in packages
+    return _package(mod) in packages or ("tooling" in packages and _tooling(mod))
 
 
 def _circles() -> list[list[str]]:
@@ -288,7 +307,7 @@ KNOWN_CIRCLES = (
     {"nodeos.cluster.raft.leader", "nodeos.cluster.raft.raft"},  # Raft + LeaderMixin
     {"nodeos.cluster.peersender", "nodeos.cluster.peerserver", "nodeos.cluster.transport"},
     {
-        f"nodeos.devtools.sim.{m}"
+        f"nodeos_devtools.sim.{m}"
         for m in [
             "cluster",
             "disruption",
@@ -308,9 +327,14 @@ KNOWN_CIRCLES = (
             "voters_sim",
         ]
     },
-    {"nodeos.lab.diskboot", "nodeos.lab.qemu"},
-    {"nodeos.lab.bundle", "nodeos.lab.image", "nodeos.lab.rawdisk"},
-    {"nodeos.lab.cluster", "nodeos.lab.lab", "nodeos.lab.state", "nodeos.lab.vm_access"},
+    {"nodeos_devtools.lab.diskboot", "nodeos_devtools.lab.qemu"},
+    {"nodeos_devtools.lab.bundle", "nodeos_devtools.lab.image", "nodeos_devtools.lab.rawdisk"},
+    {
+        "nodeos_devtools.lab.cluster",
+        "nodeos_devtools.lab.lab",
+        "nodeos_devtools.lab.state",
+        "nodeos_devtools.lab.vm_access",
+    },
 )
 
 
@@ -341,10 +365,52 @@ def test_the_checks_see_what_they_check() -> None:
     assert "nodeos.cluster.secretroll" in GRAPH["nodeos.api.rules"]  # inside a function
     assert "nodeos.api.openapi" in GRAPH["nodeos.rest.service"]
     assert "nodeos.rest.server" in GRAPH["nodeos.rest.service"]  # `from .server import ...`
-    assert "nodeos.control.decide" in GRAPH["nodeos.devtools.sim.failover_sim"]  # tooling, allowed
+    assert "nodeos.control.decide" in GRAPH["nodeos_devtools.sim.failover_sim"]  # tooling, allowed
     assert "nodeos.storage.storage_map" in GRAPH["nodeos.cluster.map"]  # the map gathers the sections
     assert "nodeos.cluster.events" in GRAPH["nodeos.storage.storage_map"]
     assert "nodeos.storage.publish_replace" in GRAPH["nodeos.storage.publish_map"]  # inside a function
     assert any(len({_package(m) for m in c}) == 1 and len(c) > 1 for c in _circles())  # circles are seen
     assert {"nodeos.cluster.raft.leader", "nodeos.cluster.raft.raft"} in [set(c) for c in _circles()]
     assert len(MODULES) > 200
+    tooling = [m for m in MODULES if _tooling(m)]
+    assert len(tooling) > 60
+    assert "nodeos_devtools.lab.image" in tooling and "nodeos_devtools.sim.cli" in tooling
+    assert _in("nodeos_devtools.lab.qemu", TEST_TOOLING) and not _in("nodeos.cluster.map", TEST_TOOLING)
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def test_the_product_distribution_carries_no_tooling() -> None:
+    """pyproject.toml's `nodeos` finds only the product package and installs only product commands;
+    the tooling's commands come from its own distribution (tests/tooling/pyproject.toml)."""
+    product = _toml(PROJECT / "pyproject.toml")
+    include = product["tool"]["setuptools"]["packages"]["find"]["include"]
+    for name in (TOOLING, f"{TOOLING}.lab", "nodeos.lab", "nodeos.devtools"):
+        if name.startswith("nodeos."):  # the old homes are gone, not just left out
+            assert not (PROJECT / name.replace(".", "/")).exists(), name
+        else:
+            assert not any(fnmatch.fnmatchcase(name, pat) for pat in include), (name, include)
+    scripts = product["project"]["scripts"]
+    assert not TOOLING_SCRIPTS & set(scripts)
+    assert all(target.startswith("nodeos.") for target in scripts.values()), scripts
+    tooling = _toml(TOOLING_ROOT / "pyproject.toml")["project"]
+    assert tooling["name"] == "nodeos-devtools" and set(tooling["scripts"]) == TOOLING_SCRIPTS
+    for target in tooling["scripts"].values():  # each command's module is there
+        assert target.split(":")[0] in MODULES and _tooling(target), target
+
+
+def test_the_dev_install_brings_the_tooling_as_its_own_distribution() -> None:
+    """What .venv holds (images/bootstrap.sh): the product's commands from `nodeos`, the tooling's
+    from `nodeos-devtools`, and the tooling imported from tests/tooling/ of this checkout."""
+    import nodeos_devtools
+
+    def commands(dist: str) -> dict[str, str]:
+        eps = metadata.distribution(dist).entry_points
+        return {ep.name: ep.value for ep in eps if ep.group == "console_scripts"}
+
+    assert not TOOLING_SCRIPTS & set(commands("nodeos")), "reinstall: bash images/bootstrap.sh"
+    assert set(commands("nodeos-devtools")) == TOOLING_SCRIPTS
+    assert Path(nodeos_devtools.__file__).resolve().parent == TOOLING_ROOT / TOOLING

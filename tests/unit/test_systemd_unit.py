@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nodeos.daemon.config import Config
 from nodeos.daemon.main import EXIT_CORRUPT_STATE
-from nodeos.lab.image import SCRIPTS
+from nodeos_devtools.lab.image import SCRIPTS
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "nodeosd.service"
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeos.devtools.lincheck import LINEARIZABLE, NOT_LINEARIZABLE, UNKNOWN_VERDICT, check_text
-from nodeos.devtools.lincheck.record import HistoryRecorder
 from nodeos.errors import BadInput
+from nodeos_devtools.lincheck import LINEARIZABLE, NOT_LINEARIZABLE, UNKNOWN_VERDICT, check_text
+from nodeos_devtools.lincheck.record import HistoryRecorder
 
 
 def _verdicts(shared: Path) -> dict[str, str]:
@@ -310,7 +310,7 @@ def test_malformed_history_names_the_line(model: str, text: str, line: int) -> N
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "nodeos.devtools.lincheck.cli", *args],
+        [sys.executable, "-m", "nodeos_devtools.lincheck.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,4 +1,4 @@
-"""The simulator's worker pool always ends within its bound (nodeos/devtools/sim/cli.py,
+"""The simulator's worker pool always ends within its bound (tests/tooling/nodeos_devtools/sim/cli.py,
 _end_pool): a pool whose end never returns (a worker left idle on the pool's queue lock, seen in
 CI with `--jobs 0`: the run and its test waited for ever) has its workers killed instead."""
 
@@ -8,7 +8,7 @@ import multiprocessing
 import time
 from typing import Any
 
-from nodeos.devtools.sim import cli
+from nodeos_devtools.sim import cli
 
 
 def _sleep_for_ever() -> None:

@@ -1,4 +1,5 @@
-"""A disk-booted VM's reboots as cold starts (nodeos/lab/coldboot.py), with a stand-in for QEMU
+"""A disk-booted VM's reboots as cold starts (tests/tooling/nodeos_devtools/lab/coldboot.py), with a stand-in
+for QEMU
 that speaks just enough QMP: a reset starts the same argv again, a power-off ends the supervisor,
 and the lab's power-off kills the supervisor and its QEMU together."""
 
@@ -10,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from nodeos.lab import coldboot, qemu
+from nodeos_devtools.lab import coldboot, qemu
 
 # Stand-in QEMU: serves the monitor named by its last `-qmp unix:PATH,...`, counts its starts in
 # starts.txt, emits SHUTDOWN with the reason of line <start> of reasons.txt, exits 0; with no

@@ -1,4 +1,5 @@
-"""Naming a guest kernel's failure from its console (nodeos/lab/console_scan.py), no VMs:
+"""Naming a guest kernel's failure from its console (tests/tooling/nodeos_devtools/lab/console_scan.py), no
+VMs:
 the recorded rxe oops of issue 25, small made-up consoles, and a clean boot that must stay clean."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.lab.console_scan import BOOT_MARKER, kernel_trouble, scan_console
+from nodeos_devtools.lab.console_scan import BOOT_MARKER, kernel_trouble, scan_console
 
 RXE_OOPS = Path("evidence/lab-rxe-oops/h1-console-oops.txt")
 CLEAN = [Path(f"evidence/demo-delete-hang/{vm}-console-excerpt.txt") for vm in ("s1", "s2", "s3")]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from nodeos.errors import BadInput
-from nodeos.lab import diskboot, image_update, qemu
-from nodeos.lab.plan import plan_vms
 from nodeos.provision import model
 from nodeos.update import layout
+from nodeos_devtools.lab import diskboot, image_update, qemu
+from nodeos_devtools.lab.plan import plan_vms
 
 
 def _argv(tmp_path: Path, disk: bool, provision: bool = False) -> list[str]:

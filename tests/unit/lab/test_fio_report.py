@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nodeos.lab import fio
+from nodeos_devtools.lab import fio
 
 
 def test_the_first_job_is_read_past_a_notice_fio_wrote_ahead_of_the_report() -> None:

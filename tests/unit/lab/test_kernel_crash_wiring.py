@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from nodeos.errors import OperationFailed
-from nodeos.lab import Lab, qemu
-from nodeos.lab.cli import _print_status
-from nodeos.lab.console_scan import BOOT_MARKER, GuestKernelCrashed
-from nodeos.lab.plan import plan_vms
-from nodeos.lab.qga import AgentUnavailable, ExecResult
+from nodeos_devtools.lab import Lab, qemu
+from nodeos_devtools.lab.cli import _print_status
+from nodeos_devtools.lab.console_scan import BOOT_MARKER, GuestKernelCrashed
+from nodeos_devtools.lab.plan import plan_vms
+from nodeos_devtools.lab.qga import AgentUnavailable, ExecResult
 
 OOPS = """\
 [  223.705950] BUG: kernel NULL pointer dereference, address: 0000000000000008

@@ -1,4 +1,5 @@
-"""The soak's lookup of a volume's multipath head on the GPU node (nodeos/lab/soak_io.py
+"""The soak's lookup of a volume's multipath head on the GPU node
+(tests/tooling/nodeos_devtools/lab/soak_io.py
 `device_script`), run by a real shell over a made-up /sys and /dev: nothing while the volume's
 subsystem has no head yet (the unguarded loop answered another volume's head, where fio ran:
 two soaks' marks went there), the head once it is there, never a /dev node whose device number
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.lab.soak_io import device_script
+from nodeos_devtools.lab.soak_io import device_script
 
 WANT = "nqn.2014-08.io.nodeos:vol:want"
 OTHER = "nqn.2014-08.io.nodeos:vol:other"

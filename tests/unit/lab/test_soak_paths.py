@@ -1,4 +1,5 @@
-"""The soak's host keeps learning the paths of the volumes under fio (nodeos/lab/soak_paths.py),
+"""The soak's host keeps learning the paths of the volumes under fio
+(tests/tooling/nodeos_devtools/lab/soak_paths.py),
 over a made-up GPU node whose discovery answers what the test says: seed 8's fio `error 5` came
 from a host that connected once and never met the node a volume moved to."""
 
@@ -14,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import soak_io, soak_paths
-from nodeos.lab.qga import ExecResult
-from nodeos.lab.soak_paths import PathWatch
+from nodeos_devtools.lab import soak_io, soak_paths
+from nodeos_devtools.lab.qga import ExecResult
+from nodeos_devtools.lab.soak_paths import PathWatch
 
 V2 = "nqn.2014-08.io.nodeos:vol:v2"
 V3 = "nqn.2014-08.io.nodeos:vol:v3"

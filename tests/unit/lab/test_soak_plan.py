@@ -1,4 +1,5 @@
-"""The soak's planner (nodeos/lab/soak_plan.py), no VMs: the same seed gives the same actions,
+"""The soak's planner (tests/tooling/nodeos_devtools/lab/soak_plan.py), no VMs: the same seed gives the same
+actions,
 every action is valid in the model at its point (checked by replaying it through `why_invalid`
 on a model of our own), faults stay within their bounds, and a run's closing leaves nothing
 faulted, drained, under fio or unread."""
@@ -12,7 +13,7 @@ from collections import Counter
 import pytest
 
 from nodeos.errors import BadInput
-from nodeos.lab.soak_plan import (
+from nodeos_devtools.lab.soak_plan import (
     FAULTS,
     HEAL_OF,
     HEALS,
@@ -203,7 +204,7 @@ def test_a_shape_without_a_gpu_node_or_storage_is_bad_input() -> None:
 def test_the_cli_dry_run_prints_the_plan_and_bad_input_exits_2_naming_the_field(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from nodeos.lab import cli
+    from nodeos_devtools.lab import cli
 
     def run(*argv: str) -> int:
         monkeypatch.setattr(sys, "argv", ["nodeos-lab", *argv])

@@ -1,4 +1,5 @@
-"""The soak's runner (nodeos/lab/soak.py) and report over a fake lab, no VMs: the console of a
+"""The soak's runner (tests/tooling/nodeos_devtools/lab/soak.py) and report over a fake lab, no VMs: the
+console of a
 made-up cluster that does what it is asked at once, a GPU node whose fio and reads say what the
 test wants. It shows the shell takes every kind of action and fault, counts them, turns a fio
 error, a lost mark, a command past its bound, a volume that stays sick and a leftover into
@@ -14,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from nodeos.lab import soak as soak_mod
-from nodeos.lab import soak_end, soak_io
-from nodeos.lab.qga import ExecResult
-from nodeos.lab.soak import Soak
-from nodeos.lab.soak_report import Report
+from nodeos_devtools.lab import soak as soak_mod
+from nodeos_devtools.lab import soak_end, soak_io
+from nodeos_devtools.lab.qga import ExecResult
+from nodeos_devtools.lab.soak import Soak
+from nodeos_devtools.lab.soak_report import Report
 
 
 @dataclass

@@ -13,11 +13,11 @@ import sys
 import tomllib
 from pathlib import Path
 
-from nodeos.lab import image, qemu
-from nodeos.lab.plan import plan_vms
-from nodeos.lab.qemu import PEER_PORT
 from nodeos.provision import sources
 from nodeos.provision.apply import check_found
+from nodeos_devtools.lab import image, qemu
+from nodeos_devtools.lab.plan import plan_vms
+from nodeos_devtools.lab.qemu import PEER_PORT
 
 NODEOS = Path(sys.executable).parent / "nodeos"
 

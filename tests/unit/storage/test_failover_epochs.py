@@ -8,9 +8,9 @@ import random
 from typing import Any
 
 from nodeos.cluster.map import ClusterMap, encode_command
-from nodeos.devtools.sim.failover_sim import build_map
 from nodeos.storage import failover
 from nodeos.storage.failover_map import handed_off, settle_in_sync
+from nodeos_devtools.sim.failover_sim import build_map
 
 
 def _volume_back_on_its_old_primary() -> tuple[ClusterMap, dict[str, Any], list[int]]:

@@ -11,10 +11,10 @@ import pytest
 
 from nodeos.control import decide, views
 from nodeos.control.publish_api import published_view
-from nodeos.devtools.sim.invariants import Violation
-from nodeos.devtools.sim.mapcheck import check_state
 from nodeos.errors import BadInput, NotFound, NotSupported, OperationFailed
 from nodeos.storage.publish import copy_plan, parse_replicas
+from nodeos_devtools.sim.invariants import Violation
+from nodeos_devtools.sim.mapcheck import check_state
 from tests.unit.storage.test_snapshot_map import in_sync
 from tests.unit.storage.test_storage_map import GiB, M, cluster, create
 

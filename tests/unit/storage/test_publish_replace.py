@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from nodeos.cluster import events as map_events
-from nodeos.devtools.sim.mapcheck import check_state
 from nodeos.storage.publish_replace import publish_replace_commands
+from nodeos_devtools.sim.mapcheck import check_state
 from tests.unit.storage.test_publish import SHA, copy, publish, snapshot_on_three_of
 from tests.unit.storage.test_storage_map import GiB, M
 

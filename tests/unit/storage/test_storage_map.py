@@ -456,7 +456,7 @@ def test_a_report_records_the_same_events_whatever_the_order_of_the_pools() -> N
     # read back from a snapshot): two pools made ready by one report must be recorded in the
     # same order everywhere. Found by the simulator's map workload (seed 30: map divergence).
     from nodeos.cluster import events as map_events
-    from nodeos.devtools.sim.node import reverse_dict_order
+    from nodeos_devtools.sim.node import reverse_dict_order
 
     def events(flip: bool) -> list[str]:
         m = M()

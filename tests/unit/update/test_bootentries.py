@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeos.lab import image, rawdisk
 from nodeos.update import backend, layout
 from nodeos.update import bootentries as be
+from nodeos_devtools.lab import image, rawdisk
 
 
 def _esp(tmp_path: Path) -> Path:

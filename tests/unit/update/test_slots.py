@@ -76,8 +76,8 @@ def test_the_images_files_without_its_disk_have_no_slots(tmp_path: Path) -> None
 
 
 def test_each_slot_boots_its_own_root_and_kernel_and_mounts_the_state_partition() -> None:
-    from nodeos.lab import image
     from nodeos.update import layout as rawdisk
+    from nodeos_devtools.lab import image
 
     a, b = rawdisk.loader_entry("a"), rawdisk.loader_entry("b", generation=2)
     assert f"root=PARTUUID={image.ROOT_PARTUUID} " in a  # what tests/lab/test_image_uefi.py checks

@@ -1,4 +1,0 @@
-from nodeos.lab.lab import Lab
-from nodeos.lab.qga import ExecResult
-
-__all__ = ["ExecResult", "Lab"]
