@@ -103,3 +103,37 @@ def test_the_updater_is_switched_on_in_an_image_tree(tmp_path: Path) -> None:
     assert link.is_symlink() and (root / "etc/systemd/system/nodeos-health-gate.service").is_file()
     image_update.install(root, Path(__file__).resolve().parents[3], "amd64")  # again: one ESP line
     assert (root / "etc/fstab").read_text().count("/efi") == 1
+
+
+def test_a_credential_set_for_a_vm_is_handed_over_at_its_next_start_owner_only(tmp_path: Path) -> None:
+    """`Lab.set_credential`: what a BMC does between power cycles (the join token after `init`)."""
+    diskboot.write_credential(tmp_path, "nodeos.join-token", b"tok")
+    diskboot.write_credential(tmp_path, "nodeos.provision", b"version = 1\n")
+    token = tmp_path / diskboot.CREDENTIALS / "nodeos.join-token"
+    assert token.read_bytes() == b"tok" and token.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / diskboot.PROVISION).read_bytes() == b"version = 1\n"  # the configuration's own file
+    args = diskboot.credential_args(tmp_path)
+    assert f"name=opt/io.systemd.credentials/nodeos.join-token,file={token}" in args
+    assert f"name=opt/io.systemd.credentials/nodeos.provision,file={tmp_path / diskboot.PROVISION}" in args
+    with pytest.raises(BadInput) as e:
+        diskboot.write_credential(tmp_path, "../etc/passwd", b"x")
+    assert e.value.field == "name"
+    assert not (tmp_path.parent / "etc").exists()
+
+
+def test_the_image_carries_no_ssh_host_key_and_sshd_takes_keys_only(tmp_path: Path) -> None:
+    """Every node booted from one image would otherwise present the same host keys."""
+    from nodeos_devtools.lab import image, image_ssh
+
+    ssh = tmp_path / "etc" / "ssh"
+    ssh.mkdir(parents=True)
+    for name in ("ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "ssh_host_rsa_key", "sshd_config"):
+        (ssh / name).write_text("x")
+    image_ssh.install_sshd(tmp_path)
+    assert sorted(p.name for p in ssh.iterdir()) == ["sshd_config", "sshd_config.d"]
+    conf = (tmp_path / image_ssh.SSHD_DROPIN).read_text()
+    assert f"HostKey {image_ssh.HOSTKEY_DIR}/ssh_host_ed25519_key" in conf
+    assert "PasswordAuthentication no" in conf and "PermitRootLogin prohibit-password" in conf
+    unit = next(p for p in image.extra_unit_files() if p.name == image_ssh.HOSTKEY_UNIT).read_text()
+    assert f"-f {image_ssh.HOSTKEY_DIR}/ssh_host_ed25519_key" in unit and "Before=ssh.service" in unit
+    assert "openssh-server" in image.PACKAGES

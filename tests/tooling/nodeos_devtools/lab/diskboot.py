@@ -17,6 +17,8 @@ address, storage address, peer port).
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -29,6 +31,8 @@ BOOT_MODES = ("kernel", "disk")
 DISK = "disk.qcow2"
 VARS = "OVMF_VARS.fd"
 PROVISION = "provision.toml"
+CREDENTIALS = "credentials"  # other systemd credentials, one file each
+_CREDENTIAL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 OVMF_CODE = OVMF_DIR / "OVMF_CODE_4M.fd"
 OVMF_VARS = OVMF_DIR / "OVMF_VARS_4M.fd"
 # Words of the direct-kernel command line that the loader entry or the credential give instead.
@@ -103,9 +107,31 @@ def cmdline_extra(vm: VmSpec, accel: str) -> str:
 
 
 def credential_args(vm_dir: Path) -> list[str]:
-    """The VM's provisioning file as the systemd credential, when it has one."""
-    f = vm_dir / PROVISION
-    return ["-fw_cfg", f"name=opt/io.systemd.credentials/{CREDENTIAL},file={f}"] if f.is_file() else []
+    """The VM's provisioning file as the systemd credential, when it has one, and every other
+    credential set for it (`Lab.set_credential`: a join token), read by QEMU at each start."""
+    files = [(CREDENTIAL, vm_dir / PROVISION)]
+    files += sorted((f.name, f) for f in (vm_dir / CREDENTIALS).glob("*") if f.is_file())
+    out: list[str] = []
+    for name, f in files:
+        if f.is_file():
+            out += ["-fw_cfg", f"name=opt/io.systemd.credentials/{name},file={f}"]
+    return out
+
+
+def write_credential(vm_dir: Path, name: str, data: bytes) -> None:
+    """Hand a VM systemd credential `name` from its next start on (owner-only: it may be a secret)."""
+    if not _CREDENTIAL_NAME.fullmatch(name):
+        raise BadInput(f"credential name {name!r} is not valid", field="name", allowed="[A-Za-z0-9._-]{1,64}")
+    if name == CREDENTIAL:
+        f = vm_dir / PROVISION
+    else:
+        (vm_dir / CREDENTIALS).mkdir(mode=0o700, parents=True, exist_ok=True)
+        f = vm_dir / CREDENTIALS / name
+    tmp = f.with_name(f".{f.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    tmp.replace(f)
 
 
 def boot_args(vm: VmSpec, vm_dir: Path, accel: str) -> list[str]:

@@ -32,6 +32,7 @@ from pathlib import Path
 import nodeos
 from nodeos.errors import EnvironmentProblem, OperationFailed
 from nodeos_devtools.lab.image_files import product_files
+from nodeos_devtools.lab.image_ssh import HOSTKEY_UNIT, install_sshd
 from nodeos_devtools.lab.image_update import gate_unit_file
 from nodeos_devtools.lab.image_update import install as install_updater
 
@@ -78,6 +79,7 @@ PACKAGES: tuple[str, ...] = (
     # A/B updates (docs/image.md): RAUC + its D-Bus service (`rauc install` talks to it), unsquashfs
     # (rauc reads a plain bundle with it), systemd-boot (bootctl, bless-boot: boot counting), fsck.vfat.
     *("rauc", "rauc-service", "squashfs-tools", "systemd-boot", "dosfstools"),
+    *("openssh-server", "systemd-timesyncd"),  # provisioning's SSH keys and NTP servers (image_ssh.py)
 )
 
 # Timers and services an appliance does not want running behind its back (masked in the base).
@@ -208,8 +210,8 @@ def unit_file() -> Path | None:
 
 
 # Units of systemd/ besides nodeosd's, installed and enabled in every image: first-boot
-# provisioning (docs/provisioning.md).
-EXTRA_UNITS = ("nodeos-provision.service", "nodeos-provision-cluster.service")
+# provisioning (docs/provisioning.md) and the node's own SSH host keys.
+EXTRA_UNITS = ("nodeos-provision.service", "nodeos-provision-cluster.service", HOSTKEY_UNIT)
 
 
 def extra_unit_files() -> list[Path]:
@@ -392,6 +394,7 @@ def _add_nodeos_layer(rootfs: Path) -> bool:
     from nodeos_devtools.lab.bundle import image_arch, install_keyring
 
     install_keyring(rootfs)
+    install_sshd(rootfs)
     install_updater(rootfs, PROJECT_DIR, image_arch())  # RAUC's system.conf, /efi, the health gate
     # Mark /etc and /var as up to date with /usr, so first boot skips ldconfig, the journal
     # catalog rebuild and friends (ConditionNeedsUpdate): seconds under TCG.

@@ -252,6 +252,16 @@ class Lab(VmAccess):
             raise OperationFailed(f"{vm} is not running (start it first)")
         return v, serials.index(serial)
 
+    def set_credential(self, vm: str, name: str, data: bytes) -> None:
+        """Give storage VM `vm` the systemd credential `name` (`nodeos.provision`: its configuration;
+        `nodeos.join-token`: a join token), from its next start on, as a BMC would."""
+        with self._locked():
+            v = self._vm(self._load(), vm)
+            if v.role != "storage":
+                raise BadInput(f"{vm} is not a storage VM", field="vm", allowed=", ".join(self.storage_vms))
+            diskboot.write_credential(self.vm_dir(vm), name, data)
+        self.progress(f"{vm}: credential {name} set ({len(data)} bytes): given at its next start")
+
     def cut(self, vm: str) -> None:
         """Cut the VM off the lab network (its switch port goes down)."""
         self._set_link(vm, cut=True)

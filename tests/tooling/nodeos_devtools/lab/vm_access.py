@@ -10,8 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeos.errors import BadInput, OperationFailed
-from nodeos_devtools.lab import qemu
+from nodeos_devtools.lab import netcopy, qemu
 from nodeos_devtools.lab.console_scan import GuestKernelCrashed
+from nodeos_devtools.lab.plan import subnet_of
 from nodeos_devtools.lab.qemu import VmSpec
 from nodeos_devtools.lab.qga import AgentUnavailable, CommandTimedOut, ExecResult, GuestAgent
 from nodeos_devtools.lab.state import LabState
@@ -98,8 +99,9 @@ class VmAccess(LabState):
         return self._agent(vm)
 
     def copy(self, src: str | os.PathLike[str], vm: str, path: str, timeout: float = 120.0) -> int:
-        """Put file `src` at `path` in VM (through its guest agent: no network path needed); it
-        appears there whole (written beside, then renamed). Returns its size."""
+        """Put file `src` at `path` in VM; it appears there whole (written beside, then renamed).
+        Over the lab network (netcopy.py: seconds), else through its guest agent (no network
+        needed; ~250 MB took 13 min under TCG). Returns its size."""
         p = os.fspath(src)
         if not os.path.isfile(p) or not os.access(p, os.R_OK):
             raise BadInput(f"{p} is not a readable file", field="file", allowed="a readable file here")
@@ -107,11 +109,23 @@ class VmAccess(LabState):
             raise BadInput(f"{path!r} is not a file path in the VM", field="path", allowed="an absolute path")
         agent = self._running_agent(vm, ["copy", path])
         part = f"{path}.nodeos-lab-part"
+        st = self._load()
         try:
-            with open(p, "rb") as f:
-                n = agent.write_file(part, f)
-        except AgentUnavailable as e:
-            raise self._agent_lost(vm, e) from e
+            if self._vm(st, vm).cut:
+                raise OperationFailed(f"{vm} is cut off the lab network")
+
+            def run(vm: str, argv: list[str], t: float) -> tuple[int, str, str]:
+                r = self.exec(vm, argv, timeout=t)
+                return r.rc, r.stdout, r.stderr
+
+            n = netcopy.copy(self.ns, f"{subnet_of(st['subnet'])}.1", p, vm, part, run, timeout)
+        except (OperationFailed, OSError) as e:  # the slow way, which needs no network
+            self.progress(f"{vm}: copy over the lab network failed ({e}): through the guest agent")
+            try:
+                with open(p, "rb") as f:
+                    n = agent.write_file(part, f)
+            except AgentUnavailable as e:
+                raise self._agent_lost(vm, e) from e
         self.exec(vm, ["mv", "-f", part, path], timeout=timeout, check=True)
         return n
 
