@@ -302,6 +302,7 @@ def _status_human(d: dict[str, Any]) -> str:
         )
         if feat.get("stalled"):
             head += f"\n         STOPPED: {feat['stalled']['message']}"
+    head += _nonconforming_human(d)
     rows = [
         {
             "id": m["node_id"],
@@ -318,6 +319,20 @@ def _status_human(d: dict[str, Any]) -> str:
     ]
     cols = ["id", "name", "address", "role", "raft", "match", "lag", "domain", "release"]
     return head + _voters_human(d) + "\n\n" + table(rows, cols)
+
+
+def _nonconforming_human(d: dict[str, Any]) -> str:
+    """Committed entries whose arguments broke their typed record (ClusterMap.nonconforming)."""
+    n = int(d.get("nonconforming_commands") or 0)
+    if not n:
+        return ""
+    out = (
+        f"\nmap      {n} committed entr{'y' if n == 1 else 'ies'} whose arguments break their command's "
+        "typed record (seen at apply, applied as the handler read them, not refused)"
+    )
+    for x in d.get("nonconforming") or []:
+        out += f"\n         entry {x['index']}: {x['cmd']} v{x['v']}: {x['why']}"
+    return out
 
 
 def _voters_human(d: dict[str, Any]) -> str:

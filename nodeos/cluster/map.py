@@ -145,8 +145,10 @@ class ClusterMap:
         self.stalled: dict[str, Any] | None = None
         self.pool_index = pool_index.PoolIndex()  # derived from state, for the room check
         # Committed entries whose arguments break their command's typed record, on this node
-        # (not in the state: observed, never acted on; commands.nonconforming says why).
+        # (not in the state: observed, never acted on; commands.nonconforming says why): the
+        # last MAX_REJECTED, and how many this process applied (`cluster status`, /metrics).
         self.nonconforming: list[dict[str, Any]] = []
+        self.nonconforming_total = 0
 
     # --- reading ---
     @property
@@ -162,6 +164,17 @@ class ClusterMap:
 
     def event_seq(self) -> int:
         return map_events.next_seq(self.state)
+
+    def observed(self, last: int = 5) -> dict[str, Any]:
+        """What `cluster status` shows of the entries this map did not take as written: commands
+        the handler refused (`rejected`, in the map, the same on every node) and entries whose
+        arguments broke their typed record (`nonconforming`, this node since nodeosd started)."""
+        return {
+            "rejected_commands": len(self.state["rejected"]),
+            "rejected": self.state["rejected"][-last:],
+            "nonconforming_commands": self.nonconforming_total,
+            "nonconforming": self.nonconforming[-last:],
+        }
 
     def kv_get(self, key: str) -> Any:
         rec = self.state["kv"].get(key)
@@ -207,6 +220,7 @@ class ClusterMap:
             why = commands.nonconforming(spec, cmd.get("args", {}))
             if why is not None:
                 self.nonconforming.append({"index": index, "cmd": spec.name, "v": spec.version, "why": why})
+                self.nonconforming_total += 1
                 del self.nonconforming[:-MAX_REJECTED]
             fn = HANDLERS[spec.name][spec.version]
             first = map_events.next_seq(self.state)

@@ -314,8 +314,7 @@ class ClusterService(
             "last_index": local["last_index"],
             "members": members,
             "voters": status_section(vote, d.conf_state, policy_of(d.map.state)),
-            "rejected_commands": len(d.map.state["rejected"]),
-            "rejected": d.map.state["rejected"][-5:],
+            **d.map.observed(),  # rejected and nonconforming commands
             "raft_loop_running": d.running,
             "transport": self._transport_stats(),
             "secret": self.secret_status(),

@@ -6,6 +6,7 @@ families (the library writes the exposition format). Snapshot keys, all optional
 
   daemon:    {version, start_time, dataplane: {name, up, reason}, api_requests, api_errors: {code: n}}
   cluster:   {member, node_id, role, leader, term, commit, applied, last_index, leader_changes,
+              nonconforming (committed entries whose arguments broke their typed record),
               voters: [id], learners: [id], progress: {id: {match, lag, active}} (leader only),
               map: the cluster map state (sections read defensively: see metrics_map.py)}
   volume_io: {vol_id: {reads, writes, read_bytes, write_bytes, read_seconds, write_seconds, in_flight}}
@@ -137,6 +138,14 @@ def _cluster(c: dict[str, Any] | None) -> Iterator[Metric]:
     )
     changes.add_metric([], float(c.get("leader_changes") or 0))
     yield changes
+    nonconforming = counter(
+        "nodeos_cluster_nonconforming_commands",
+        "Committed map entries applied here since nodeosd started whose arguments broke their "
+        "command's typed record (observed, never acted on: `nodeos cluster status` names them)",
+        [],
+    )
+    nonconforming.add_metric([], float(c.get("nonconforming") or 0))
+    yield nonconforming
     yield from _latency(c.get("timings") or {})
     voters = c.get("voters") or []
     yield gauge("nodeos_cluster_voters", "Raft voters in this node's configuration", len(voters))

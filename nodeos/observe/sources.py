@@ -24,8 +24,10 @@ def cluster_view(svc: Any) -> dict[str, Any]:
         hist = getattr(driver, attr, None)
         if hist is not None:
             timings[key] = hist.snapshot()
-    mstate = getattr(getattr(driver, "map", None), "state", {}) or {}
-    return {**st, "member": True, "map": mstate, "timings": timings}
+    cmap = getattr(driver, "map", None)
+    mstate = getattr(cmap, "state", {}) or {}
+    nonconforming = int(getattr(cmap, "nonconforming_total", 0) or 0)
+    return {**st, "member": True, "map": mstate, "timings": timings, "nonconforming": nonconforming}
 
 
 def digest(c: dict[str, Any]) -> dict[str, Any]:

@@ -63,5 +63,6 @@ def test_rules_name_only_exported_metrics_and_cover_the_issue() -> None:
         "NodeosNetworkDrift",
         "NodeosDataplaneDown",
         "NodeosDataplaneCallStuck",
+        "NodeosMapNonconformingCommand",
     }
     assert wanted <= alerts
