@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nodeos.agent import freeze, handoff, orphans, referral_plan, urgency
+from nodeos.agent import freeze, handoff, onestep, orphans, referral_plan, urgency
 from nodeos.agent.gc import OrphanCollector
 from nodeos.agent.legs import Sent
 from nodeos.agent.legwatch import LegWatch
@@ -75,6 +75,7 @@ class Agent(Reporting):
         self._cap_dirty = True
         self.passes = 0
         self.freezer = freeze.Freezer()
+        self.onestep = onestep.OneStep(self)  # snapshots of replicated volumes in one hold (issue 29)
         self.handed_off: dict[str, int] = {}  # uuid -> epoch this node stopped serving at
         self.legwatch = LegWatch(self)
         self.sent: list[Sent] = []  # reports sent that the map may not hold yet (nodeos/agent/legs.py)
@@ -97,8 +98,10 @@ class Agent(Reporting):
                 }
         self._task = asyncio.create_task(self._run())
         self.legwatch.start()
+        self.onestep.start()
 
     async def stop(self) -> None:
+        self.onestep.stop()
         self.published.stop()
         await self.legwatch.stop()
         await cancel_and_wait(self._task)
@@ -260,13 +263,18 @@ class Agent(Reporting):
                 continue
             try:
                 if act.kind == "freeze":
+                    if onestep.enabled(st) and await self._one_step(st, me, act, mid, now, aborts):
+                        continue
                     await self.node.ops.call("freeze_mirror_writes", mid)
                     fz.froze(act.vol_uuid, str(act.snap), now)
                     crash.point("snapshot.freeze:frozen")
                     LOG.info("writes of mirror %s frozen for snapshot %s", mid, act.snap)
                     continue
-                await self.node.ops.call("thaw_mirror_writes", mid)
                 held = fz.held.get(act.vol_uuid)
+                if held is not None and held.thawed:  # a one-step snapshot let them go itself
+                    fz.thawed(act.vol_uuid)
+                    continue
+                await self.node.ops.call("thaw_mirror_writes", mid)
                 fz.thawed(act.vol_uuid)
                 since = f" after {now - held.since:.1f} s" if held else " (frozen before this start)"
                 LOG.info("writes of mirror %s thawed%s", mid, since)
@@ -290,6 +298,43 @@ class Agent(Reporting):
                         "uuid": snap["uuid"],
                     }
         return aborts
+
+    async def _one_step(
+        self, st: dict[str, Any], me: int, act: freeze.Action, mid: str, now: float, aborts: list[Any]
+    ) -> bool:
+        """A snapshot of a volume this node is primary of, every leg in one hold of its writes
+        (nodeos/agent/onestep.py). False: the phases of passes take it (nothing held yet)."""
+        snap = str(act.snap)
+        out = await self.onestep.take(st, me, act.vol_uuid, snap, mid)
+        name = st["snapshots"][snap]["name"]
+        if out.kind == "passes":
+            LOG.info("snapshot %s: %s; taken in passes", name, out.reason)
+            if not out.frozen:
+                return False
+            self.freezer.froze(act.vol_uuid, snap, now)
+            crash.point("snapshot.freeze:frozen")
+            return True
+        parts = ", ".join(f"{k} {v * 1000:.1f}" for k, v in out.parts.items())
+        if out.kind == "taken":
+            if out.frozen:  # the thaw failed: held on, thawed once the map no longer wants it
+                self.freezer.froze(act.vol_uuid, snap, now)
+            else:  # writes flow again: the abort's 10 s give the map its phases from now on
+                self.freezer.took(act.vol_uuid, snap, time.monotonic())
+            LOG.info(
+                "snapshot %s: every leg taken in one step, writes of mirror %s held %.1f ms (%s ms)",
+                name, mid, out.held_s * 1000, parts,
+            )  # fmt: skip
+            return True
+        # Failed: the writes go on (thawed at once); the map drops the snapshot, by the abort
+        # at once or by this node's report of it failed.
+        if out.frozen:
+            self.freezer.froze(act.vol_uuid, snap, now)
+        self.freezer.expired.add(snap)
+        why = f"one-step snapshot failed: {out.reason}"
+        LOG.error("snapshot %s: %s (writes held %.1f ms: %s ms)", name, why, out.held_s * 1000, parts)
+        self.errors[f"snapshot:{name}"] = {"step": "volume.snapshot", "error": why, "uuid": snap}
+        aborts.append((snap, why))
+        return True
 
     async def _rebuild_limit(self, st: dict[str, Any], me: int) -> bool:
         """Apply the node's rebuild cap from the map when it changed (changeable at run time)."""

@@ -30,6 +30,9 @@ ActionKind = Literal["freeze", "thaw", "abort", "expire"]
 class Held:
     snap: str  # the snapshot's uuid
     since: float  # monotonic time the writes were frozen (or found frozen at start)
+    # A one-step snapshot (nodeos/agent/onestep.py) took every leg and let the writes go: held
+    # for the map's phases only, nothing to thaw.
+    thawed: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,11 @@ class Freezer:
         self.found_frozen.discard(vol_uuid)
         if (self.held.get(vol_uuid) or Held("", 0.0)).snap != snap:
             self.held[vol_uuid] = Held(snap, now)
+
+    def took(self, vol_uuid: str, snap: str, now: float) -> None:
+        """Every leg taken in one step, the writes already let go (reported frozen for `snap`)."""
+        self.found_frozen.discard(vol_uuid)
+        self.held[vol_uuid] = Held(snap, now, thawed=True)
 
     def thawed(self, vol_uuid: str) -> None:
         self.found_frozen.discard(vol_uuid)

@@ -195,31 +195,9 @@ def plan(
             continue
         if w.get("phase") not in (None, "taking"):
             continue  # a replicated volume's snapshot: only once its primary holds the writes
-        vol = st["volumes"].get(w["volume"])
-        local = vols.get(w["volume_name"])
-        if vol is None or local is None or local["state"] != "ready":
-            continue
-        rec = {
-            "name": name,
-            "uuid": w["uuid"],
-            "snap_id": w["snap_id"],
-            "volume": w["volume_name"],
-            "volume_uuid": w["volume"],
-            "pool": local["pool"],
-            "pool_id": local["pool_id"],
-            "size_bytes": w["size_bytes"],
-            "state": "creating",
-            "created": w.get("created"),
-        }
-        steps.append(
-            Step(
-                "volume.snapshot",
-                name,
-                {"name": name, "vol_id": local["vol_id"], "uuid": w["uuid"]},
-                rec,
-                "snapshots",
-            )
-        )
+        step = snapshot_step(st, w, vols.get(w["volume_name"]))
+        if step is not None:
+            steps.append(step)
 
     # 5. pools the map no longer wants, once nothing of ours lives in them
     for name, p in pools.items():
@@ -234,6 +212,29 @@ def plan(
             continue
         steps.append(Step("pool.delete", name, {"name": name}, dict(p, state="deleting"), "pools"))
     return steps
+
+
+def snapshot_step(st: dict[str, Any], w: dict[str, Any], local: dict[str, Any] | None) -> Step | None:
+    """The step that takes this node's leg of snapshot `w` of its volume, whose local record is
+    `local`; None while the volume is not ready here. The agent's plan runs it (a 1-replica
+    volume, or phase "taking"); a primary's one-step snapshot asks for it (nodeos/agent/onestep.py)."""
+    vol = st["volumes"].get(w["volume"])
+    if vol is None or local is None or local["state"] != "ready":
+        return None
+    rec = {
+        "name": w["name"],
+        "uuid": w["uuid"],
+        "snap_id": w["snap_id"],
+        "volume": w["volume_name"],
+        "volume_uuid": w["volume"],
+        "pool": local["pool"],
+        "pool_id": local["pool_id"],
+        "size_bytes": w["size_bytes"],
+        "state": "creating",
+        "created": w.get("created"),
+    }
+    data = {"name": w["name"], "vol_id": local["vol_id"], "uuid": w["uuid"]}
+    return Step("volume.snapshot", w["name"], data, rec, "snapshots")
 
 
 def _leg_in_use(st: dict[str, Any], rec: dict[str, Any], me: int) -> bool:

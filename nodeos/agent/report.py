@@ -11,7 +11,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from nodeos.agent import urgency
+from nodeos.agent import onestep, urgency
 from nodeos.agent.lease import reportable
 from nodeos.agent.legs import in_sync_called
 from nodeos.errors import NodeosError
@@ -186,7 +186,7 @@ class Reporting:
                 replicas[v["uuid"]] = await self._replica_report(v, remotes)
             for s in srecs.values():
                 if s["state"] != "deleting" and s.get("uuid"):
-                    snapshots[s["uuid"]] = {"state": "ready" if s["state"] == "ready" else "creating"}
+                    snapshots[s["uuid"]] = {"state": onestep.reported_state(d.map.state, s)}
             for key, err in self.errors.items():
                 kind = key.split(":", 1)[0]
                 if kind == "pool":

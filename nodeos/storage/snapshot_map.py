@@ -11,6 +11,13 @@ A snapshot of a replicated volume must be one point of the write stream on every
   ready     every placement node reports its snapshot ready while the primary still reports
             the freeze; the volume's freeze is cleared and the primary thaws.
 
+A primary of this release takes the whole snapshot in one step when it sees `freezing`
+(nodeos/agent/onestep.py, issue 29): it holds the writes, has every leg snapshotted (its own and,
+over the peer path, each replica node's), lets the writes go within milliseconds, and only then
+reports `frozen`; the replica nodes report their snapshots as they would in `taking`. The map's
+phases and checks are the same either way: `frozen` means "every leg taken while the primary held
+the writes", whether it still holds them or already let them go.
+
 A snapshot that fails anywhere, is aborted (`snapshot_abort`, sent by the primary when the
 freeze lasts too long) or deleted while not ready is dropped and the freeze cleared; the
 agents delete any replica snapshot already taken, as for any snapshot the map dropped.

@@ -44,6 +44,7 @@ H1 = "nqn.2014-08.com.example:gpu-1"
 MIB = 1 << 20
 WAIT_S = 90.0
 DRIVE_MIB = 1024  # a sparse file: the snapshot test's volume, its snapshot and clone fit with room
+START_S = float(os.environ.get("NODEOS_SPDK_START_S", "60"))  # a daemon's start (more on a loaded host)
 LOOP8009 = Listener("tcp", "127.0.0.1", "8009")  # a discovery port (SPDK's referrals ignore which)
 
 
@@ -81,7 +82,7 @@ class Node:
         env = dict(os.environ, NODEOS_RAFT_TICK_MS="100", NODEOS_TEST_DRIVES=json.dumps(drives)) | (env or {})
         with open(self.root / "nodeosd.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + START_S
         while self.run("cluster", "status")[0] != 0:
             assert self.proc.poll() is None and time.monotonic() < deadline, self.log_tail()
             time.sleep(0.2)

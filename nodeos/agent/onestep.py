@@ -1,0 +1,272 @@
+"""One-step snapshots of replicated volumes (issue 29): the primary holds writes for milliseconds.
+
+The primary is the only writer of a replicated volume. When the map asks it to freeze the
+volume's writes for a snapshot (nodeos/storage/snapshot_map.py, phase `freezing`), its agent
+does the whole snapshot in one step instead of one phase per agent pass and map commit:
+
+  before the hold  every replica node is asked whether it is ready (`snapshot.ready`: its map
+                   holds the snapshot, its replica is ready); a replica whose map lags waits
+                   here, not inside the hold;
+  hold             the mirror's writes frozen (`freeze_mirror_writes`: in-flight ones complete
+                   on every leg, new ones wait), then at once and together: this node's leg
+                   snapshotted (the same durable `volume.snapshot` operation the plan runs),
+                   every replica node asked to snapshot its own (`snapshot.leg`, over the
+                   authenticated peer path, each call bounded by LEG_TIMEOUT_S), and the mirror
+                   read back (every leg still a member in sync: a leg the mirror dropped missed
+                   acknowledged writes, and its snapshot is no copy of this point);
+  resume           the writes thawed as soon as the last of those answered, whatever it said.
+
+Then the map is told: the primary reports the volume `frozen` for the snapshot (a report it only
+ever sends for a point every leg holds), the map goes `taking`, and every node then reports its
+leg ready (not before: `reported_state`), so the map finds every leg taken and the snapshot
+ready. Nothing of the map changes: a node of an older release takes its part in the phases as
+before. On any failure the writes resume at once and the primary asks the map to drop the
+snapshot (`snapshot_abort`, and its own leg reported failed); the legs already taken are deleted
+by their agents, as for any snapshot the map drops. A replica node of an older release (it
+knows no `snapshot.ready`) leaves the snapshot to the phases of agent passes, nothing held yet.
+
+The cluster's key-value store can ask for the phases of passes on every node
+(`nodeos cluster kv put nodeos/snapshot-hold passes`; absent or any other value: one step).
+
+The decisions are pure functions below; OneStep is the shell (data plane calls and peer requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nodeos.agent.plan import snapshot_step
+from nodeos.dataplane.base import MirrorInfo
+from nodeos.errors import BadInput, NodeosError, NotFound, OperationFailed
+from nodeos.node import crash
+from nodeos.storage.map_common import replica_view
+
+LOG = logging.getLogger("nodeosd.agent")
+LEG_TIMEOUT_S = 2.0  # a replica's leg: one durable operation (two LMDB syncs, one data plane call)
+READY_TIMEOUT_S = 3.0  # a replica's map catching up with the snapshot, before the hold
+KNOB = "nodeos/snapshot-hold"
+PASSES = "passes"
+
+
+# ---- pure -------------------------------------------------------------------------------
+def enabled(st: dict[str, Any]) -> bool:
+    """Whether snapshots take the one step (the default) rather than the phases of passes."""
+    return (st.get("kv", {}).get(KNOB) or {}).get("value") != PASSES
+
+
+def out_of_sync(st: dict[str, Any], vol: dict[str, Any]) -> list[int]:
+    """The volume's replica nodes the map does not count in sync (the primary's mirror is
+    "degraded" while a leg catches up: that leg is named), as check_snapshot_allowed counts them."""
+    return [
+        s["node"]
+        for s in vol["placement"]
+        if replica_view(st, vol, s["node"])["state"]
+        not in (("in-sync", "degraded") if s["node"] == vol["primary"] else ("in-sync",))
+    ]
+
+
+def mirror_whole(info: MirrorInfo | None, legs: int) -> str | None:
+    """Why the mirror, read while its writes are held, cannot vouch that every leg holds every
+    acknowledged write; None when it can (all `legs` members in sync)."""
+    if info is None:
+        return "the mirror is not assembled"
+    synced = [m for m in info.members if m.slot is not None and m.state == "in_sync"]
+    if len(synced) < legs or info.degraded:
+        states = ", ".join(f"{m.device or 'missing'}: {m.state}" for m in info.members)
+        return f"the mirror has {len(synced)} of {legs} legs in sync ({states})"
+    return None
+
+
+def leg_wanted(st: dict[str, Any], me: int, frm: int, params: dict[str, Any]) -> dict[str, Any]:
+    """A replica node checks a primary's request for its leg of a snapshot against its own map:
+    the snapshot being taken (phase `freezing`), of a volume `frm` is the primary of at the epoch
+    the request names, with a replica here. Returns the snapshot; raises otherwise."""
+    uuid = params.get("snap")
+    snap = st["snapshots"].get(uuid) if isinstance(uuid, str) else None
+    if snap is None or snap["state"] != "creating" or snap.get("phase") != "freezing":
+        raise NotFound(f"no snapshot {uuid!r} waiting for its legs here", field="snap")
+    vol = st["volumes"].get(snap["volume"])
+    if vol is None or vol["primary"] != frm or vol.get("epoch") != params.get("epoch"):
+        raise OperationFailed(
+            f"snapshot {snap['name']}: node {frm} at epoch {params.get('epoch')} is not the primary "
+            f"of its volume here (primary {None if vol is None else vol['primary']}, "
+            f"epoch {None if vol is None else vol.get('epoch')})",
+            field="epoch",
+        )
+    if all(s["node"] != me for s in snap["placement"]):
+        raise NotFound(f"snapshot {snap['name']} has no leg on this node", field="snap")
+    return snap
+
+
+def reported_state(st: dict[str, Any], rec: dict[str, Any]) -> str:
+    """How a node reports its local snapshot record `rec`. A leg taken in one step is reported
+    ready only once the map is `taking` (the primary's `frozen` applied): the map settles a
+    snapshot on its nodes' reports, one phase per report, so a leg reported ready earlier would
+    leave the map in `taking` with no report left to finish it."""
+    if rec["state"] != "ready":
+        return "creating"
+    snap = st["snapshots"].get(rec.get("uuid") or "")
+    return "creating" if snap is not None and snap.get("phase") == "freezing" else "ready"
+
+
+Kind = Literal["taken", "failed", "passes"]
+
+
+@dataclass
+class Outcome:
+    kind: Kind  # taken: every leg at one point, writes resumed; failed: resumed, dropped; passes: held
+    reason: str = ""
+    held_s: float = 0.0  # freeze called -> thaw returned
+    frozen: bool = False  # the writes are still held (passes; or a thaw that failed)
+    parts: dict[str, float] = field(default_factory=dict)  # seconds per part of the hold
+
+
+def outcome(local: BaseException | None, whole: str | None, legs: dict[int, BaseException | None]) -> Outcome:
+    """What the hold's parts add up to. A replica of an older release answers that it knows no
+    `snapshot.leg`: the phases of passes take over (the writes stay frozen) when nothing else failed."""
+    old = [n for n, e in legs.items() if isinstance(e, BadInput) and e.field == "method"]
+    errors = [f"this node's leg: {_msg(local)}"] if local is not None else []
+    errors += [] if whole is None else [whole]
+    errors += [
+        f"node {n}'s leg: {_msg(e)}" for n, e in sorted(legs.items()) if e is not None and n not in old
+    ]
+    if errors:
+        return Outcome("failed", "; ".join(errors))
+    if old:
+        return Outcome("passes", f"node(s) {', '.join(map(str, old))} take no one-step snapshot")
+    return Outcome("taken")
+
+
+def _msg(e: BaseException) -> str:
+    return e.message if isinstance(e, NodeosError) else f"{type(e).__name__}: {e}"
+
+
+# ---- shell ------------------------------------------------------------------------------
+class OneStep:
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    def start(self) -> None:
+        handlers = getattr(self.agent.cluster, "peer_handlers", None)
+        if isinstance(handlers, dict):
+            handlers["snapshot."] = self.serve
+
+    def stop(self) -> None:
+        handlers = getattr(self.agent.cluster, "peer_handlers", None)
+        if isinstance(handlers, dict) and handlers.get("snapshot.") == self.serve:
+            del handlers["snapshot."]
+
+    # -- replica side --
+    async def serve(self, frm: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        d = self.agent._driver()
+        if d is None:
+            raise OperationFailed("this node has no cluster map yet", field="snap")
+        if method == "snapshot.ready":
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while True:  # this node's map may not have applied the snapshot yet
+                try:
+                    snap = leg_wanted(d.map.state, d.id, frm, params)
+                    if self._volume_record(snap) is not None:
+                        return {"ready": True}
+                    err: NodeosError = OperationFailed(
+                        f"snapshot {snap['name']}: the replica is not ready here"
+                    )
+                except NodeosError as e:
+                    err = e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise err
+                await asyncio.sleep(min(left, 0.01))  # map_changed is the agent's to clear
+        if method != "snapshot.leg":
+            raise BadInput(f"unknown peer method {method!r}", field="method")
+        snap = leg_wanted(d.map.state, d.id, frm, params)
+        await self._take_leg(d.map.state, snap)
+        return {"snap": snap["uuid"], "state": "ready"}
+
+    def _volume_record(self, snap: dict[str, Any]) -> dict[str, Any] | None:
+        local = self.agent.node.records()[1].get(snap["volume_name"])
+        return local if local is not None and local["state"] == "ready" else None
+
+    async def _take_leg(self, st: dict[str, Any], snap: dict[str, Any]) -> None:
+        """This node's leg of `snap`, by the durable operation the plan runs. Once only: a leg
+        already there was taken in an earlier hold, maybe at another point than the others."""
+        have = self.agent.node.records()[2].get(snap["name"])
+        if have is not None:
+            raise OperationFailed(
+                f"snapshot {snap['name']}: this node's leg was taken before ({have['state']})"
+            )
+        step = snapshot_step(st, snap, self._volume_record(snap))
+        if step is None:
+            raise OperationFailed(f"snapshot {snap['name']}: the replica is not ready here")
+        rec = dict(step.record or {})
+        await self.agent.node.ops.run(step.op, dict(step.data), lambda txn: txn.put(step.db, step.name, rec))
+
+    # -- primary side --
+    async def take(self, st: dict[str, Any], me: int, vol_uuid: str, snap_uuid: str, mid: str) -> Outcome:
+        """Snapshot every leg of the volume inside one hold of its writes (see the module doc).
+        Raises only when the freeze itself failed (nothing taken, nothing held by this call)."""
+        snap, vol = st["snapshots"][snap_uuid], st["volumes"][vol_uuid]
+        transport = getattr(self.agent.cluster, "transport", None)
+        others = [s["node"] for s in snap["placement"] if s["node"] != me]
+        params = {"snap": snap_uuid, "epoch": vol.get("epoch")}
+        if why := self._not_now(vol, snap, others, transport):
+            return Outcome("failed", why)
+        try:
+            await asyncio.gather(
+                *(transport.request(n, "snapshot.ready", params, READY_TIMEOUT_S + 1.0) for n in others)
+            )
+        except NodeosError as err:
+            if isinstance(err, BadInput) and err.field == "method":
+                return Outcome("passes", f"a replica node takes no one-step snapshot ({err.message})")
+            return Outcome("failed", f"a replica node is not ready: {err.message}")
+        ops = self.agent.node.ops
+        t0 = time.monotonic()
+        await ops.call("freeze_mirror_writes", mid)
+        crash.point("snapshot.freeze:frozen")
+        t1 = time.monotonic()
+        local = asyncio.ensure_future(self._take_leg(st, snap))
+        status = asyncio.ensure_future(ops.call("mirror_status", mid))
+        legs = {n: asyncio.ensure_future(self._ask(transport, n, params)) for n in others}
+        await asyncio.wait([local, status, *legs.values()])
+        t2 = time.monotonic()
+        err = status.exception()
+        whole = (
+            f"the mirror's state unknown: {_msg(err)}"
+            if err
+            else mirror_whole(status.result(), len(vol["placement"]))
+        )
+        out = outcome(local.exception(), whole, {n: f.exception() for n, f in legs.items()})
+        out.frozen = True
+        if out.kind != "passes":
+            try:
+                await ops.call("thaw_mirror_writes", mid)
+                out.frozen = False
+            except NodeosError as e:  # held on: the freezer's bounds and the map's phases take over
+                LOG.error("snapshot %s: thaw of mirror %s failed: %s", snap["name"], mid, e.message)
+        t3 = time.monotonic()
+        out.held_s = t3 - t0
+        out.parts = {"freeze": t1 - t0, "legs": t2 - t1, "thaw": t3 - t2}
+        return out
+
+    def _not_now(
+        self, vol: dict[str, Any], snap: dict[str, Any], others: list[int], transport: Any
+    ) -> str | None:
+        st = self.agent._driver().map.state
+        if behind := out_of_sync(st, vol):
+            return f"replica(s) on node(s) {', '.join(map(str, behind))} not in sync"
+        if vol["uuid"] in self.agent.legwatch.held:
+            return "a leg of the mirror is lost (its writes are held until the map knows)"
+        if snap["name"] in self.agent.node.records()[2] or f"snapshot:{snap['name']}" in self.agent.errors:
+            # taken in an earlier hold (before a restart of nodeosd): the other legs may not be
+            return "this node's leg was taken before: the legs may not hold one point"
+        if others and transport is None:
+            return "no peer transport to the replica nodes"
+        return None
+
+    @staticmethod
+    async def _ask(transport: Any, node: int, params: dict[str, Any]) -> None:
+        await transport.request(node, "snapshot.leg", params, LEG_TIMEOUT_S)

@@ -1,0 +1,200 @@
+"""One-step snapshots of replicated volumes (nodeos/agent/onestep.py): the pure decisions, and the
+shell's order of calls against a fake data plane and fake peers (freeze, every leg, thaw)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from nodeos.agent import onestep
+from nodeos.agent.onestep import OneStep, Outcome, leg_wanted, mirror_whole, out_of_sync, outcome
+from nodeos.cluster.errors import PeerUnreachable
+from nodeos.dataplane.base import MirrorInfo, MirrorMember
+from nodeos.errors import BadInput, NodeosError, NotFound, OperationFailed
+
+
+def _st(phase: str | None = "freezing", states: dict[int, str] | None = None) -> dict[str, Any]:
+    states = states or {1: "in-sync", 2: "in-sync"}
+    placement = [{"node": 1, "pool_id": "p1"}, {"node": 2, "pool_id": "p2"}]
+    vol = {"uuid": "u-v", "name": "v", "primary": 1, "epoch": 3, "placement": placement, "freeze": "s-1"}
+    snap = {
+        "uuid": "s-1", "name": "s", "snap_id": "ss1", "volume": "u-v", "volume_name": "v",
+        "size_bytes": 1 << 20, "placement": placement, "primary": 1, "epoch": 3,
+        "state": "creating", "phase": phase, "created": 7,
+    }  # fmt: skip
+    reports = {
+        n: {"replicas": {"u-v": {"state": s, **({"members": {2: states[2]}} if n == 1 else {})}}}
+        for n, s in states.items()
+    }
+    return {"volumes": {"u-v": vol}, "snapshots": {"s-1": snap}, "reports": reports, "kv": {}}
+
+
+def _mirror(*states: str, degraded: bool = False) -> MirrorInfo:
+    members = tuple(MirrorMember(i, f"d{i}", s) for i, s in enumerate(states))  # type: ignore[arg-type]
+    return MirrorInfo("nodeos-x", "/dev/md/x", 1 << 20, degraded, members, "active", "idle")
+
+
+# ---- pure -------------------------------------------------------------------------------
+def test_the_key_value_store_can_ask_for_the_phases_of_passes() -> None:
+    st = _st()
+    assert onestep.enabled(st)
+    st["kv"][onestep.KNOB] = {"value": "passes", "revision": 1}
+    assert not onestep.enabled(st)
+    st["kv"][onestep.KNOB] = {"value": "one-step", "revision": 2}
+    assert onestep.enabled(st)
+
+
+def test_a_leg_the_map_does_not_count_in_sync_stops_it() -> None:
+    assert out_of_sync(_st(), _st()["volumes"]["u-v"]) == []
+    st = _st(states={1: "degraded", 2: "syncing"})
+    assert out_of_sync(st, st["volumes"]["u-v"]) == [2]
+
+
+def test_the_mirror_read_in_the_hold_must_have_every_leg_in_sync() -> None:
+    assert mirror_whole(_mirror("in_sync", "in_sync"), 2) is None
+    assert "1 of 2" in str(mirror_whole(_mirror("in_sync", "faulty"), 2))
+    assert "1 of 2" in str(mirror_whole(_mirror("in_sync", "rebuilding"), 2))
+    assert mirror_whole(_mirror("in_sync", "in_sync", degraded=True), 2) is not None
+    assert mirror_whole(_mirror("in_sync"), 2) is not None  # a leg dropped from the raid
+    assert mirror_whole(None, 2) == "the mirror is not assembled"
+
+
+def test_a_replica_takes_its_leg_only_for_the_primary_at_the_epoch_it_knows() -> None:
+    st = _st()
+    assert leg_wanted(st, 2, 1, {"snap": "s-1", "epoch": 3})["uuid"] == "s-1"
+    with pytest.raises(OperationFailed):
+        leg_wanted(st, 2, 1, {"snap": "s-1", "epoch": 2})  # a stale primary
+    with pytest.raises(OperationFailed):
+        leg_wanted(st, 2, 3, {"snap": "s-1", "epoch": 3})  # not the primary
+    with pytest.raises(NotFound):
+        leg_wanted(st, 3, 1, {"snap": "s-1", "epoch": 3})  # no leg here
+    with pytest.raises(NotFound):
+        leg_wanted(_st(phase="taking"), 2, 1, {"snap": "s-1", "epoch": 3})  # the passes' phase
+    with pytest.raises(NotFound):
+        leg_wanted(st, 2, 1, {"snap": "s-9", "epoch": 3})
+
+
+def test_any_failure_fails_it_and_an_older_replica_hands_it_to_the_passes() -> None:
+    assert outcome(None, None, {2: None}).kind == "taken"
+    assert outcome(OperationFailed("lvol"), None, {2: None}).kind == "failed"
+    assert outcome(None, "the mirror has 1 of 2 legs in sync", {2: None}).kind == "failed"
+    out = outcome(None, None, {2: PeerUnreachable("no answer within 2.0 s")})
+    assert out.kind == "failed" and "node 2's leg: no answer" in out.reason
+    old = BadInput("unknown peer method 'snapshot.leg'", field="method")
+    assert outcome(None, None, {2: old}).kind == "passes"
+    assert outcome(None, None, {2: old, 3: PeerUnreachable("x")}).kind == "failed"
+
+
+# ---- shell ------------------------------------------------------------------------------
+class FakeOps:
+    def __init__(self, log: list[str], mirror: MirrorInfo | None, fail: set[str]) -> None:
+        self.log, self.mirror, self.fail = log, mirror, fail
+
+    async def call(self, method: str, *args: Any) -> Any:
+        self.log.append(method)
+        await asyncio.sleep(0)
+        if method in self.fail:
+            raise OperationFailed(f"{method} failed")
+        return self.mirror if method == "mirror_status" else None
+
+    async def run(self, op: str, data: dict[str, Any], prepare: Any) -> None:
+        self.log.append(f"{op} local")
+        await asyncio.sleep(0.01)
+        if "local" in self.fail:
+            raise OperationFailed("lvol snapshot failed")
+
+
+class FakeTransport:
+    def __init__(self, log: list[str], answers: dict[str, Any]) -> None:
+        self.log, self.answers = log, answers
+
+    async def request(self, to: int, method: str, params: dict[str, Any], timeout: float) -> Any:
+        self.log.append(f"{method} {to}")
+        ans = self.answers.get(method)
+        if isinstance(ans, float):
+            await asyncio.sleep(ans)  # a slow leg
+            self.log.append(f"{method} {to} answered")
+            return {}
+        if isinstance(ans, NodeosError):
+            raise ans
+        return {}
+
+
+def _agent(st: dict[str, Any], log: list[str], answers: dict[str, Any] | None = None, **kw: Any) -> Any:
+    driver = SimpleNamespace(map=SimpleNamespace(state=st), id=1)
+    node = SimpleNamespace(
+        ops=FakeOps(log, kw.get("mirror", _mirror("in_sync", "in_sync")), kw.get("fail", set())),
+        records=lambda: (
+            {},
+            {"v": {"name": "v", "state": "ready", "pool": "p", "pool_id": "p1", "vol_id": "v1"}},
+            {},
+        ),
+    )
+    cluster = SimpleNamespace(transport=FakeTransport(log, answers or {}), peer_handlers={})
+    return SimpleNamespace(
+        node=node, cluster=cluster, errors={}, legwatch=SimpleNamespace(held={}), _driver=lambda: driver
+    )
+
+
+def _take(agent: Any, st: dict[str, Any]) -> Outcome:
+    return asyncio.run(OneStep(agent).take(st, 1, "u-v", "s-1", "nodeos-x"))
+
+
+def test_every_leg_is_taken_between_the_freeze_and_the_thaw() -> None:
+    st, log = _st(), []
+    out = _take(_agent(st, log, {"snapshot.leg": 0.05}), st)
+    assert out.kind == "taken" and not out.frozen, out
+    assert log[0] == "snapshot.ready 2"  # the replica's map caught up before the hold
+    freeze, thaw = log.index("freeze_mirror_writes"), log.index("thaw_mirror_writes")
+    for part in ("volume.snapshot local", "snapshot.leg 2", "snapshot.leg 2 answered", "mirror_status"):
+        assert freeze < log.index(part) < thaw, log  # the slowest leg answered before the thaw
+    assert out.held_s > 0.04 and set(out.parts) == {"freeze", "legs", "thaw"}
+
+
+@pytest.mark.parametrize(
+    "answers, kw, why",
+    [
+        ({"snapshot.leg": PeerUnreachable("no answer within 2.0 s")}, {}, "node 2's leg"),
+        ({}, {"fail": {"local"}}, "this node's leg"),
+        ({}, {"mirror": _mirror("in_sync", "faulty")}, "1 of 2 legs"),
+        ({}, {"fail": {"mirror_status"}}, "state unknown"),
+    ],
+)
+def test_any_failure_in_the_hold_lets_the_writes_go_and_fails_it(answers: Any, kw: Any, why: str) -> None:
+    st, log = _st(), []
+    out = _take(_agent(st, log, answers, **kw), st)
+    assert out.kind == "failed" and why in out.reason and not out.frozen, out
+    assert log[-1] == "thaw_mirror_writes"
+
+
+def test_nothing_is_held_when_a_replica_is_not_ready_or_behind() -> None:
+    st, log = _st(), []
+    out = _take(_agent(st, log, {"snapshot.ready": PeerUnreachable("no answer")}), st)
+    assert out.kind == "failed" and "freeze_mirror_writes" not in log
+    st, log = _st(states={1: "degraded", 2: "syncing"}), []
+    out = _take(_agent(st, log), st)
+    assert out.kind == "failed" and "not in sync" in out.reason and log == []
+
+
+def test_a_leg_taken_before_a_restart_is_not_mixed_with_new_ones() -> None:
+    st, log = _st(), []
+    agent = _agent(st, log)
+    agent.node.records = lambda: ({}, {}, {"s": {"name": "s", "uuid": "s-1", "state": "ready"}})
+    out = _take(agent, st)
+    assert out.kind == "failed" and "taken before" in out.reason and log == []
+
+
+def test_a_replica_of_an_older_release_hands_it_to_the_passes_with_nothing_held() -> None:
+    st, log = _st(), []
+    old = BadInput("unknown peer method 'snapshot.ready'", field="method")
+    out = _take(_agent(st, log, {"snapshot.ready": old}), st)
+    assert out.kind == "passes" and not out.frozen and "freeze_mirror_writes" not in log
+
+
+def test_a_thaw_that_fails_leaves_the_writes_held_for_the_freezer() -> None:
+    st, log = _st(), []
+    out = _take(_agent(st, log, fail={"thaw_mirror_writes"}), st)
+    assert out.kind == "taken" and out.frozen
