@@ -134,6 +134,8 @@ def test_the_image_carries_no_ssh_host_key_and_sshd_takes_keys_only(tmp_path: Pa
     conf = (tmp_path / image_ssh.SSHD_DROPIN).read_text()
     assert f"HostKey {image_ssh.HOSTKEY_DIR}/ssh_host_ed25519_key" in conf
     assert "PasswordAuthentication no" in conf and "PermitRootLogin prohibit-password" in conf
+    keygen = tmp_path / "etc" / "systemd" / "system" / image_ssh.DEBIAN_KEYGEN  # it would make /etc/ssh's
+    assert keygen.is_symlink() and str(keygen.readlink()) == "/dev/null"
     unit = next(p for p in image.extra_unit_files() if p.name == image_ssh.HOSTKEY_UNIT).read_text()
     assert f"-f {image_ssh.HOSTKEY_DIR}/ssh_host_ed25519_key" in unit and "Before=ssh.service" in unit
     assert "openssh-server" in image.PACKAGES

@@ -13,6 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 HOSTKEY_UNIT = "nodeos-ssh-hostkeys.service"
+# Debian's own first-boot key maker (ssh-keygen -A into /etc/ssh: the slot, so per slot): ours
+# replaces it.
+DEBIAN_KEYGEN = "sshd-keygen.service"
 HOSTKEY_DIR = "/var/lib/nodeos/ssh"
 SSHD_DROPIN = "etc/ssh/sshd_config.d/40-nodeos-hostkeys.conf"
 SSHD_CONF = (
@@ -33,3 +36,8 @@ def install_sshd(rootfs: Path) -> None:
     if dropin.exists():
         dropin.unlink()
     dropin.write_text(SSHD_CONF)
+    mask = rootfs / "etc" / "systemd" / "system" / DEBIAN_KEYGEN
+    mask.parent.mkdir(parents=True, exist_ok=True)
+    if mask.is_symlink() or mask.exists():
+        mask.unlink()
+    mask.symlink_to("/dev/null")
