@@ -23,7 +23,7 @@ assert nodeos.__file__.startswith(sys.argv[1]), nodeos.__file__
 names = [m.name for m in pkgutil.walk_packages(nodeos.__path__, "nodeos.")]
 for name in names:
     importlib.import_module(name)
-for tool in ("nodeos_devtools", "nodeos.lab"):
+for tool in ("nodeos_devtools", "nodeos.lab", "nodeos.devtools"):  # the tooling, and its old homes
     try:
         importlib.import_module(tool)
     except ModuleNotFoundError:
