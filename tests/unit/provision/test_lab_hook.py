@@ -75,7 +75,13 @@ def _run_lab_init(tmp_path: Path, cmdline: Path, root: Path) -> None:
 
 def test_image_installs_the_provisioning_units_after_lab_init() -> None:
     names = [p.name for p in image.extra_unit_files()]
-    assert names == ["nodeos-provision.service", "nodeos-provision-cluster.service"]
+    # Both provisioning units, and the node's own SSH host keys (docs/image.md): every unit of
+    # systemd/ the image installs besides nodeosd's and the health gate.
+    assert names == [
+        "nodeos-provision.service",
+        "nodeos-provision-cluster.service",
+        "nodeos-ssh-hostkeys.service",
+    ]
     lab_init = (image.GUEST_DIR / "nodeos-lab-init.service").read_text()
     assert "nodeos-provision.service" in lab_init.split("Before=", 1)[1].splitlines()[0]
 
