@@ -26,7 +26,7 @@ by their agents, as for any snapshot the map drops. A replica node of an older r
 knows no `snapshot.ready`) leaves the snapshot to the phases of agent passes, nothing held yet.
 
 The cluster's key-value store can ask for the phases of passes on every node
-(`nodeos cluster kv put nodeos/snapshot-hold passes`; absent or any other value: one step).
+(the default; `nodeos cluster kv put nodeos/snapshot-hold one-step` asks for the one step).
 
 The decisions are pure functions below; OneStep is the shell (data plane calls and peer requests).
 """
@@ -50,12 +50,15 @@ LEG_TIMEOUT_S = 2.0  # a replica's leg: one durable operation (two LMDB syncs, o
 READY_TIMEOUT_S = 3.0  # a replica's map catching up with the snapshot, before the hold
 KNOB = "nodeos/snapshot-hold"
 PASSES = "passes"
+ONE_STEP = "one-step"
 
 
 # ---- pure -------------------------------------------------------------------------------
 def enabled(st: dict[str, Any]) -> bool:
-    """Whether snapshots take the one step (the default) rather than the phases of passes."""
-    return (st.get("kv", {}).get(KNOB) or {}).get("value") != PASSES
+    """Whether snapshots take the one step rather than the phases of passes (the default): opt-in
+    (`nodeos/snapshot-hold` = `one-step`) until it passes the kernel data plane's lab test (on
+    2026-12-01 its snapshot under fio was refused there, rolled back, and passes take it)."""
+    return (st.get("kv", {}).get(KNOB) or {}).get("value") == ONE_STEP
 
 
 def out_of_sync(st: dict[str, Any], vol: dict[str, Any]) -> list[int]:

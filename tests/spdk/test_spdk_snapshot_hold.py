@@ -114,7 +114,7 @@ def _snapshot_under_bdevperf(
 ) -> dict[str, Any]:
     n1 = nodes[0]
     if one_step:
-        n1.run("cluster", "kv", "delete", KNOB)
+        n1.ok("cluster", "kv", "put", KNOB, "one-step")
     else:
         n1.ok("cluster", "kv", "put", KNOB, "passes")
     before = _log(primary)
@@ -139,7 +139,7 @@ def test_a_one_step_snapshot_is_one_point_on_every_replica_and_holds_writes_for_
     v = _wait_ready(n1, "v5")
     primary = n1 if v["primary"] == "n1" else n2
     n1.ok("volume", "grant", "v5", "--host", H1)
-    n1.run("cluster", "kv", "delete", KNOB)
+    n1.ok("cluster", "kv", "put", KNOB, "one-step")
 
     # One point on every replica, taken until one lands inside a run of the writer (part of run k
     # over the rest of run k-1: writes flowed around it; between runs it would prove nothing).
