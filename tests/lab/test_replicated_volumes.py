@@ -241,13 +241,13 @@ def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_c
         f"dd if=/root/pat of={dev} bs=1M oflag=direct conv=fsync status=none; md5sum < /root/pat",
         timeout=300,
     ).stdout.split()[0]
-    fio = (
+    during = (
         f"fio --name=during --filename={dev} --rw=randwrite --bs=4k --offset={pat_mib}M "
         f"--size={SIZE_MIB - pat_mib}M --direct=1 --ioengine=libaio --thread --iodepth=4 --time_based "
         "--runtime=600 "
         "--output-format=json --output=/root/fio.json"
     )
-    lab.sh("h1", f"rm -f /root/fio.json; setsid -f {fio} </dev/null >/dev/null 2>&1", timeout=60)
+    lab.sh("h1", f"rm -f /root/fio.json; setsid -f {during} </dev/null >/dev/null 2>&1", timeout=60)
     lab.sh("h1", "for i in $(seq 60); do pgrep -x fio && break; sleep 1; done; pgrep -x fio", timeout=90)
 
     snap = ok(lab, "s2", "volume", "snapshot", "snapsrc", "snap1", timeout=600)
