@@ -17,6 +17,7 @@ import pytest
 
 from nodeos_devtools.lab import soak as soak_mod
 from nodeos_devtools.lab import soak_end, soak_io
+from nodeos_devtools.lab.console_scan import GuestKernelCrashed, KernelReport, KernelTrouble
 from nodeos_devtools.lab.qga import ExecResult
 from nodeos_devtools.lab.soak import Soak
 from nodeos_devtools.lab.soak_report import Report
@@ -303,6 +304,38 @@ def test_a_command_past_its_bound_is_a_violation_with_what_was_running(
     monkeypatch.setattr(soak_mod.time, "monotonic", real)
     past = [v for v in r.violations if "past its bound" in v.what]
     assert past and past[0].what.startswith("`nodeos ")
+
+
+class CrashingLab(FakeLab):
+    """s2's kernel dies at its `after`-th console command: every later command there raises."""
+
+    def __init__(self, tmp: Path, after: int) -> None:
+        super().__init__(tmp)
+        self.after, self.asked_dead = after, 0
+
+    def exec(self, vm: str, argv: list[str], timeout: float = 120.0, input: Any = None) -> ExecResult:
+        if vm == "s2" and argv[0] == "nodeos":
+            self.after -= 1
+            if self.after < 0:
+                self.asked_dead += 1
+                first = "traps: PANIC: double fault, error_code: 0x0"
+                report = KernelReport("double fault", first, 0, fatal=True)
+                trouble = KernelTrouble("s2", [report])
+                raise GuestKernelCrashed(trouble.message("console.log"), trouble)
+        return super().exec(vm, argv, timeout, input)
+
+
+@pytest.mark.parametrize("after", [3, 12])
+def test_a_vm_whose_kernel_crashed_ends_the_run_at_once_naming_the_crash(tmp_path: Path, after: int) -> None:
+    """CI, 2026-12-01: the teardown asked a crashed s2 for its pool until pytest's 30 min bound."""
+    lab = CrashingLab(tmp_path, after)
+    r = _soak(lab, seed=5, steps=80)
+    assert not r.ok
+    assert lab.asked_dead == 1, "the dead VM was asked again"
+    stopped = [v for v in r.violations if "the soak stopped" in v.what]
+    assert len(stopped) == 1, r.render()
+    assert "s2's kernel crashed" in stopped[0].what and "double fault" in stopped[0].what
+    assert r.last_step < 80
 
 
 def test_a_volume_that_stays_out_of_sync_and_a_leftover_are_violations(

@@ -34,6 +34,21 @@ def find_qemu(qemu: str | None = None) -> str:
     return path
 
 
+# Under TCG a CPU model whose features QEMU has emulated for years, not `-cpu max`: on QEMU 7.2
+# max adds AVX/AVX2/VAES/FMA (new to TCG in 7.2), 5-level paging, PKS, SVM and MPX, and three guest
+# kernel deaths in this lab had the emulated CPU's state wrong (reserved EFLAGS bits in an rxe
+# oops, a double fault that was no stack overflow, 2026-12-01 CI) or hung OVMF. Westmere still has
+# SSE4.2, POPCNT, AES-NI and PCLMULQDQ (x86-64-v2: crc32c, TLS and the distribution's binaries).
+TCG_CPU = os.environ.get("NODEOS_LAB_CPU", "Westmere")
+
+
+def accel_argv(accel: str) -> list[str]:
+    """-accel and -cpu for a lab VM: the host's CPU under KVM, TCG_CPU under TCG."""
+    if accel == "kvm":
+        return ["-accel", "kvm", "-cpu", "host"]
+    return ["-accel", "tcg,thread=multi", "-cpu", TCG_CPU]
+
+
 def choose_accel(qemu: str, kernel: Path) -> str:
     """'kvm' or 'tcg' (NODEOS_LAB_ACCEL forces one); the probe result is kept per host boot."""
     forced = os.environ.get("NODEOS_LAB_ACCEL")
@@ -198,9 +213,7 @@ def command_line(
     rootfs."""
     from nodeos_devtools.lab import diskboot
 
-    accel_args = (
-        ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
-    )
+    accel_args = accel_argv(accel)
     argv = [
         qemu, "-name", tag,
         *accel_args, "-machine", "q35", "-smp", "1", "-m", str(vm.memory_mib),
@@ -398,9 +411,7 @@ def uefi_command_line(
     qemu: str, *, accel: str, disk: Path, vars_file: Path, work: Path, tag: str
 ) -> list[str]:
     """QEMU argv that boots a raw GPT disk through OVMF (UEFI) like a bare-metal server would."""
-    accel_args = (
-        ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
-    )
+    accel_args = accel_argv(accel)
     return [
         qemu, "-name", tag, *accel_args, "-machine", "q35", "-smp", "1", "-m", "1024",
         "-nodefaults", "-no-user-config", "-display", "none", "-nic", "none",
