@@ -11,6 +11,11 @@ write goes to every leg; md never degrades on its own over a network loss. The p
    the other legs) only once the map, at this volume's epoch, no longer counts the replica in
    sync, and no report of its own still in flight may make it count it again.
 A controller that comes back live before step 2 simply goes on: its leg never left md.
+
+A node a rolling upgrade released for its update (nodeos/storage/failover_map.py
+`released_nodes`) is cut the same way but at once, its controller live: the map no longer counts
+it in sync by plan, and nothing it reports makes the map count it again while it is released
+(`released_legs`). The primary re-adds it once the release ends (nodeos/agent/plan.py).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nodeos.dataplane.mirror_names import replica_nqn
-from nodeos.storage.failover_map import in_sync_of
+from nodeos.storage.failover_map import in_sync_of, released_nodes
 
 LEG_DOWN_S = 3.0
 
@@ -47,14 +52,31 @@ def down_nodes(
     return out
 
 
+def released_legs(st: dict[str, Any], rec: dict[str, Any], attached: Iterable[str]) -> set[int]:
+    """Nodes released for their update whose leg of primary record `rec` is still attached
+    (`attached`: the NQNs of the replica controllers this node holds): to be cut at once."""
+    released = released_nodes(st)
+    nqns = set(attached)
+    return {
+        int(r["node"])
+        for r in rec.get("remotes") or []
+        if int(r["node"]) in released and replica_nqn(rec["uuid"], str(r["node"])) in nqns
+    }
+
+
 def counted_in_sync(
-    vol: dict[str, Any], me: int, held: dict[str, Any] | None, sent: Iterable[Sent]
+    vol: dict[str, Any],
+    me: int,
+    held: dict[str, Any] | None,
+    sent: Iterable[Sent],
+    released: Iterable[int] = (),
 ) -> set[int]:
     """The replicas of map volume `vol` (other than me) that the map counts in sync, or may count
     once something already said lands: a report of mine in flight (its seq above the one the
     map holds: newer reports replace older ones) or the one it holds (folded again when another
-    node reports)."""
-    need = {int(n) for n in in_sync_of(vol)}
+    node reports). A `released` node is counted only if the map counts it now: no report
+    makes the map count it again while it is released."""
+    need = set()
     held_seq = int((held or {}).get("seq") or 0)
     for seq, called in sent:
         if seq > held_seq:
@@ -62,6 +84,7 @@ def counted_in_sync(
     rep = ((held or {}).get("replicas") or {}).get(vol["uuid"]) or {}
     if int(rep.get("epoch") or 0) == int(vol["epoch"]):
         need |= {int(k) for k, v in (rep.get("members") or {}).items() if v == "in-sync"}
+    need = (need - {int(n) for n in released}) | {int(n) for n in in_sync_of(vol)}
     need.discard(me)
     return need
 
@@ -78,13 +101,15 @@ def removable(
     down: Iterable[int],
     held: dict[str, Any] | None,
     sent: Iterable[Sent],
+    released: Iterable[int] = (),
 ) -> list[int]:
-    """The down legs the primary may take out of its mirror now: the map holds this volume at the
-    record's epoch with me as primary, and counts none of them in sync (nor may it soon)."""
+    """The down (or `released`) legs the primary may take out of its mirror now: the map holds
+    this volume at the record's epoch with me as primary, and counts none of them in sync (nor
+    may it soon)."""
     if vol is None or int(vol["primary"]) != me or int(vol["epoch"]) != int(rec.get("epoch") or 0):
         return []
-    counted = counted_in_sync(vol, me, held, list(sent))
-    return sorted(n for n in set(down) if n not in counted and n != me)
+    counted = counted_in_sync(vol, me, held, list(sent), released)
+    return sorted(n for n in set(down) | set(released) if n not in counted and n != me)
 
 
 def pending(

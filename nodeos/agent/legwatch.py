@@ -7,7 +7,9 @@ Every WATCH_S this watch reads the controllers' states (sysfs, off the data plan
 whose controller has not been live for legs.LEG_DOWN_S is reported failed (the agent is woken
 to report at once), and once the map, at this volume's epoch, no longer counts that replica in
 sync (nor may a report of this node in flight make it count it again), the leg is dropped (md
-fails it, its controllers are deleted): md completes the held writes on the other legs. This
+fails it, its controllers are deleted): md completes the held writes on the other legs. A leg of
+a node released for its update by a rolling upgrade is dropped the same way at once, its
+controller live (nodeos/agent/legs.py `released_legs`): no write ever blocks on it. This
 runs off the data plane queue on purpose: a queued step that waits for md's I/O (a snapshot's
 freeze, a view's table swap) waits for exactly this.
 
@@ -72,6 +74,7 @@ class LegWatch(Periodic):
         now = time.monotonic()
         remotes = await asyncio.to_thread(dp.list_remotes) if prims else []
         self.since = legs.not_live_since(self.since, remotes, now)
+        attached = {r.nqn for r in remotes}
         held_rep, sent = st["reports"].get(me), list(agent.sent)
         for v in prims:
             uuid = v["uuid"]
@@ -92,18 +95,28 @@ class LegWatch(Periodic):
                     )
                 self.down[uuid] = down
                 agent.wake.set()
-            for nid in legs.removable(vol, v, me, down, held_rep, sent):
+            released = legs.released_legs(st, v, attached)
+            for nid in legs.removable(vol, v, me, down, held_rep, sent, released):
                 nqn = replica_nqn(uuid, str(nid))
                 took = now - self.since.get(nqn, now)
                 await asyncio.to_thread(dp.drop_mirror_leg, mid, nqn)
-                LOG.error(
-                    "volume %s epoch %s: leg of node %s dropped after %.1f s not live (the map no longer "
-                    "counts it in sync): held writes complete on the other legs",
-                    v["name"],
-                    v.get("epoch"),
-                    nid,
-                    took,
-                )
+                if nid in released and nid not in down:
+                    LOG.warning(
+                        "volume %s epoch %s: leg of node %s cut, its node released for its update (md's "
+                        "bitmap keeps what it misses: re-added when the release ends)",
+                        v["name"],
+                        v.get("epoch"),
+                        nid,
+                    )
+                else:
+                    LOG.error(
+                        "volume %s epoch %s: leg of node %s dropped after %.1f s not live (the map no "
+                        "longer counts it in sync): held writes complete on the other legs",
+                        v["name"],
+                        v.get("epoch"),
+                        nid,
+                        took,
+                    )
                 self.since.pop(nqn, None)
                 agent.wake.set()
             states, _ = leg_states(info, v, remotes)

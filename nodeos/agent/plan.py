@@ -17,6 +17,7 @@ from nodeos import tlskey
 from nodeos.agent.grow import grow_phase
 from nodeos.control.views import pool_of
 from nodeos.node import replicas
+from nodeos.storage.failover_map import released_nodes
 from nodeos.storage.lookup import replica_report
 
 
@@ -318,7 +319,12 @@ def failover_step(st: dict[str, Any], w: dict[str, Any], have: dict[str, Any], m
         mine = replica_report(st, me, w["uuid"])
         if int(mine.get("epoch") or 0) != epoch:
             return None  # my mirror has not reported at this epoch yet (just promoted)
-        back = [n for n in others if replicas.node_up(st, n) and _reports_epoch(st, w, n)]
+        # A node released for its update (a rolling upgrade) is not taken back until its release
+        # ends: its leg was cut on purpose while it was alive (nodeos/agent/legs.py).
+        released = released_nodes(st)
+        back = [
+            n for n in others if replicas.node_up(st, n) and _reports_epoch(st, w, n) and n not in released
+        ]
         # Replicas re-placed elsewhere: their legs leave my mirror, then their remotes go.
         gone = sorted({int(r["node"]) for r in have.get("remotes") or []} - set(others))
         gone = sorted({*gone, *(int(n) for n in have.get("gone") or [])})

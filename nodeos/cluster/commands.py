@@ -205,6 +205,14 @@ COMMANDS: tuple[MapCommand, ...] = (
         "upgrade_step", 1, _UPGRADE, "the upgrade's next step (compare-and-set)", level=5, args=c.UpgradeStep
     ),
     MapCommand(
+        "upgrade_step",
+        2,
+        "nodeos.storage.upgrade_release",
+        "the upgrade's next step, with `release` (the domain's replicas released for its update)",
+        level=6,
+        args=c.UpgradeStep,
+    ),
+    MapCommand(
         "upgrade_state",
         1,
         _UPGRADE,

@@ -34,8 +34,9 @@ from nodeos.errors import BadInput, NotSupported
 # elsewhere (`volume_create_replace`, `volume_create_fail`: nodeos/storage/create_replace_map.py). Level 4:
 # a published copy on a node that went down before it joined is made elsewhere (`publish_replace`:
 # nodeos/storage/publish_replace.py). Level 5: the rolling cluster upgrade's record (`upgrade_*`:
-# nodeos/cluster/upgrade_map.py).
-LEVELS: dict[int, str] = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0", 4: "0.4.0", 5: "0.5.0"}
+# nodeos/cluster/upgrade_map.py). Level 6: the upgrade releases a domain's replicas before its
+# update (`upgrade_step` v2, the `release` step: nodeos/cluster/upgrade_map.py).
+LEVELS: dict[int, str] = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0", 4: "0.4.0", 5: "0.5.0", 6: "0.6.0"}
 LEVEL = max(LEVELS)  # what this release knows
 BASE_LEVEL = 1  # what a member that reports nothing knows
 RAISE_COMMAND = "set_feature_level"

@@ -48,6 +48,7 @@ from nodeos.storage import (
     snapshot_map,
     storage_import,
     storage_map,
+    upgrade_release,
 )
 
 # 2: storage sections (storage_map.SECTIONS) and node labels/state. A version-1 snapshot is
@@ -504,6 +505,8 @@ HANDLERS: dict[str, dict[int, Callable[[dict[str, Any], dict[str, Any]], Any]]] 
     **voters.HANDLERS,  # cluster_set: how many voters, when one is lost
     **feature_map.HANDLERS,  # set_feature_level
     **upgrade_map.HANDLERS,  # the rolling upgrade's record
+    # upgrade_step v2 (its `release` step changes in-sync sets): the storage domain applies it
+    "upgrade_step": {**upgrade_map.HANDLERS["upgrade_step"], **upgrade_release.HANDLERS["upgrade_step"]},
 }
 map_events.register(HANDLERS)
 commands.check_handlers(HANDLERS)  # the handlers are exactly the commands listed in commands.py

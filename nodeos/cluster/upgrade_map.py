@@ -1,5 +1,6 @@
 """The map's side of the rolling cluster upgrade (decided in nodeos/update/rolling.py): the record
-`st["upgrade"]` and the three commands that change it (feature level 5).
+`st["upgrade"]` and the three commands that change it (feature level 5; `upgrade_step` v2,
+level 6, adds the `release` step).
 
 - `upgrade_start {id, version, bundle: {sha256, size, source}, domains: [{name, nodes}],
   allow_downgrade}`: refused while another upgrade is running, paused or stopped;
@@ -7,6 +8,11 @@
   so a step proposed twice (a leader that died after proposing, its successor deciding again)
   applies once and the second is a no-op (`changed: false`); `sent` records the nodes handed the
   update in this domain with the boot id each had then;
+- `upgrade_step` v2 (feature level 6, release 0.6.0; applied in nodeos/storage/upgrade_release.py,
+  as it changes volumes' in-sync sets): v1's compare-and-set, plus the step `release` between
+  `handover` and `update`, which releases the domain's replicas for its update. v1 is unchanged
+  (it never releases): a command's apply is frozen per version, so a release that knows only v1
+  applies a v1 log as before;
 - `upgrade_state {id, state, reason?}`: pause (running -> paused), resume (paused or stopped ->
   running), stop (running -> stopped, with the reason), abort (running, paused or stopped ->
   aborted), done (running, past the last domain -> done).
@@ -22,7 +28,8 @@ from typing import Any
 from nodeos.cluster import events as map_events
 from nodeos.errors import BadInput, NotFound
 
-STEPS = ("handover", "update", "rejoin", "sync")
+STEPS = ("handover", "update", "rejoin", "sync")  # upgrade_step v1
+STEPS_V2 = ("handover", "release", "update", "rejoin", "sync")
 STATES = ("running", "paused", "stopped", "aborted", "done")
 ACTIVE = ("running", "paused", "stopped")  # an upgrade in these states blocks a new one
 MOVES: dict[str, tuple[str, ...]] = {  # state -> the states it may go to
@@ -40,7 +47,8 @@ def handing_over(st: dict[str, Any], nid: int) -> bool:
     up = st.get("upgrade") or {}
     if up.get("state") != "running" or up.get("at", 0) >= len(up.get("domains") or []):
         return False
-    return up.get("step") in ("handover", "update", "rejoin") and nid in up["domains"][up["at"]]["nodes"]
+    steps = ("handover", "release", "update", "rejoin")  # `release`: only in a v2 record
+    return up.get("step") in steps and nid in up["domains"][up["at"]]["nodes"]
 
 
 def _handing(st: dict[str, Any]) -> set[int]:
@@ -69,7 +77,7 @@ def current(st: dict[str, Any], uid: Any) -> dict[str, Any]:
     return up
 
 
-def _note(st: dict[str, Any], up: dict[str, Any], text: str, severity: str = "info") -> None:
+def note(st: dict[str, Any], up: dict[str, Any], text: str, severity: str = "info") -> None:
     up["history"] = [*up.get("history", []), text][-HISTORY:]
     map_events.record(st, "upgrade", f"upgrade to {up['version']}: {text}", severity=severity)
 
@@ -130,18 +138,23 @@ def upgrade_start_v1(st: dict[str, Any], a: dict[str, Any]) -> Any:
     }
     st["upgrade"] = up
     order = ", ".join(d["name"] for d in doms)
-    _note(st, up, f"started: {len(doms)} failure domain(s) in turn: {order}")
+    note(st, up, f"started: {len(doms)} failure domain(s) in turn: {order}")
     return {"id": up["id"], "state": "running"}
 
 
 def upgrade_step_v1(st: dict[str, Any], a: dict[str, Any]) -> Any:
+    return apply_step(st, a, STEPS)
+
+
+def apply_step(st: dict[str, Any], a: dict[str, Any], steps: tuple[str, ...]) -> dict[str, Any]:
+    """The compare-and-set of `upgrade_step` over `steps` (v1's, or v2's with `release`)."""
     up = current(st, a.get("id"))
     if up["state"] != "running" or (a.get("at"), a.get("step")) != (up["at"], up["step"]):
         return {"changed": False, "at": up["at"], "step": up["step"], "state": up["state"]}
     to_at, to_step = a.get("to_at"), a.get("to_step")
-    if type(to_at) is not int or to_at not in (up["at"], up["at"] + 1) or to_step not in STEPS:
+    if type(to_at) is not int or to_at not in (up["at"], up["at"] + 1) or to_step not in steps:
         raise BadInput(
-            f"step to ({to_at!r}, {to_step!r}) is not allowed", field="to_step", allowed=list(STEPS)
+            f"step to ({to_at!r}, {to_step!r}) is not allowed", field="to_step", allowed=list(steps)
         )
     sent = a.get("sent")
     if sent is not None:
@@ -153,9 +166,9 @@ def upgrade_step_v1(st: dict[str, Any], a: dict[str, Any]) -> Any:
     before = _handing(st)
     up["at"], up["step"] = to_at, to_step
     _withdraw(st, before)
-    note = a.get("note")
-    if isinstance(note, str) and note:
-        _note(st, up, note[:300])
+    text = a.get("note")
+    if isinstance(text, str) and text:
+        note(st, up, text[:300])
     return {"changed": True, "at": up["at"], "step": up["step"], "state": up["state"]}
 
 
@@ -177,12 +190,12 @@ def upgrade_state_v1(st: dict[str, Any], a: dict[str, Any]) -> Any:
     _withdraw(st, before)
     up["reason"] = str(reason)[:500] if state == "stopped" and reason else None
     text = {"stopped": f"stopped: {up['reason']}", "running": "resumed"}.get(state, state)
-    _note(st, up, text, severity="critical" if state == "stopped" else "info")
+    note(st, up, text, severity="critical" if state == "stopped" else "info")
     return {"id": up["id"], "state": state}
 
 
 HANDLERS: dict[str, dict[int, Any]] = {
     "upgrade_start": {1: upgrade_start_v1},
-    "upgrade_step": {1: upgrade_step_v1},
+    "upgrade_step": {1: upgrade_step_v1},  # v2: nodeos/storage/upgrade_release.py
     "upgrade_state": {1: upgrade_state_v1},
 }

@@ -13,6 +13,10 @@ check; it imports no other section of the map, so every section, decision and ag
   at a failover (its leg may be one write ahead: it is copied in full when it returns), and
   regains a node once the current primary's mirror reports its leg in sync. It is never
   emptied: the last in-sync replica is the only copy known to hold everything.
+- A node a rolling upgrade released for its update (`released_nodes`: the domain being updated,
+  from the `release` step on, nodeos/cluster/upgrade_map.py) left every `in_sync` when it was
+  released, and is not counted again while released, whatever its primary reports: its
+  primaries cut its legs while it is still alive and re-add them once the release ends.
 - `volume_failover` moves a volume's primary to an in-sync replica and bumps its epoch; every
   node's agent follows (nodeos/agent/plan.py: retarget, promote, demote). The command carries
   the epoch it was decided at, so a decision overtaken by another is refused at apply.
@@ -34,6 +38,20 @@ def in_sync_of(vol: dict[str, Any]) -> list[int]:
     """The volume's in-sync set; a volume from before the field: every placement node."""
     got = vol.get("in_sync")
     return list(got) if got is not None else [s["node"] for s in vol["placement"]]
+
+
+RELEASED_STEPS = ("release", "update", "rejoin")  # the steps a released domain is released in
+
+
+def released_nodes(st: dict[str, Any]) -> set[int]:
+    """The nodes a rolling upgrade released for their update: their replicas are out of sync by
+    plan (their primaries cut the legs while they are alive) until the domain's step is past
+    `rejoin`, or the upgrade is aborted or done. Only `upgrade_step` v2 (feature level 6) writes
+    `released`: a map whose upgrade went by v1 has no released node."""
+    up = st.get("upgrade") or {}
+    if up.get("state") not in ("running", "paused", "stopped") or up.get("step") not in RELEASED_STEPS:
+        return set()
+    return {int(n) for n in up.get("released") or []}
 
 
 def _set_in_sync(vol: dict[str, Any], nodes: list[int]) -> None:
@@ -72,12 +90,13 @@ def settle_in_sync(st: dict[str, Any], vol: dict[str, Any]) -> None:
         return
     members = rep.get("members") or {}
     cur = in_sync_of(vol)
+    released = released_nodes(st)
     for slot in vol["placement"]:
         nid = slot["node"]
         state = members.get(nid)
         if nid == prim or state is None:
             continue
-        if state == "in-sync" and nid not in cur and health_of(st, nid) == "up":
+        if state == "in-sync" and nid not in cur and health_of(st, nid) == "up" and nid not in released:
             _set_in_sync(vol, [*cur, nid])  # the report's own event says so (rebuild_finished)
             cur = in_sync_of(vol)
         elif state in MEMBER_OUT and nid in cur and vol["state"] == "ready":

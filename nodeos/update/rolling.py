@@ -13,12 +13,24 @@ stopped with a `reason`, aborted, done) and a short `history`.
 Per domain, in order (the leader's own domain last, so leadership moves once):
   handover  every primary on the domain's nodes moves to an in-sync replica elsewhere (the
             planned ANA move of `node drain`; replicas stay, they are resynced after);
+  release   (feature level 6: `upgrade_step` v2) the domain's nodes are released for their
+            update: their replicas leave every in-sync set by plan and each primary cuts their
+            legs out of its mirror at once, while the nodes are still alive, so no write blocks
+            on a leg whose node reboots (before it, the legs stayed until the leader called the
+            node down: a ~1 min write stall per reboot, docs/benchmarks.md "Updates"). What a
+            partial resync needs stays: md's write-intent bitmap counts the writes the legs miss
+            and their md superblock stays on the replica. The step waits until every primary
+            reports those legs out of its mirror. Released nodes are not counted in sync nor
+            re-added until the domain is past `rejoin` (nodeos/storage/failover_map.py
+            `released_nodes`); a cluster below level 6 goes from handover to update as before;
   update    each node is handed the bundle: it copies it from the source node over the
             storage network, checks it, writes its other slot and reboots into it;
   rejoin    each node is back (another boot id) with the target version; one back on another
             version failed its health gate (the firmware booted the old slot): the upgrade stops
             naming it;
-  sync      every volume with a replica on the domain is in sync again; then the next domain.
+  sync      the release ended: the primaries re-add the legs (md: a re-add that copies only what
+            the bitmap marks) and every volume with a replica on the domain is in sync again;
+            then the next domain.
 
 Checks before the start (and `--dry-run`): every member up and reporting, no node draining,
 every volume ready and in sync, the voters spread so that one domain holds less than a majority
@@ -31,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nodeos.cluster import features
 from nodeos.cluster.upgrade_map import ACTIVE
 from nodeos.cluster.voters import LEVELS
 from nodeos.storage.failover_map import health_of, in_sync_of
@@ -47,6 +60,16 @@ class Act:
     node: int | None = None
     args: Mapping[str, Any] | None = None
     reason: str = ""
+    v: int = 1  # the version of `upgrade_step` a `step` is proposed as
+
+
+RELEASE_LEVEL = 6  # the feature level of `upgrade_step` v2 and its `release` step
+
+
+def step_version(st: Mapping[str, Any]) -> int:
+    """The `upgrade_step` version the leader proposes: 2 (with `release`) once every member knows
+    it (the cluster's feature level), else 1."""
+    return 2 if features.cluster_level(st) >= RELEASE_LEVEL else 1
 
 
 def name_of(st: Mapping[str, Any], nid: int) -> str:
@@ -170,9 +193,29 @@ def out_of_sync(st: Mapping[str, Any], nodes: Iterable[int]) -> list[str]:
     return sorted(out)
 
 
-def _step(up: Mapping[str, Any], to_at: int, to_step: str, note: str, **extra: Any) -> Act:
+def legs_held(st: Mapping[str, Any], nodes: Iterable[int]) -> list[str]:
+    """Volumes whose primary still holds a leg of one of `nodes` in its mirror (its report at the
+    volume's epoch calls it in sync or syncing; no such report yet: held): the release's work left."""
+    ns = set(nodes)
+    out = []
+    for u, v in st["volumes"].items():
+        if int(v.get("replicas") or 1) <= 1 or v.get("state") != "ready":
+            continue
+        on = ({int(s["node"]) for s in v.get("placement") or []} & ns) - {int(v["primary"])}
+        if not on:
+            continue
+        rep = ((st["reports"].get(v["primary"]) or {}).get("replicas") or {}).get(u) or {}
+        members = {int(k): m for k, m in (rep.get("members") or {}).items()}
+        if int(rep.get("epoch") or 0) != int(v["epoch"]) or any(
+            members.get(n) in ("in-sync", "syncing") for n in on
+        ):
+            out.append(str(v.get("name") or u))
+    return sorted(out)
+
+
+def _step(up: Mapping[str, Any], to_at: int, to_step: str, note: str, v: int = 1, **extra: Any) -> Act:
     args = {"id": up["id"], "at": up["at"], "step": up["step"], "to_at": to_at, "to_step": to_step}
-    return Act("step", args={**args, "note": note, **extra})
+    return Act("step", args={**args, "note": note, **extra}, v=v)
 
 
 def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, Any]]) -> Act:
@@ -186,8 +229,8 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
         return Act("finish")
     dom = _domain(up)
     nodes = [int(n) for n in dom["nodes"] if n in st["nodes"]]
-    step = up["step"]
-    if step in ("handover", "update"):
+    step, v = up["step"], step_version(st)
+    if step in ("handover", "release", "update"):
         # Taking a domain down while a node of another is down could take the voters' majority or
         # a volume's last in-sync replica with it: stop rather than go on.
         down = [
@@ -199,12 +242,22 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
         left = primaries_on(st, nodes)
         if left:
             return Act("wait", reason=f"{dom['name']}: primaries to hand over: {', '.join(left[:5])}")
+        if v >= 2:
+            note = f"{dom['name']}: primaries handed over; its replicas released for its update"
+            return _step(up, up["at"], "release", note, v)
         return _step(up, up["at"], "update", f"{dom['name']}: primaries handed over")
+    if step == "release":
+        held = legs_held(st, nodes)
+        if held:
+            return Act(
+                "wait", reason=f"{dom['name']}: primaries to cut the released legs of {', '.join(held[:5])}"
+            )
+        return _step(up, up["at"], "update", f"{dom['name']}: released legs cut by every primary", v)
     sent = {int(k): v for k, v in (up.get("sent") or {}).items()}
     if step == "update":
         todo = [n for n in nodes if n not in sent]
         if not todo:
-            return _step(up, up["at"], "rejoin", f"{dom['name']}: update handed to every node")
+            return _step(up, up["at"], "rejoin", f"{dom['name']}: update handed to every node", v)
         nid = todo[0]
         if nid == leader:
             return Act("transfer", node=nid, reason=f"{name_of(st, nid)} leads and is updated next")
@@ -232,11 +285,11 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
                 waiting.append(name_of(st, nid))
         if waiting:
             return Act("wait", reason=f"{dom['name']}: waiting for {', '.join(waiting)} to come back")
-        return _step(up, up["at"], "sync", f"{dom['name']}: every node back on {up['version']}")
+        return _step(up, up["at"], "sync", f"{dom['name']}: every node back on {up['version']}", v)
     if step == "sync":
         left = out_of_sync(st, nodes)
         if left:
             return Act("wait", reason=f"{dom['name']}: resyncing {', '.join(left[:5])}")
         nxt = up["at"] + 1
-        return _step(up, nxt, "handover", f"{dom['name']}: upgraded, every replica in sync")
+        return _step(up, nxt, "handover", f"{dom['name']}: upgraded, every replica in sync", v)
     return Act("stop", reason=f"unknown step {step!r}")

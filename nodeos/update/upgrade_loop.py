@@ -30,9 +30,10 @@ TICK_S = 1.0
 PEER_TIMEOUT_S = 10.0
 PROPOSE_TIMEOUT_S = 10.0
 # How long a step may wait before the upgrade stops naming why: a primary that cannot move (no
-# in-sync replica on another domain) and a node that does not come back. A resync has no bound:
+# in-sync replica on another domain), a primary that does not cut a released leg (its agent
+# wedged: the node is not taken down under it) and a node that does not come back. A resync has no bound:
 # it takes as long as the data it copies (its progress is in `volume show`).
-STEP_BOUNDS_S = {"handover": 600.0, "rejoin": 1800.0}
+STEP_BOUNDS_S = {"handover": 600.0, "release": 300.0, "rejoin": 1800.0}
 
 
 class UpgradeLoop:
@@ -81,8 +82,8 @@ class UpgradeLoop:
                 continue  # not back yet
         return out
 
-    async def _propose(self, d: Any, cmd: str, args: dict[str, Any]) -> Any:
-        return await d.propose(encode_command(cmd, args), PROPOSE_TIMEOUT_S)
+    async def _propose(self, d: Any, cmd: str, args: dict[str, Any], v: int = 1) -> Any:
+        return await d.propose(encode_command(cmd, args, v), PROPOSE_TIMEOUT_S)
 
     async def tick(self, d: Any, up: dict[str, Any]) -> None:
         seen = await self._seen(d, up)
@@ -97,7 +98,7 @@ class UpgradeLoop:
                 self.last_wait = act.reason
         elif act.kind == "step":
             assert act.args is not None
-            await self._propose(d, "upgrade_step", dict(act.args))
+            await self._propose(d, "upgrade_step", dict(act.args), act.v)
         elif act.kind == "send":
             await self._send(d, up, int(act.node or 0))
         elif act.kind == "transfer":
@@ -142,7 +143,8 @@ class UpgradeLoop:
             return
         args = {"id": up["id"], "at": up["at"], "step": "update", "to_at": up["at"], "to_step": "update"}
         note = f"{name}: update handed over (it copies the bundle, writes its other slot, reboots)"
-        await self._propose(d, "upgrade_step", {**args, "sent": {nid: str(out.get("boot_id"))}, "note": note})
+        sent = {**args, "sent": {nid: str(out.get("boot_id"))}, "note": note}
+        await self._propose(d, "upgrade_step", sent, rolling.step_version(d.map.state))
 
     def _transfer(self, d: Any, up: dict[str, Any]) -> None:
         """This node leads and is next: leadership goes to a voter outside the domain first."""

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from nodeos.cluster.map import encode_command
 from nodeos.cluster.upgrade_map import handing_over
 from nodeos.storage import failover
+from nodeos.storage.failover_map import released_nodes
 from nodeos.update import rolling
 
 from ..storage.test_storage_map import M, cluster, create
@@ -26,15 +28,18 @@ SHA = "ab" * 32
 
 
 class World:
-    """Three storage nodes on racks a, b, c (voters 1-3), a 2-replica and a 3-replica volume."""
+    """Three storage nodes on racks a, b, c (voters 1-3), a 2-replica and a 3-replica volume.
+    `level`: the cluster's feature level (5: no release step; 6: `upgrade_step` v2, `release`)."""
 
-    def __init__(self, gate_fails: int | None = None) -> None:
+    def __init__(self, gate_fails: int | None = None, level: int = 5) -> None:
         self.rebooting: set[int] = set()  # rebooted since the last reports: still resyncing after them
         self.lagging: set[int] = set()  # nodes whose replicas are not in sync (rebooted, resyncing)
         self.m: M = cluster(3)
         for nid, rack in ((1, "a"), (2, "b"), (3, "c")):
             self.m.ok("node_label", node_id=nid, set={"rack": rack})
-            self.m.ok("node_update", node_id=nid, release=OLD, knows_level=5)
+            self.m.ok("node_update", node_id=nid, release=OLD, knows_level=level)
+        if level > 5:
+            self.m.ok("set_feature_level", level=level)
         self.v2 = create(self.m, "two", 1, 2)
         self.v3 = create(self.m, "three", 2, 3, 1)
         self.sync_all()
@@ -51,8 +56,9 @@ class World:
 
     def sync_all(self) -> None:
         """Every node's agent reports its replicas: in sync, and a primary asked to hand over
-        says it did."""
+        says it did; a primary cut the legs of released nodes (its leg watch does at once)."""
         reps: dict[int, dict[str, Any]] = {1: {}, 2: {}, 3: {}}
+        released = released_nodes(self.st)
         for uuid in (self.v2, self.v3):
             vol = self.st["volumes"][uuid]
             nodes = [s["node"] for s in vol["placement"]]
@@ -60,7 +66,7 @@ class World:
                 rep: dict[str, Any] = {"state": "in-sync", "epoch": vol["epoch"]}
                 if n == vol["primary"]:
                     rep["members"] = {
-                        o: "missing" if o in self.lagging else "in-sync" for o in nodes if o != n
+                        o: "missing" if o in self.lagging | released else "in-sync" for o in nodes if o != n
                     }
                     if vol.get("handoff"):
                         rep["handed_off"] = vol["epoch"]
@@ -84,19 +90,26 @@ class World:
             if n not in self.rebooting
         }
 
+    def propose_step(self, args: dict[str, Any], v: int) -> Any:
+        """`upgrade_step` at version `v`, as the leader's loop proposes it."""
+        self.m.i += 1
+        out = self.m.m.apply(self.m.i, encode_command("upgrade_step", args, v))
+        assert "error" not in out, out
+        return out["result"]
+
     def step(self) -> rolling.Act:
         """One decision and its effect, as the leader's loop and the nodes would."""
         act = rolling.decide(self.st, self.leader, self.seen())
         self.acts.append(act.kind)
         if act.kind == "step":
             assert act.args is not None
-            self.m.ok("upgrade_step", **act.args)
+            self.propose_step(dict(act.args), act.v)
         elif act.kind == "send":
             nid = int(act.node or 0)
             assert not any(self.st["volumes"][u]["primary"] == nid for u in (self.v2, self.v3))
             up = self.st["upgrade"]
-            self.m.ok("upgrade_step", id=up["id"], at=up["at"], step="update", to_at=up["at"],
-                      to_step="update", sent={nid: self.boot[nid]})  # fmt: skip
+            args = {"id": up["id"], "at": up["at"], "step": "update", "to_at": up["at"], "to_step": "update"}
+            self.propose_step({**args, "sent": {nid: self.boot[nid]}}, rolling.step_version(self.st))
             self.boot[nid] = self.boot[nid][:-1] + str(int(self.boot[nid][-1]) + 1)
             self.lagging.add(nid)  # its legs missed writes while it rebooted
             self.rebooting.add(nid)
@@ -217,7 +230,7 @@ def test_a_leader_killed_after_any_step_leaves_the_same_end(kill_after: int) -> 
     else:
         if act.kind == "step":  # the dead leader's step, proposed again by its successor
             assert act.args is not None
-            assert w.m.ok("upgrade_step", **act.args)["changed"] is False
+            assert w.propose_step(dict(act.args), act.v)["changed"] is False
         w.leader = next(v for v in w.voters if v != w.leader)
     w.run()
     assert w.st["upgrade"]["state"] == "done" and w.release == {1: NEW, 2: NEW, 3: NEW}
