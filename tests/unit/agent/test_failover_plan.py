@@ -185,3 +185,19 @@ def test_a_map_behind_the_epoch_a_node_followed_moves_nothing() -> None:
     other = ready(st, 3)
     other["v"] = dict(other["v"], epoch=2)
     assert steps(st, 3, other) == []
+
+
+def test_the_primary_takes_a_released_node_back_only_when_its_release_ends() -> None:
+    """A node a rolling upgrade released for its update is up and exports at the epoch, yet its
+    primary does not re-add its leg (it cut it on purpose) until the domain is past rejoin."""
+    st = fail_over(three_node_map(), 1, [1, 3])
+    have = {"v": dict(ready(st, 1)["v"], **replicas.record_fields(st, st["volumes"][UUID], 1))}
+    report(st, 1, state="degraded", epoch=2, members={2: "failed", 3: "in-sync"})  # cut
+    report(st, 2, state="syncing", step=None, epoch=2)
+    report(st, 3, state="in-sync", step=None, epoch=2)
+    domains = [{"name": "rack=b", "nodes": [2]}]
+    st["upgrade"] = {"state": "running", "step": "rejoin", "at": 0, "domains": domains, "released": [2]}
+    assert steps(st, 1, have) == []
+    st["upgrade"]["step"] = "sync"  # the release ended: back by a re-add
+    ((op, data),) = steps(st, 1, have)
+    assert op == "volume.rejoin" and data["attach"] == [2, 3] and data["rejoin"] == [2]

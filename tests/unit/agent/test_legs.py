@@ -95,3 +95,31 @@ def test_a_primary_holds_writes_for_a_leg_its_own_report_in_flight_calls_in_sync
 
 def test_a_report_keeps_the_nodes_it_calls_in_sync() -> None:
     assert legs.in_sync_called({3: "in-sync", 2: "failed", 4: "syncing"}) == [3]
+
+
+def upgrading(
+    step: str = "update", state: str = "running", released: list[int] | None = None
+) -> dict[str, Any]:
+    """A map whose rolling upgrade released node 2 for its update (upgrade_step v2)."""
+    domains = [{"name": "rack=b", "nodes": [2]}]
+    up = {"state": state, "step": step, "at": 0, "domains": domains, "released": released or [2]}
+    return {"upgrade": up}
+
+
+def test_a_released_nodes_leg_leaves_at_once_its_controller_live_once_the_map_drops_it() -> None:
+    st = upgrading()
+    attached = {NQN2, NQN3}
+    assert legs.released_legs(st, REC, attached) == {2}
+    assert legs.released_legs(st, REC, {NQN3}) == set()  # cut already: nothing to do again
+    assert legs.released_legs(upgrading(step="sync"), REC, attached) == set()  # release ended
+    assert legs.released_legs(upgrading(state="aborted"), REC, attached) == set()
+    assert legs.released_legs(upgrading(state="paused"), REC, attached) == {2}  # its node may be away
+    # My held report and one in flight still call node 2 in sync: no matter, the map does not
+    # count a released node again; nothing is down, yet its leg goes.
+    in_flight: list[legs.Sent] = [(6, {UUID: [2, 3]})]
+    mine = held(5, {2: "in-sync", 3: "in-sync"})
+    assert legs.removable(vol(in_sync=[1, 3]), REC, 1, set(), mine, in_flight, {2}) == [2]
+    # ... but never while the map still counts it in sync (the release not applied here yet)
+    assert legs.removable(vol(), REC, 1, set(), mine, in_flight, {2}) == []
+    # not released: a live leg stays, as before
+    assert legs.removable(vol(in_sync=[1, 3]), REC, 1, set(), mine, in_flight) == []
