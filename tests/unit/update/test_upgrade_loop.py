@@ -79,3 +79,38 @@ def test_kept_bundles_are_tidied_but_never_a_fresh_one_nor_during_a_job(tmp_path
     job.phase = "idle"
     assert job.forget_bundles() == [old.name]
     assert not old.exists() and fresh.exists()
+
+
+def test_at_feature_level_6_the_loop_proposes_upgrade_step_v2_with_its_release() -> None:
+    """Only once every member knows level 6 does the leader propose `upgrade_step` v2 (the
+    `release` step, and the update's own step records): a 0.5.0 member would stop at it."""
+    import asyncio
+    from types import SimpleNamespace
+    from typing import Any
+
+    from nodeos.cluster.map import decode_command
+
+    from .test_rolling import World
+
+    for level, want in ((6, (2, "release")), (5, (1, "update"))):
+        w = World(level=level)
+        w.start()
+        while rolling.decide(w.st, w.leader, w.seen()).kind != "step":
+            w.step()  # the hand-over: the failover loop's planned moves, the agents' reports
+        proposed: list[dict[str, Any]] = []
+
+        async def propose(data: bytes, timeout: float, into: list[Any] = proposed) -> None:
+            into.append(decode_command(data))
+
+        async def request(nid: int, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+            return {"boot_id": "b-1"}
+
+        d = SimpleNamespace(map=SimpleNamespace(state=w.st), id=w.leader, propose=propose)
+        loop = UpgradeLoop(
+            cluster=SimpleNamespace(transport=SimpleNamespace(request=request)), local_status=None
+        )
+        asyncio.run(loop.tick(d, w.st["upgrade"]))
+        asyncio.run(loop._send(d, w.st["upgrade"], 1))
+        assert [(p["cmd"], p["v"]) for p in proposed] == [("upgrade_step", want[0])] * 2
+        assert proposed[0]["args"]["to_step"] == want[1] and proposed[1]["args"]["sent"] == {1: "b-1"}
+    assert upgrade_loop.STEP_BOUNDS_S["release"] == 300.0  # a primary that never cuts: stopped, named
