@@ -141,7 +141,7 @@ def default_storage_addresses() -> list[str]:
 def choose_dataplane(cfg: configmod.Config) -> tuple[Any, str]:
     """(data plane, why). `auto` with nothing usable leaves the node running as a witness."""
     try:
-        from nodeos.dataplane.select import choose
+        from nodeos.dataplane.select import choose, choose_why
     except ImportError as exc:  # backends not installed in this build
         if cfg.dataplane == "none":
             return None, "witness (--dataplane none)"
@@ -149,20 +149,12 @@ def choose_dataplane(cfg: configmod.Config) -> tuple[Any, str]:
     if cfg.dataplane == "none":
         return choose("none"), "witness (--dataplane none)"
     try:
-        dp = choose(cfg.dataplane, cfg.spdk_socket, state_dir=Path(cfg.state_dir))
+        dp, why = choose_why(cfg.dataplane, cfg.spdk_socket, state_dir=Path(cfg.state_dir))
     except NodeosError as err:
         if cfg.dataplane != "auto":
             raise
         LOG.error("no usable data plane, running as a witness: %s", err.message)
         return choose("none"), f"auto found none usable: {err.message}"
-    if cfg.dataplane == "auto":
-        why = (
-            f"auto: SPDK answers on {cfg.spdk_socket}"
-            if dp.name == "spdk"
-            else "auto: kernel nvmet configfs usable"
-        )
-    else:
-        why = f"--dataplane {cfg.dataplane}"
     return dp, why
 
 

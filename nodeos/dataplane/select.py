@@ -1,7 +1,11 @@
 """Choosing the data plane: `spdk`, `kernel`, `none` (witness) or `auto`.
 
-auto: SPDK when its RPC socket answers, else the kernel target when nvmet configfs is
-usable, else a clear error saying what is missing.
+auto (the default, `auto_choice`): SPDK when its RPC socket answers; else SPDK when the image
+carries the target (`/usr/bin/nvmf_tgt`) and the node has NVMe drives (PCI class 01:08:02, bound
+to `nvme` or already handed to SPDK), even while the target does not answer yet: the data plane
+watch then shows it DOWN rather than the node silently running a kernel target beside drives
+meant for SPDK; else the kernel target when nvmet configfs is usable, else a clear error saying
+what is missing. An operator pins one with `dataplane = "spdk" | "kernel"` in nodeosd.toml.
 """
 
 from __future__ import annotations
@@ -27,6 +31,41 @@ from nodeos.errors import BadInput, EnvironmentProblem, NodeosError, NotSupporte
 
 DEFAULT_SPDK_SOCKET = "/var/tmp/spdk.sock"
 BACKENDS = ("auto", "spdk", "kernel", "none")
+# Where an image built with SPDK (docs/image.md) has its target; systemd/nodeos-spdk.service runs it.
+SPDK_TARGET = Path("/usr/bin/nvmf_tgt")
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+NVME_CLASS = "0x010802"  # mass storage, non-volatile memory, NVM Express
+
+
+def nvme_drives(pci_devices: Path = PCI_DEVICES) -> list[str]:
+    """PCI addresses of the node's NVMe functions, whatever driver holds them (nvme, vfio-pci,
+    uio_pci_generic: a drive already claimed for SPDK still counts)."""
+    out: list[str] = []
+    for dev in sorted(pci_devices.glob("*")) if pci_devices.is_dir() else []:
+        try:
+            if (dev / "class").read_text().strip().lower() == NVME_CLASS:
+                out.append(dev.name)
+        except OSError:
+            continue
+    return out
+
+
+def auto_choice(
+    spdk_answering: bool, spdk_target: bool, drives: Sequence[str], socket_path: str = DEFAULT_SPDK_SOCKET
+) -> tuple[str, str]:
+    """What `auto` runs: (backend, why). Pure. `spdk_target`: the image carries nvmf_tgt;
+    `drives`: the node's NVMe PCI functions."""
+    if spdk_answering:
+        return "spdk", f"auto: SPDK answers on {socket_path}"
+    if spdk_target and drives:
+        n = len(drives)
+        return "spdk", (
+            f"auto: the image carries SPDK ({SPDK_TARGET}) and the node has {n} NVMe drive"
+            f"{'s' if n != 1 else ''} ({', '.join(drives[:4])}{', ...' if n > 4 else ''})"
+        )
+    if spdk_target:
+        return "kernel", "auto: the image carries SPDK but the node has no NVMe drive: kernel target"
+    return "kernel", "auto: no SPDK target in the image: kernel target"
 
 
 def spdk_answers(sock_path: str, timeout_s: float = 2.0) -> bool:
@@ -58,25 +97,46 @@ def choose(
     spdk_socket: str = DEFAULT_SPDK_SOCKET,
     configfs_root: Path = NVMET_ROOT,
     state_dir: Path | None = None,
+    spdk_target: Path = SPDK_TARGET,
+    pci_devices: Path = PCI_DEVICES,
 ) -> DataPlane:
+    return choose_why(backend, spdk_socket, configfs_root, state_dir, spdk_target, pci_devices)[0]
+
+
+def choose_why(
+    backend: str = "auto",
+    spdk_socket: str = DEFAULT_SPDK_SOCKET,
+    configfs_root: Path = NVMET_ROOT,
+    state_dir: Path | None = None,
+    spdk_target: Path = SPDK_TARGET,
+    pci_devices: Path = PCI_DEVICES,
+) -> tuple[DataPlane, str]:
+    """The data plane and why it was chosen (`nodeos status` shows the reason)."""
     if backend not in BACKENDS:
         raise BadInput(f"data plane {backend!r} is unknown", field="dataplane", allowed=list(BACKENDS))
     if backend == "none":
-        return NoDataPlane()
-    if backend == "spdk" or (backend == "auto" and spdk_answers(spdk_socket)):
+        return NoDataPlane(), "witness (dataplane none)"
+    why = f"pinned: dataplane {backend}"
+    if backend == "auto":
+        answering = spdk_answers(spdk_socket)
+        target = spdk_target.exists()
+        drives = nvme_drives(pci_devices) if target else []
+        backend, why = auto_choice(answering, target, drives, spdk_socket)
+        if backend == "kernel" and not ConfigFs(configfs_root).usable():
+            backend = "auto"  # neither: the error below says what is missing
+    if backend == "spdk":
         from nodeos.dataplane.spdk.backend import SpdkDataPlane
 
         if state_dir is None:
-            return SpdkDataPlane(spdk_socket)
+            return SpdkDataPlane(spdk_socket), why
         # DH-HMAC-CHAP key files are secrets: they live under the daemon's own (0700) state dir.
-        return SpdkDataPlane(spdk_socket, keys_dir=Path(state_dir) / "spdk-keys")
+        return SpdkDataPlane(spdk_socket, keys_dir=Path(state_dir) / "spdk-keys"), why
     fs = ConfigFs(configfs_root)
-    if backend == "kernel" or fs.usable():
+    if backend == "kernel":
         from nodeos.dataplane.kernel.backend import KernelDataPlane
 
-        if backend == "kernel":
-            fs.require()
-        return KernelDataPlane(configfs=fs)
+        fs.require()
+        return KernelDataPlane(configfs=fs), why
     raise EnvironmentProblem(
         f"no data plane available: SPDK does not answer on {spdk_socket} and the kernel target "
         f"is not usable ({configfs_root} missing: modprobe nvmet). Start nvmf_tgt, load nvmet, "

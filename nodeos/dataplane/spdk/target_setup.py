@@ -6,6 +6,9 @@
                                            ExecStartPost: wait for the RPC socket, then
                                            nvmf_set_max_subsystems N, framework_start_init,
                                            framework_wait_init
+    nodeos-spdk-setup wanted [--config F]  ExecCondition: exit 0 when this node runs the SPDK
+                                           data plane (nodeosd.toml's `dataplane`; `auto`:
+                                           the node has NVMe drives), 1 (unit skipped) if not
 
 SPDK takes its subsystem limit (default 1,024: one subsystem per exported volume) only before
 its framework starts, hence `--wait-for-rpc` and this step; a target already started (the step
@@ -20,6 +23,7 @@ import argparse
 import os
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from nodeos.errors import BadInput, NodeosError
 DEFAULT_SOCKET = "/var/tmp/spdk.sock"
 DEFAULT_MAX_SUBSYSTEMS = 16384  # issue 12: 10,000 volumes on one target, with room
 DEFAULT_HUGEMEM_MIB = 4096
+DEFAULT_CONFIG = "/etc/nodeos/nodeosd.toml"  # = nodeos.daemon.config.DEFAULT_CONFIG
 HUGEPAGES = Path("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
 Request = tuple[str, dict[str, Any]]
 
@@ -88,6 +93,32 @@ def init(socket_path: str, max_subsystems: int, wait_s: float = 60.0) -> str:
         rpc.close()
 
 
+def configured_dataplane(config: Path) -> str:
+    """nodeosd.toml's `dataplane` (absent file or key: auto). A file nodeosd would refuse is
+    nodeosd's to report; here it counts as not asking for SPDK."""
+    if not config.exists():
+        return "auto"
+    try:
+        value = tomllib.loads(config.read_text()).get("dataplane", "auto")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return "invalid"
+    return value if isinstance(value, str) else "invalid"
+
+
+def wanted(config: Path, drives: list[str]) -> tuple[bool, str]:
+    """Whether the target should run on this node (it runs only where the image carries it:
+    the unit's ConditionPathExists), decided as nodeosd decides (select.auto_choice)."""
+    from nodeos.dataplane.select import auto_choice
+
+    plane = configured_dataplane(config)
+    if plane == "spdk":
+        return True, f"{config} pins the SPDK data plane"
+    if plane != "auto":
+        return False, f"{config} sets dataplane {plane!r}: the SPDK target is not started"
+    backend, why = auto_choice(False, True, drives)
+    return backend == "spdk", why
+
+
 def reserve_hugepages(mib: int, path: Path = HUGEPAGES) -> str:
     want = hugepages_count(mib)
     have = int(path.read_text().strip() or 0)
@@ -110,6 +141,8 @@ def parser(env: dict[str, str] | os._Environ[str] = os.environ) -> argparse.Argu
     )
     it.add_argument("--socket", default=env.get("SPDK_RPC_SOCKET", DEFAULT_SOCKET))
     it.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the RPC socket")
+    wt = sub.add_parser("wanted", help="exit 0 if this node runs the SPDK data plane (ExecCondition)")
+    wt.add_argument("--config", type=Path, default=Path(DEFAULT_CONFIG))
     return ap
 
 
@@ -118,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "hugepages":
             print(reserve_hugepages(a.mib))
+        elif a.cmd == "wanted":
+            from nodeos.dataplane.select import nvme_drives
+
+            yes, why = wanted(a.config, nvme_drives())
+            print(why)
+            return 0 if yes else 1
         else:
             print(init(a.socket, a.max_subsystems, a.wait))
     except NodeosError as e:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from nodeos.update import build as ub
 from nodeos_devtools.lab.image import PROJECT_DIR, Image, Progress, base_key, cache_root, default_progress
+from nodeos_devtools.lab.image_spdk import read_record
 
 KEYRING_PATH = "etc/rauc/keyring.pem"  # inside the image
 
@@ -80,6 +81,7 @@ def build_bundle(
         "kernel": kernel_version,
         "built_at": round(time.time()),
         "signed_with": "lab test key" if signing.lab else str(signing.cert),
+        **read_record(img.dir),  # the data plane it carries: {"dataplane": "kernel"} or spdk's build
     }
     t0 = time.monotonic()
     progress(f"building update bundle {version} ({arch}) of image {img.key}")

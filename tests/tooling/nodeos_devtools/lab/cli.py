@@ -15,6 +15,7 @@ import click
 
 from nodeos.errors import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, NodeosError
 from nodeos_devtools.lab import image as image_mod
+from nodeos_devtools.lab.image_spdk import describe, read_record
 from nodeos_devtools.lab.lab import Lab
 from nodeos_devtools.lab.plan import MAX_DRIVES, MAX_HOSTS, MAX_STORAGE
 
@@ -291,7 +292,8 @@ def image(raw: bool, bundle: bool, key: str | None, cert: str | None, as_json: b
         _run(lambda: operator_key(key, cert))
     img = _run(lambda: image_mod.build_image(raw=raw))
     out = {"key": img.key, "dir": str(img.dir), "kernel": str(img.kernel), "initrd": str(img.initrd),
-           "rootfs": str(img.rootfs), "raw": str(img.raw) if img.raw.exists() else None}  # fmt: skip
+           "rootfs": str(img.rootfs), "raw": str(img.raw) if img.raw.exists() else None,
+           "data plane": describe(read_record(img.dir))}  # fmt: skip
     if bundle:
         from nodeos_devtools.lab.bundle import build_bundle
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import nodeos
 from nodeos.errors import EnvironmentProblem, OperationFailed
+from nodeos_devtools.lab import image_spdk
 from nodeos_devtools.lab.image_files import product_files
 from nodeos_devtools.lab.image_ssh import HOSTKEY_UNIT, install_sshd
 from nodeos_devtools.lab.image_update import gate_unit_file
@@ -231,6 +232,7 @@ def image_key(bkey: str | None = None) -> str:
     from nodeos_devtools.lab.bundle import keyring_source  # the certificates update bundles are checked with
 
     _hash_update_file(h, keyring_source(), "keyring")
+    h.update(image_spdk.key_part(image_spdk.spdk_build()))
     return h.hexdigest()[:16]
 
 
@@ -434,6 +436,7 @@ def build_image(progress: Progress = default_progress, *, raw: bool = False) -> 
     if not (out / "ok").exists() or (raw and not img.raw.exists()):
         with _build_lock(root, progress):
             img = _build_image_locked(progress, raw=raw, bkey=bkey, key=key)
+    progress(f"data plane: {image_spdk.describe(image_spdk.read_record(img.dir))}")
     os.utime(img.dir)  # marks it in use for _prune
     os.utime(cache_root() / f"base-{bkey}")
     return img
@@ -470,6 +473,8 @@ def _build_image_locked(progress: Progress, *, raw: bool, bkey: str, key: str) -
         # Hard links: the base is not copied, and the layer only adds or replaces files.
         run_step(["cp", "-al", str(base / "rootfs"), str(staging)], progress)
         has_daemon = _add_nodeos_layer(staging)
+        rec = image_spdk.install(staging, image_spdk.spdk_build(), progress)
+        (tmp / image_spdk.RECORD).write_text(json.dumps(rec) + "\n")
         compile_bytecode(staging, progress)
         progress("making the ext4 root file system (mke2fs -d)")
         run_step(

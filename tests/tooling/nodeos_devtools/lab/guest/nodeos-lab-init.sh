@@ -62,6 +62,15 @@ CONF
   # merged over this file. The file holds the same values, so a provisioning that fails (said
   # on the console) leaves the lab as it was.
 fi
+if [ "$role" = storage ] && [ -e /usr/bin/nvmf_tgt ] && [ ! -e /etc/nodeos/spdk.env ]; then
+  # An image built with SPDK (docs/image.md): a lab VM has 1 GiB, not the 4 GiB of hugepages a
+  # server gives the target. (No --interrupt-mode: SPDK's PCIe NVMe driver needs VFIO MSI-X for
+  # it, and the lab has no vIOMMU, so its drives go to uio_pci_generic; the reactor polls.)
+  mkdir -p /etc/nodeos
+  printf '%s\n' "# written by nodeos-lab-init" SPDK_HUGEMEM_MIB=256 SPDK_MAX_SUBSYSTEMS=1024 \
+    > /etc/nodeos/spdk.env
+  modprobe uio_pci_generic || true  # no vIOMMU in the lab: `drive claim` binds to uio_pci_generic
+fi
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev eth0
 echo "nodeos-lab-init: role=$role ip=$ip hostnqn=$hostnqn rxe0 up"
