@@ -119,6 +119,25 @@ def wanted(config: Path, drives: list[str]) -> tuple[bool, str]:
     return backend == "spdk", why
 
 
+def hugetlbfs_mounted(mounts: str) -> bool:
+    """Whether /proc/self/mounts lists a hugetlbfs (DPDK maps the target's memory through one)."""
+    return any(len(f) > 2 and f[2] == "hugetlbfs" for f in (ln.split() for ln in mounts.splitlines()))
+
+
+def ensure_hugetlbfs(mounts: Path = Path("/proc/self/mounts"), where: Path = Path("/dev/hugepages")) -> str:
+    """Mount hugetlbfs at /dev/hugepages where nothing did (systemd's dev-hugepages.mount does
+    on a server; the lab masks it): without one the target's EAL finds no hugepages."""
+    if hugetlbfs_mounted(mounts.read_text()):
+        return ""
+    import subprocess
+
+    where.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "hugetlbfs", "nodev", str(where)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise NodeosError(f"no hugetlbfs mounted and mounting one at {where} failed: {proc.stderr.strip()}")
+    return f"; hugetlbfs mounted at {where}"
+
+
 def reserve_hugepages(mib: int, path: Path = HUGEPAGES) -> str:
     want = hugepages_count(mib)
     have = int(path.read_text().strip() or 0)
@@ -150,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         if a.cmd == "hugepages":
-            print(reserve_hugepages(a.mib))
+            print(reserve_hugepages(a.mib) + ensure_hugetlbfs())
         elif a.cmd == "wanted":
             from nodeos.dataplane.select import nvme_drives
 

@@ -159,3 +159,18 @@ def test_wanted_exit_codes_skip_the_unit(tmp_path: Path, capsys: pytest.CaptureF
     assert "not started" in capsys.readouterr().out
     cfg.write_text('dataplane = "spdk"\n')
     assert target_setup.main(["wanted", "--config", str(cfg)]) == 0
+
+
+def test_hugetlbfs_is_found_in_the_mount_table() -> None:
+    mounts = "sysfs /sys sysfs rw 0 0\nnodev /mnt/huge hugetlbfs rw,relatime,pagesize=2M 0 0\n"
+    assert target_setup.hugetlbfs_mounted(mounts)
+    # The lab masks dev-hugepages.mount: nothing; a tmpfs at that path is not one either.
+    assert not target_setup.hugetlbfs_mounted("sysfs /sys sysfs rw 0 0\n")
+    assert not target_setup.hugetlbfs_mounted("hugetlbfs /dev/hugepages tmpfs rw 0 0\n")
+
+
+def test_a_mounted_hugetlbfs_is_left_alone(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text("nodev /mnt/huge hugetlbfs rw 0 0\n")
+    assert target_setup.ensure_hugetlbfs(mounts, tmp_path / "never") == ""
+    assert not (tmp_path / "never").exists()
