@@ -120,6 +120,8 @@ def _human(d: dict[str, Any]) -> str:
         lines.append(_line(up))
         if up.get("reason"):
             lines.append(f"reason     {up['reason']}")
+        if up.get("released"):
+            lines.append(f"released   {', '.join(up['released'])}: replicas out of sync for the update")
         for name, rel in (up.get("releases") or {}).items():
             lines.append(f"  {name:<12} {rel or '-'}")
         for h in up.get("history") or []:

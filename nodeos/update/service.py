@@ -25,6 +25,7 @@ from nodeos.cluster.map import encode_command
 from nodeos.cluster.upgrade_map import ACTIVE
 from nodeos.daemon.service import DaemonContext, Handler
 from nodeos.errors import BadInput, NotFound, OperationFailed
+from nodeos.storage.failover_map import released_nodes
 from nodeos.update import rolling
 from nodeos.update.node_job import NodeJob, bundle_path, file_sha256
 from nodeos.update.upgrade_loop import UpgradeLoop
@@ -208,6 +209,8 @@ class UpgradeService:
                 "releases": {
                     rolling.name_of(st, n): st["nodes"][n].get("release") for n in sorted(st["nodes"])
                 },
+                # nodes released for their update: their replicas out of sync by plan, legs cut
+                "released": [rolling.name_of(st, n) for n in sorted(released_nodes(st))],
             }
         }
 
