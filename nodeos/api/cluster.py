@@ -180,7 +180,7 @@ METHODS: tuple[Method, ...] = (
     Method("cluster.leave", "Leave the cluster (this node becomes a cluster of one again).", NoParams, View,
            "node", write=True, console="cluster leave"),
     Method("cluster.remove", "Remove another member for good.", ClusterRemove, View, "leader", write=True,
-           console="cluster remove"),
+           errors=("not_found",), console="cluster remove"),
     Method("cluster.status", "Membership, Raft state, rolls under way, transport counters.", NoParams, View,
            "node", console="cluster status"),
     Method("cluster.set", "Cluster-wide settings: how many voters, when a silent voter is replaced, "

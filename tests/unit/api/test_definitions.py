@@ -4,14 +4,17 @@ msgspec can check and describe, and has its console command (or says why it has 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
+import pkgutil
 from typing import Any
 
 import click
 import msgspec
 import pytest
 
-from nodeos.api import registry
+import nodeos.api
+from nodeos.api import openapi, reference, registry
 from nodeos.api.spec import Method, NoParams
 from nodeos.cli.main import SUBCOMMANDS, _load
 
@@ -36,6 +39,45 @@ def test_every_request_and_reply_type_can_be_checked_and_described(m: Method) ->
     assert {"bad_input", "failed"} <= set(m.all_errors)
     if m.runs == "leader":
         assert {"not_leader", "unknown_outcome"} <= set(m.all_errors)
+
+
+# The methods the REST endpoint does not serve: test hooks, there only with NODEOS_TEST_FAULTS=1.
+NOT_SERVED = {"cluster.test.fault", "cluster.test.host_keys"}
+
+
+def _defined() -> list[str]:
+    """Every method name as the area modules of nodeos/api/ define it, duplicates kept."""
+    names = []
+    for info in pkgutil.iter_modules(nodeos.api.__path__):
+        group = getattr(importlib.import_module(f"nodeos.api.{info.name}"), "METHODS", None)
+        if isinstance(group, tuple):
+            names += [m.name for m in group]
+    return names
+
+
+def test_every_definition_once_with_its_console_command_rest_route_and_reference_entry() -> None:
+    """The walk over the definitions: each method is defined once (in every area module, not just
+    in the registry's table), has its console command or says why not, is served at its REST
+    route with an operation in the OpenAPI document (test hooks alone are not), and has one entry
+    in docs/api.md."""
+    defined = _defined()
+    twice = sorted({n for n in defined if defined.count(n) > 1})
+    assert not twice, f"defined twice: {twice}"
+    assert sorted(defined) == sorted(registry.METHODS), "an area's METHODS is missing from registry._table"
+    routes = {m.name: path for path, m in openapi.routes().items()}
+    paths = openapi.document()["paths"]
+    doc = reference.DOC.read_text()
+    for m in METHODS:
+        if m.console is not None:
+            _command(m.console.split(" --")[0].split())
+        else:
+            assert m.why_no_console, m.name
+        if m.name in NOT_SERVED:
+            assert m.name not in routes and m.only_with is not None, m.name
+        else:
+            assert m.name in routes, f"{m.name} has no REST route"
+            assert paths[routes[m.name]]["post"]["operationId"], m.name
+        assert doc.count(f"### `{m.name}`\n") == 1, f"{m.name}: not once in docs/api.md"
 
 
 def _command(words: list[str]) -> click.Command:
