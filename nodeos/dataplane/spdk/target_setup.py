@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 import tomllib
@@ -129,8 +130,6 @@ def ensure_hugetlbfs(mounts: Path = Path("/proc/self/mounts"), where: Path = Pat
     on a server; the lab masks it): without one the target's EAL finds no hugepages."""
     if hugetlbfs_mounted(mounts.read_text()):
         return ""
-    import subprocess
-
     where.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(["mount", "-t", "hugetlbfs", "nodev", str(where)], capture_output=True, text=True)
     if proc.returncode != 0:

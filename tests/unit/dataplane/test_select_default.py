@@ -169,8 +169,10 @@ def test_hugetlbfs_is_found_in_the_mount_table() -> None:
     assert not target_setup.hugetlbfs_mounted("hugetlbfs /dev/hugepages tmpfs rw 0 0\n")
 
 
-def test_a_mounted_hugetlbfs_is_left_alone(tmp_path: Path) -> None:
+def test_a_mounted_hugetlbfs_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[object] = []
+    monkeypatch.setattr(target_setup.subprocess, "run", lambda *a, **k: ran.append(a))  # never mount here
     mounts = tmp_path / "mounts"
     mounts.write_text("nodev /mnt/huge hugetlbfs rw 0 0\n")
     assert target_setup.ensure_hugetlbfs(mounts, tmp_path / "never") == ""
-    assert not (tmp_path / "never").exists()
+    assert not (tmp_path / "never").exists() and ran == []

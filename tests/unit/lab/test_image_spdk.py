@@ -103,6 +103,9 @@ def test_the_key_tells_builds_apart(tmp_path: Path) -> None:
 
 def test_image_key_differs_with_spdk_and_not_without(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NODEOS_SPDK_DIR", raising=False)
+    keyring = tmp_path / "keyring.pem"  # not the lab key (made with openssl in the cache on first use)
+    keyring.write_text("certificates\n")
+    monkeypatch.setenv("NODEOS_UPDATE_KEYRING", str(keyring))
     kernel_key = image.image_key("base")
     assert image.image_key("base") == kernel_key
     b = fake_build(tmp_path)
