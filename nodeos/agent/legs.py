@@ -119,10 +119,12 @@ def pending(
     legs: Mapping[int, str],
     held: dict[str, Any] | None = None,
     sent: Iterable[Sent] = (),
+    released: Iterable[int] = (),
 ) -> list[int]:
     """Nodes whose leg md failed while the map counts them in sync, or may once a report of mine
-    lands: the primary holds its writes (legwatch)."""
+    lands: the primary holds its writes (legwatch). A `released` node's leg, cut on purpose, is
+    not held for once the map no longer counts it."""
     if vol is None or vol["primary"] != me or vol["epoch"] != rec.get("epoch"):
         return []
-    counted = counted_in_sync(vol, me, held, list(sent))
+    counted = counted_in_sync(vol, me, held, list(sent), released)
     return sorted(n for n, state in legs.items() if state == "failed" and n in counted and n != me)

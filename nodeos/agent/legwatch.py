@@ -40,6 +40,7 @@ from nodeos.agent.legs import pending
 from nodeos.daemon.periodic import Periodic
 from nodeos.dataplane.mirror_names import mirror_id_for, replica_nqn
 from nodeos.node.mirror_ops import leg_states
+from nodeos.storage.failover_map import released_nodes
 
 LOG = logging.getLogger("nodeosd.agent")
 WATCH_S = 0.2
@@ -120,7 +121,7 @@ class LegWatch(Periodic):
                 self.since.pop(nqn, None)
                 agent.wake.set()
             states, _ = leg_states(info, v, remotes)
-            lost = pending(vol, v, me, states, held_rep, sent)
+            lost = pending(vol, v, me, states, held_rep, sent, released_nodes(st))
             blocked = any(r.state != "live" and r.nqn in self._nqns(v) for r in remotes)
             if lost and uuid not in self.held and not blocked:
                 await asyncio.to_thread(dp.freeze_mirror_writes, mid)

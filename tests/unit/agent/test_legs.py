@@ -123,3 +123,11 @@ def test_a_released_nodes_leg_leaves_at_once_its_controller_live_once_the_map_dr
     assert legs.removable(vol(), REC, 1, set(), mine, in_flight, {2}) == []
     # not released: a live leg stays, as before
     assert legs.removable(vol(in_sync=[1, 3]), REC, 1, set(), mine, in_flight) == []
+
+
+def test_a_released_leg_cut_on_purpose_does_not_hold_the_primarys_writes() -> None:
+    # Cut: md shows it failed, while my held report (sent before the cut) still calls it in sync.
+    mine = held(5, {2: "in-sync", 3: "in-sync"})
+    assert legs.pending(vol(in_sync=[1, 3]), REC, 1, {2: "failed", 3: "in-sync"}, mine, [], {2}) == []
+    # not released: the same is a lost leg the map may count again, held for
+    assert legs.pending(vol(in_sync=[1, 3]), REC, 1, {2: "failed", 3: "in-sync"}, mine, []) == [2]
