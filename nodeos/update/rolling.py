@@ -229,7 +229,7 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
         return Act("finish")
     dom = _domain(up)
     nodes = [int(n) for n in dom["nodes"] if n in st["nodes"]]
-    step, v = up["step"], step_version(st)
+    step, ver = up["step"], step_version(st)
     if step in ("handover", "release", "update"):
         # Taking a domain down while a node of another is down could take the voters' majority or
         # a volume's last in-sync replica with it: stop rather than go on.
@@ -242,9 +242,9 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
         left = primaries_on(st, nodes)
         if left:
             return Act("wait", reason=f"{dom['name']}: primaries to hand over: {', '.join(left[:5])}")
-        if v >= 2:
+        if ver >= 2:
             note = f"{dom['name']}: primaries handed over; its replicas released for its update"
-            return _step(up, up["at"], "release", note, v)
+            return _step(up, up["at"], "release", note, ver)
         return _step(up, up["at"], "update", f"{dom['name']}: primaries handed over")
     if step == "release":
         held = legs_held(st, nodes)
@@ -252,12 +252,12 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
             return Act(
                 "wait", reason=f"{dom['name']}: primaries to cut the released legs of {', '.join(held[:5])}"
             )
-        return _step(up, up["at"], "update", f"{dom['name']}: released legs cut by every primary", v)
+        return _step(up, up["at"], "update", f"{dom['name']}: released legs cut by every primary", ver)
     sent = {int(k): v for k, v in (up.get("sent") or {}).items()}
     if step == "update":
         todo = [n for n in nodes if n not in sent]
         if not todo:
-            return _step(up, up["at"], "rejoin", f"{dom['name']}: update handed to every node", v)
+            return _step(up, up["at"], "rejoin", f"{dom['name']}: update handed to every node", ver)
         nid = todo[0]
         if nid == leader:
             return Act("transfer", node=nid, reason=f"{name_of(st, nid)} leads and is updated next")
@@ -285,11 +285,11 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
                 waiting.append(name_of(st, nid))
         if waiting:
             return Act("wait", reason=f"{dom['name']}: waiting for {', '.join(waiting)} to come back")
-        return _step(up, up["at"], "sync", f"{dom['name']}: every node back on {up['version']}", v)
+        return _step(up, up["at"], "sync", f"{dom['name']}: every node back on {up['version']}", ver)
     if step == "sync":
         left = out_of_sync(st, nodes)
         if left:
             return Act("wait", reason=f"{dom['name']}: resyncing {', '.join(left[:5])}")
         nxt = up["at"] + 1
-        return _step(up, nxt, "handover", f"{dom['name']}: upgraded, every replica in sync", v)
+        return _step(up, nxt, "handover", f"{dom['name']}: upgraded, every replica in sync", ver)
     return Act("stop", reason=f"unknown step {step!r}")
