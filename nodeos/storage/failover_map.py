@@ -45,11 +45,13 @@ RELEASED_STEPS = ("release", "update", "rejoin")  # the steps a released domain 
 
 def released_nodes(st: dict[str, Any]) -> set[int]:
     """The nodes a rolling upgrade released for their update: their replicas are out of sync by
-    plan (their primaries cut the legs while they are alive) until the domain's step is past
-    `rejoin`, or the upgrade is aborted or done. Only `upgrade_step` v2 (feature level 6) writes
-    `released`: a map whose upgrade went by v1 has no released node."""
+    plan (their primaries cut the legs while they are alive) while the upgrade runs and the
+    domain's step is release, update or rejoin. A pause, a stop (it waits for an operator, maybe
+    for hours: the replicas are taken back meanwhile), an abort or the step after rejoin ends it;
+    a resume releases again (nodeos/update/rolling.py). Only `upgrade_step` v2 (feature level 6)
+    writes `released`: a map whose upgrade went by v1 has no released node."""
     up = st.get("upgrade") or {}
-    if up.get("state") not in ("running", "paused", "stopped") or up.get("step") not in RELEASED_STEPS:
+    if up.get("state") != "running" or up.get("step") not in RELEASED_STEPS:
         return set()
     return {int(n) for n in up.get("released") or []}
 

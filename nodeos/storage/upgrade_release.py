@@ -9,10 +9,12 @@ of their mirrors while the nodes are still alive (nodeos/agent/legs.py), so no w
 leg whose node reboots; a released node is neither counted in sync again (failover_map.py
 `settle_in_sync`) nor re-added (nodeos/agent/plan.py) while the release lasts.
 
-The release lasts while the domain's step is release, update or rejoin, paused or stopped too
-(its nodes may be down meanwhile: `failover_map.released_nodes`). It ends when the step goes on
-past rejoin (to `sync`: the primaries re-add the legs, md catches them up from its write-intent
-bitmap, and the step waits for them to be in sync) or when the upgrade is aborted or done.
+The release lasts while the upgrade runs and the domain's step is release, update or rejoin
+(`failover_map.released_nodes`). It ends when the step goes on past rejoin (to `sync`: the
+primaries re-add the legs, md catches them up from its write-intent bitmap, and the step waits
+for them to be in sync), and while the upgrade is paused, stopped (it waits for an operator:
+the replicas are taken back meanwhile), aborted or done; after a resume the leader steps back
+from `update` to `release` while a node not yet handed its update is counted in sync again.
 
 Here, not in upgrade_map, because it changes the storage domain's in-sync sets (the cluster's
 modules do not reach into the storage domain: tests/unit/test_layers.py).

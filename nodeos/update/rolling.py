@@ -22,7 +22,10 @@ Per domain, in order (the leader's own domain last, so leadership moves once):
             and their md superblock stays on the replica. The step waits until every primary
             reports those legs out of its mirror. Released nodes are not counted in sync nor
             re-added until the domain is past `rejoin` (nodeos/storage/failover_map.py
-            `released_nodes`); a cluster below level 6 goes from handover to update as before;
+            `released_nodes`); a pause or a stop ends the release (the replicas are taken back
+            while the upgrade waits for an operator), and after a resume the `update` step goes
+            back to `release` while a node not yet handed its update is counted in sync again;
+            a cluster below level 6 goes from handover to update as before;
   update    each node is handed the bundle: it copies it from the source node over the
             storage network, checks it, writes its other slot and reboots into it;
   rejoin    each node is back (another boot id) with the target version; one back on another
@@ -213,6 +216,20 @@ def legs_held(st: Mapping[str, Any], nodes: Iterable[int]) -> list[str]:
     return sorted(out)
 
 
+def counted_again(st: Mapping[str, Any], nodes: Iterable[int]) -> list[str]:
+    """Volumes that count one of `nodes` in sync as a secondary beside their in-sync primary
+    (a release would drop it): after a resume, the release's work to do again."""
+    ns = set(nodes)
+    out = []
+    for u, v in st["volumes"].items():
+        if int(v.get("replicas") or 1) <= 1 or v.get("state") != "ready":
+            continue
+        cur = set(in_sync_of(dict(v)))
+        if int(v["primary"]) in cur and (cur & ns) - {int(v["primary"])}:
+            out.append(str(v.get("name") or u))
+    return sorted(out)
+
+
 def _step(up: Mapping[str, Any], to_at: int, to_step: str, note: str, v: int = 1, **extra: Any) -> Act:
     args = {"id": up["id"], "at": up["at"], "step": up["step"], "to_at": to_at, "to_step": to_step}
     return Act("step", args={**args, "note": note, **extra}, v=v)
@@ -256,6 +273,11 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
     sent = {int(k): v for k, v in (up.get("sent") or {}).items()}
     if step == "update":
         todo = [n for n in nodes if n not in sent]
+        if ver >= 2 and todo and counted_again(st, todo):
+            # Resumed after a pause or a stop (which ended the release: their replicas were taken
+            # back meanwhile): released again before any of them is handed its update.
+            note = f"{dom['name']}: resumed: its replicas released again for its update"
+            return _step(up, up["at"], "release", note, ver)
         if not todo:
             return _step(up, up["at"], "rejoin", f"{dom['name']}: update handed to every node", ver)
         nid = todo[0]

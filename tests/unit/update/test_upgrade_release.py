@@ -5,7 +5,8 @@ What an operator relies on: before a node is handed its update, it is out of eve
 (an event says "released for its update") and every primary has cut its legs, so its reboot
 blocks no write; while released it is not counted in sync again, whatever is reported; when the
 domain is back on the new release the release ends and the `sync` step waits for its replicas
-to be in sync again; an abort ends a release, a pause keeps it; a leader killed after any step
+to be in sync again; a pause, a stop or an abort ends a release, a resume releases again before
+any update is handed over; a leader killed after any step
 ends the same; a cluster below level 6 goes on without the step, as before."""
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ def to_release(w: World) -> None:
     w.start()
     for _ in range(20):
         if w.st["upgrade"]["step"] == "release":
+            return
+        w.step()
+    raise AssertionError(w.st["upgrade"])
+
+
+def to_update(w: World) -> None:
+    """Steps until the released legs are cut (the World's primaries cut them) and the step is update."""
+    for _ in range(5):
+        if w.st["upgrade"]["step"] == "update":
             return
         w.step()
     raise AssertionError(w.st["upgrade"])
@@ -111,17 +121,35 @@ def test_the_release_waits_for_the_primaries_to_cut_the_legs_and_counts_none_in_
     assert act.kind == "step" and act.args is not None and act.args["to_step"] == "update" and act.v == 2
 
 
-def test_an_abort_ends_the_release_and_a_pause_keeps_it() -> None:
+def test_a_pause_stop_or_abort_ends_the_release_and_a_resume_releases_again() -> None:
+    """An upgrade that waits for an operator (maybe for hours) does not leave replicas out of
+    sync: the release ends, the legs come back; resumed, the domain is released again before
+    any node of it is handed its update."""
     w = World(level=6)
     to_release(w)
-    w.m.ok("upgrade_state", id="u1", state="paused")
-    assert released_nodes(w.st) == {1}  # its node may be rebooting: still released
-    primary_reports(w, {1: "in-sync"})
-    assert 1 not in in_sync(w)["two"]
+    to_update(w)
+    assert released_nodes(w.st) == {1}
+    for end in ("paused", "stopped"):
+        w.m.ok("upgrade_state", id="u1", state=end, reason="test")
+        assert released_nodes(w.st) == set()
+        primary_reports(w, {1: "syncing"})  # the primaries re-add the legs: not yet counted
+        assert in_sync(w) == {"two": [2], "three": [2, 3]}
+        primary_reports(w, {1: "in-sync"})
+        assert in_sync(w) == {"two": [1, 2], "three": [2, 3, 1]}
+        w.m.ok("upgrade_state", id="u1", state="running")
+        act = rolling.decide(w.st, w.leader, w.seen())
+        assert act.kind == "step" and act.args is not None and act.args["to_step"] == "release", act
+        assert act.args["note"] == "rack=a: resumed: its replicas released again for its update"
+        w.step()
+        assert released_nodes(w.st) == {1} and in_sync(w) == {"two": [2], "three": [2, 3]}
+        to_update(w)
+    w.run()
+    assert w.st["upgrade"]["state"] == "done" and in_sync(w) == {"two": [1, 2], "three": [2, 3, 1]}
+    # An abort ends it too, and the replicas come back.
+    w = World(level=6)
+    to_release(w)
     w.m.ok("upgrade_state", id="u1", state="aborted")
     assert released_nodes(w.st) == set()
-    primary_reports(w, {1: "syncing"})  # the primaries re-add the leg: not yet counted
-    assert in_sync(w) == {"two": [2], "three": [2, 3]}
     primary_reports(w, {1: "in-sync"})
     assert in_sync(w) == {"two": [1, 2], "three": [2, 3, 1]}
 
