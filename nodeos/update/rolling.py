@@ -264,6 +264,9 @@ def decide(st: Mapping[str, Any], leader: int, seen: Mapping[int, Mapping[str, A
             return _step(up, up["at"], "release", note, ver)
         return _step(up, up["at"], "update", f"{dom['name']}: primaries handed over")
     if step == "release":
+        if counted_again(st, nodes):  # resumed after a pause or a stop, which ended the release
+            note = f"{dom['name']}: resumed: its replicas released again for its update"
+            return _step(up, up["at"], "release", note, ver)
         held = legs_held(st, nodes)
         if held:
             return Act(

@@ -145,6 +145,27 @@ def test_a_pause_stop_or_abort_ends_the_release_and_a_resume_releases_again() ->
         to_update(w)
     w.run()
     assert w.st["upgrade"]["state"] == "done" and in_sync(w) == {"two": [1, 2], "three": [2, 3, 1]}
+    # Paused in the release step itself: resumed, it releases again before it waits for the cut.
+    w = World(level=6)
+    to_release(w)
+    w.m.ok("upgrade_state", id="u1", state="paused")
+    primary_reports(w, {1: "in-sync"})
+    assert in_sync(w) == {"two": [1, 2], "three": [2, 3, 1]}
+    w.m.ok("upgrade_state", id="u1", state="running")
+    act = rolling.decide(w.st, w.leader, w.seen())
+    assert (
+        act.kind == "step"
+        and act.args is not None
+        and (act.args["step"], act.args["to_step"])
+        == (
+            "release",
+            "release",
+        )
+    )
+    w.step()
+    assert released_nodes(w.st) == {1} and in_sync(w) == {"two": [2], "three": [2, 3]}
+    w.run()
+    assert w.st["upgrade"]["state"] == "done"
     # An abort ends it too, and the replicas come back.
     w = World(level=6)
     to_release(w)
