@@ -138,11 +138,18 @@ def test_install_lays_out_what_the_unit_and_nodeosd_expect(
     assert (
         "nodeos.dataplane.spdk.target_setup import main" in (root / "usr/bin/nodeos-spdk-setup").read_text()
     )
+    assert (root / "usr/lib/ssl/openssl.cnf").read_text().startswith("#")  # nvmf_tgt needs one
     unit = root / "etc/systemd/system/nodeos-spdk.service"
     assert unit.read_text() == image_spdk.UNIT_FILE.read_text()
     wants = root / "etc/systemd/system/multi-user.target.wants/nodeos-spdk.service"
     assert wants.readlink() == Path("/etc/systemd/system/nodeos-spdk.service")
-    assert ["patchelf", "--force-rpath", "--set-rpath", "$ORIGIN/../lib", str(spdk / "bin/nvmf_tgt")] in ran
+    assert [
+        "patchelf",
+        "--force-rpath",
+        "--set-rpath",
+        "$ORIGIN/../lib:/usr/lib/nodeos/spdk/lib",
+        str(spdk / "bin/nvmf_tgt"),
+    ] in ran
     assert ran[-1] == ["chroot", str(root), "/usr/bin/nvmf_tgt", "-h"]  # it must start inside the image
     assert rec == json.loads((spdk / "BUILD.json").read_text())
     assert rec["dataplane"] == "spdk"

@@ -3,12 +3,15 @@ carries `nvmf_tgt`, the shared libraries it needs that Debian 13 lacks, and its 
 the image is exactly the kernel-data-plane image (docs/image.md, "SPDK in the image").
 
 Layout in the image:
-  /usr/lib/nodeos/spdk/bin/nvmf_tgt   the build's binary, RPATH $ORIGIN/../lib (patchelf)
+  /usr/lib/nodeos/spdk/bin/nvmf_tgt   the build's binary, RPATH $ORIGIN/../lib and
+                                      /usr/lib/nodeos/spdk/lib (patchelf)
   /usr/lib/nodeos/spdk/lib/           sonames the image's Debian lacks (from the build host)
   /usr/lib/nodeos/spdk/BUILD.json     version, source, identity, CPU target, bundled libraries
   /usr/bin/nvmf_tgt                   -> the binary (what systemd/nodeos-spdk.service runs and
                                       nodeosd's `auto` looks for: nodeos/dataplane/select.py)
   /usr/bin/nodeos-spdk-setup          the unit's hugepages / init / wanted steps
+  /usr/lib/ssl/openssl.cnf            an empty OpenSSL configuration, where none is: nvmf_tgt
+                                      will not start without one
 
 Nothing of SPDK is in the project: the build copies from the operator's directory only.
 """
@@ -32,8 +35,11 @@ ENV = "NODEOS_SPDK_DIR"
 IMAGE_DIR = "usr/lib/nodeos/spdk"
 UNIT = "nodeos-spdk.service"
 UNIT_FILE = Path(nodeos.__file__).resolve().parent.parent / "systemd" / UNIT
-RECIPE = 1  # bumped when what is installed below changes meaning
-RECORD = "dataplane.json"  # in the image's cache directory: what the build made
+RECIPE = 2  # bumped when what is installed below changes meaning
+RPATH = f"$ORIGIN/../lib:/{IMAGE_DIR}/lib"
+RECORD = "dataplane.json"
+OPENSSL_CNF = "usr/lib/ssl/openssl.cnf"  # Debian's OPENSSLDIR (the `openssl` package's link to /etc/ssl)
+OPENSSL_CNF_TEXT = "# nodeos: OpenSSL's defaults (no openssl package here; nvmf_tgt needs a file)\n"
 # glibc's own: always in the image, never bundled (a newer glibc runs an older build's binary).
 GLIBC = frozenset(
     {"linux-vdso.so.1", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
@@ -192,8 +198,16 @@ def install(
     bundled = to_bundle(build.libs, lambda s: rootfs_has(rootfs, s))
     for soname, path in bundled:
         shutil.copyfile(path, dst / "lib" / soname)
-    # DT_RPATH, not RUNPATH: it also applies to the bundled libraries' own dependencies.
-    _run(["patchelf", "--force-rpath", "--set-rpath", "$ORIGIN/../lib", str(binary)])
+    # DT_RPATH, not RUNPATH: it also applies to the bundled libraries' own dependencies. The
+    # absolute entry too: $ORIGIN comes from /proc/self/exe, absent in a chroot without /proc
+    # (the check below), and started as /usr/bin/nvmf_tgt (a link) it would name /usr/bin.
+    _run(["patchelf", "--force-rpath", "--set-rpath", RPATH, str(binary)])
+    # SPDK's env init loads OpenSSL's configuration and refuses to start without one ("Failed to
+    # initialize OpenSSL": measured in a Debian 13 root); the image has no `openssl` package.
+    cnf = rootfs / OPENSSL_CNF
+    if not (cnf.exists() or cnf.is_symlink()):
+        cnf.parent.mkdir(parents=True, exist_ok=True)
+        cnf.write_text(OPENSSL_CNF_TEXT)
     link = rootfs / "usr" / "bin" / "nvmf_tgt"
     if link.is_symlink() or link.exists():
         link.unlink()

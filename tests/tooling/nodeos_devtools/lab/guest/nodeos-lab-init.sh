@@ -64,10 +64,11 @@ CONF
 fi
 if [ "$role" = storage ] && [ -e /usr/bin/nvmf_tgt ] && [ ! -e /etc/nodeos/spdk.env ]; then
   # An image built with SPDK (docs/image.md): a lab VM has 1 GiB, not the 4 GiB of hugepages a
-  # server gives the target. (No --interrupt-mode: SPDK's PCIe NVMe driver needs VFIO MSI-X for
+  # server gives the target; 512, as 256 is too few for SPDK's default bdev_io pool (measured:
+  # "could not allocate spdk_bdev_io pool"). (No --interrupt-mode: SPDK's PCIe NVMe driver needs VFIO MSI-X for
   # it, and the lab has no vIOMMU, so its drives go to uio_pci_generic; the reactor polls.)
   mkdir -p /etc/nodeos
-  printf '%s\n' "# written by nodeos-lab-init" SPDK_HUGEMEM_MIB=256 SPDK_MAX_SUBSYSTEMS=1024 \
+  printf '%s\n' "# written by nodeos-lab-init" SPDK_HUGEMEM_MIB=512 SPDK_MAX_SUBSYSTEMS=1024 \
     > /etc/nodeos/spdk.env
   modprobe uio_pci_generic || true  # no vIOMMU in the lab: `drive claim` binds to uio_pci_generic
 fi
