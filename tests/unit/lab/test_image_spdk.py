@@ -80,12 +80,36 @@ def test_ldd_output_is_parsed_and_a_missing_library_refused() -> None:
         image_spdk.parse_ldd("\tlibfoo.so.2 => not found\n")
 
 
+# DT_NEEDED as on the build host: the binary, and libarchive (not in the image) needing libxml2,
+# which the image has (its own, built against its own ICU) while the host's needs ICU 72.
+NEEDED = {
+    "nvmf_tgt": ["libnuma.so.1", "libaio.so.1", "libssl.so.3", "libarchive.so.13", "libc.so.6"],
+    "libarchive.so.13": ["libxml2.so.2", "libzstd.so.1", "libc.so.6"],
+    "libxml2.so.2": ["libicuuc.so.72", "libc.so.6"],
+    "libicuuc.so.72": ["libicudata.so.72"],
+}
+HOST = [(s, Path("/lib/x86_64-linux-gnu") / s) for s in ["libarchive.so.13", "libxml2.so.2", "libzstd.so.1",
+        "libicuuc.so.72", "libicudata.so.72"]]  # fmt: skip
+
+
+def needed(path: Path) -> list[str]:
+    return NEEDED.get(path.name, [])
+
+
 def test_only_libraries_the_image_lacks_are_bundled_never_glibc(tmp_path: Path) -> None:
-    libs = image_spdk.parse_ldd(LDD)
-    # Debian 13 has libssl.so.3 and libnuma.so.1 but calls libaio libaio.so.1t64 (time64 ABI).
-    in_image = {"libssl.so.3", "libnuma.so.1", "libaio.so.1t64"}
-    bundled = image_spdk.to_bundle(libs, lambda s: s in in_image)
-    assert [s for s, _ in bundled] == ["libaio.so.1"]
+    libs = image_spdk.parse_ldd(LDD) + HOST
+    # Debian 13 has libssl.so.3, libnuma.so.1, libxml2 and libzstd, but calls libaio libaio.so.1t64.
+    in_image = {"libssl.so.3", "libnuma.so.1", "libaio.so.1t64", "libxml2.so.2", "libzstd.so.1"}
+    bundled = image_spdk.to_bundle(Path("/x/nvmf_tgt"), libs, lambda s: s in in_image, needed)
+    assert [s for s, _ in bundled] == [
+        "libaio.so.1",
+        "libarchive.so.13",
+    ]  # not ICU 72: libxml2 is the image's
+    everything = image_spdk.to_bundle(Path("/x/nvmf_tgt"), libs, lambda s: False, needed)
+    assert [s for s, _ in everything] == [
+        "libnuma.so.1", "libaio.so.1", "libssl.so.3", "libarchive.so.13", "libxml2.so.2", "libzstd.so.1",
+        "libicuuc.so.72", "libicudata.so.72",
+    ]  # fmt: skip
     root = tmp_path / "root"
     (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
     (root / "usr/lib/x86_64-linux-gnu/libssl.so.3").write_text("")
@@ -129,6 +153,7 @@ def test_install_lays_out_what_the_unit_and_nodeosd_expect(
     root = make_rootfs(tmp_path)
     ran: list[list[str]] = []
     monkeypatch.setattr(image_spdk, "_run", lambda argv: ran.append(argv))
+    monkeypatch.setattr(image_spdk, "needed_of", needed)
     lines: list[str] = []
     rec = image_spdk.install(root, b, lines.append)
     spdk = root / "usr/lib/nodeos/spdk"
@@ -170,6 +195,7 @@ def test_install_lays_out_what_the_unit_and_nodeosd_expect(
 def test_a_native_build_is_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     b = fake_build(tmp_path, arch="native")
     monkeypatch.setattr(image_spdk, "_run", lambda argv: None)
+    monkeypatch.setattr(image_spdk, "needed_of", needed)
     lines: list[str] = []
     image_spdk.install(make_rootfs(tmp_path), b, lines.append)
     assert any("SIGILL" in line and "x86-64-v2" in line for line in lines)

@@ -35,7 +35,7 @@ ENV = "NODEOS_SPDK_DIR"
 IMAGE_DIR = "usr/lib/nodeos/spdk"
 UNIT = "nodeos-spdk.service"
 UNIT_FILE = Path(nodeos.__file__).resolve().parent.parent / "systemd" / UNIT
-RECIPE = 2  # bumped when what is installed below changes meaning
+RECIPE = 3  # bumped when what is installed below changes meaning
 RPATH = f"$ORIGIN/../lib:/{IMAGE_DIR}/lib"
 RECORD = "dataplane.json"
 OPENSSL_CNF = "usr/lib/ssl/openssl.cnf"  # Debian's OPENSSLDIR (the `openssl` package's link to /etc/ssl)
@@ -132,9 +132,34 @@ def rootfs_has(rootfs: Path, soname: str) -> bool:
     return any((rootfs / d / soname).exists() for d in LIB_DIRS)
 
 
-def to_bundle(libs: Iterable[tuple[str, Path]], has: Callable[[str], bool]) -> list[tuple[str, Path]]:
-    """The libraries to carry beside nvmf_tgt: those the image lacks (glibc's never). Pure."""
-    return [(s, p) for s, p in libs if s not in GLIBC and not has(s)]
+def needed_of(path: Path) -> list[str]:
+    """DT_NEEDED of an ELF file (`objdump -p`)."""
+    out = _run(["objdump", "-p", str(path)]).stdout
+    return [ln.split()[1] for ln in out.splitlines() if ln.strip().startswith("NEEDED")]
+
+
+def to_bundle(
+    target: Path,
+    libs: Iterable[tuple[str, Path]],
+    has: Callable[[str], bool],
+    needed: Callable[[Path], list[str]] | None = None,
+) -> list[tuple[str, Path]]:
+    """The libraries to carry beside nvmf_tgt: what it needs that the image lacks, and what those
+    need in turn (glibc's never). A library the image has brings its own dependencies, so the
+    build host's closure beyond it (ICU 72 behind its libxml2, say) stays behind."""
+    needed = needed or needed_of
+    where = dict(libs)
+    out: list[tuple[str, Path]] = []
+    todo = list(needed(target))
+    seen: set[str] = set()
+    while todo:
+        soname = todo.pop(0)
+        if soname in seen or soname in GLIBC or has(soname) or soname not in where:
+            continue
+        seen.add(soname)
+        out.append((soname, where[soname]))
+        todo.extend(needed(where[soname]))
+    return out
 
 
 def record(build: SpdkBuild | None, bundled: Iterable[str] = ()) -> dict[str, object]:
@@ -195,7 +220,7 @@ def install(
     binary = dst / "bin" / "nvmf_tgt"
     shutil.copyfile(build.target, binary)
     binary.chmod(0o755)
-    bundled = to_bundle(build.libs, lambda s: rootfs_has(rootfs, s))
+    bundled = to_bundle(build.target, build.libs, lambda s: rootfs_has(rootfs, s), needed_of)
     for soname, path in bundled:
         shutil.copyfile(path, dst / "lib" / soname)
     # DT_RPATH, not RUNPATH: it also applies to the bundled libraries' own dependencies. The
