@@ -13,6 +13,7 @@ APT_PACKAGES=(
   nftables gcc libc6-dev
   prometheus
   rauc squashfs-tools openssl
+  patchelf
 )
 
 missing=()
