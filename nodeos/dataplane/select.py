@@ -68,6 +68,21 @@ def auto_choice(
     return "kernel", "auto: no SPDK target in the image: kernel target"
 
 
+def spdk_running(sock_path: str) -> bool:
+    """False only when no SPDK target can be running behind the socket: no socket file, or
+    nothing listening on it (connection refused). A target that is up but slow to answer
+    (its RPC thread busy) is running: its reactors may still serve I/O."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2.0)
+            s.connect(sock_path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        return False
+    except OSError:
+        return True  # a timeout, a permission: something is there
+    return True
+
+
 def spdk_answers(sock_path: str, timeout_s: float = 2.0) -> bool:
     """True when something on the socket answers spdk_get_version as SPDK would."""
     if not Path(sock_path).exists():

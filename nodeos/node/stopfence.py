@@ -142,7 +142,7 @@ def fence(dp: Any, targets: dict[str, str]) -> tuple[list[str], dict[str, str]]:
 
 def run(state_dir: Path, dataplane: str, spdk_socket: str) -> int:
     """Fence this node's replicated front ends; the exit code (see the module's doc)."""
-    from nodeos.dataplane.select import choose  # the daemon's own choice of data plane
+    from nodeos.dataplane.select import choose, spdk_running  # the daemon's own choice
 
     started = time.monotonic()
     lock = _state_lock(state_dir)
@@ -167,6 +167,10 @@ def run(state_dir: Path, dataplane: str, spdk_socket: str) -> int:
             LOG.warning("fence: no data plane reachable (%s): nothing serves to fence", err.message)
             return 0
         if getattr(dp, "name", "none") == "none":
+            return 0
+        if dp.name == "spdk" and not spdk_running(spdk_socket):
+            # The image's nvmf_tgt stopped or crashed with the daemon: its subsystems went with it.
+            LOG.warning("fence: no SPDK target runs on %s: nothing serves to fence", spdk_socket)
             return 0
         if problems:
             try:

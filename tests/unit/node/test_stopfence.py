@@ -143,3 +143,31 @@ def test_the_fence_says_how_long_its_own_start_took() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     age = float(out.stdout.strip())
     assert 0 <= age <= time.monotonic() - t0 + 1.0, (age, out.stderr)
+
+
+def test_an_spdk_target_that_is_not_running_serves_nothing_so_the_fence_succeeds(tmp_path: Path) -> None:
+    """An SPDK image whose nvmf_tgt stopped with the daemon (or crashed, leaving its socket file):
+    nothing serves, so nothing is to fence; a target that runs but is slow to answer is not that."""
+    import socket
+
+    from nodeos.dataplane.select import spdk_running
+
+    (tmp_path / "nodeosd.lock").write_text("")
+    _records(tmp_path / "node", [_vol("a", 2, "primary"), _vol("b", 3, "secondary")])
+    gone = tmp_path / "gone.sock"
+    r = _fence(tmp_path, "--dataplane", "spdk", "--spdk-socket", str(gone))
+    assert r.returncode == 0, r.stderr
+    assert "no SPDK target runs" in r.stderr and "FAILED" not in r.stderr
+    # The socket file a crashed target left behind: nobody listens (connection refused).
+    left = tmp_path / "left.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(left))
+    s.close()
+    assert not spdk_running(str(left))
+    r = _fence(tmp_path, "--dataplane", "spdk", "--spdk-socket", str(left))
+    assert r.returncode == 0 and "no SPDK target runs" in r.stderr, r.stderr
+    # Listening but mute (its RPC thread busy): running, so the fence must try and may fail.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+        mute.bind(str(tmp_path / "mute.sock"))
+        mute.listen(1)
+        assert spdk_running(str(tmp_path / "mute.sock"))
