@@ -26,6 +26,8 @@ from nodeos.dataplane.spdk.drives import controller_name
 from nodeos.dataplane.spdk.errors import map_error, raid_conflict
 from nodeos.dataplane.spdk.exports import UNSENT, SpdkExports
 from nodeos.dataplane.spdk.names import LVS_PREFIX, alias, lvs_name
+from nodeos.dataplane.spdk.resync import ResyncStat
+from nodeos.dataplane.spdk.resync_plan import chain, is_internal
 from nodeos.errors import AlreadyExists, BadInput, NodeosError, NotFound, OperationFailed
 
 # SPDK answers a drive's attach once it has examined it, i.e. loaded its lvstore with every lvol:
@@ -55,6 +57,7 @@ class SpdkDataPlane(SpdkExports):
         # have restarted, empty (its transports gone with it; a re-export's listeners need them).
         self._transports_checked_on: int | None = None
         self.front_ends: dict[str, str] = {}  # mirror id -> its front end's NQN (spdk/freeze.py)
+        self.resync_stats: dict[str, ResyncStat] = {}  # mirror id -> its last leg resync (spdk/resync.py)
         # Each pool's cluster size (an lvstore's never changes): a new lvol's size without a read.
         self._cluster_size: dict[str, int] = {}
         self._discovery_on: tuple[int, set[Listener]] = (-1, set())  # listeners made, per connection
@@ -359,7 +362,11 @@ class SpdkDataPlane(SpdkExports):
             raise OperationFailed(
                 f"volume {vol_id!r} is in use (exported); remove the export first", field="vol_id"
             )
+        # A primary's tracking snapshots under it (spdk/resync.py) go with it: nothing lists them.
+        lvols = self._lvols(lvs_name(pool_id))
+        internal = [n for n in chain(lvols, vol_id) if is_internal(n)]
         self.call(rq.lvol_delete(alias(pool_id, vol_id)))
+        self._delete_all(lvs_name(pool_id), internal)
 
     def snapshot_volume(self, pool_id: str, vol_id: str, snap_id: str) -> VolumeInfo:
         """Taken at once, then read (2 RPCs: a replicated volume's writes are held meanwhile):
@@ -398,6 +405,8 @@ class SpdkDataPlane(SpdkExports):
             a = parse.lvol_alias(b)
             if parse.bdev_lvol(b) is None or not a or not a.startswith(prefix):
                 continue
+            if is_internal(a.partition("/")[2]):
+                continue  # a mirror leg's tracking snapshot (spdk/resync.py), not a volume
             out.append(self._vinfo(a.partition("/")[0][len(LVS_PREFIX) :], b))
         return out
 

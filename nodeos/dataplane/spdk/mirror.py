@@ -7,8 +7,10 @@ What differs from md (kernel/mirror.py), per ../shared/replication/spdk-raid1.md
   lvol (raid examine), a mirror can always be started again without its dead members, and data
   starts at offset 0 on every member however it is seen (local lvol or over NVMe-oF), so
   `MirrorSpec.data_offset_bytes` must be 0 and members are exactly the volume's size.
-- No write-intent bitmap: a leg that comes back is rebuilt by a full copy. An assembled (not
-  created) mirror starts on `members[0]` alone and copies it onto every other member: without a
+- No write-intent bitmap: a leg that comes back is rebuilt by a full copy, unless it was cut
+  live (a rolling upgrade's release) and tracked by an lvol snapshot: then only the clusters
+  written since are copied and the raid is made again with it (spdk/resync.py, issue 29). An
+  assembled (not created) mirror starts on `members[0]` alone and copies it onto every other member: without a
   superblock nothing tells a stale leg from a current one, so the control plane names the leg
   that is current first. SPDK runs one rebuild per mirror at a time: the members it could not add
   yet stay `missing` until the next `assemble_mirror`.
@@ -66,11 +68,12 @@ from nodeos.dataplane.spdk.requests import (
     raid_remove_base,
     raid_set_options,
 )
+from nodeos.dataplane.spdk.resync import SpdkResync
 from nodeos.errors import BadInput, EnvironmentProblem, NodeosError, NotFound, NotSupported, OperationFailed
 
 
 # ---- edge -------------------------------------------------------------------------------
-class SpdkMirrors(SpdkFreeze, NoMirrors):
+class SpdkMirrors(SpdkFreeze, SpdkResync, NoMirrors):
     """The mirror half of SpdkDataPlane (which provides call(), _maybe() and _subsystem())."""
 
     mirror_caps = SPDK_MIRROR_CAPS
@@ -120,6 +123,7 @@ class SpdkMirrors(SpdkFreeze, NoMirrors):
                 f"{nqn} is a member of a mirror ({b['name']}); take it out first", field="nqn"
             )
         self.call(nvme_detach(name))
+        self._forget_leg(name + "n1")  # its replica left the placement: never resynced partially
 
     def list_remotes(self) -> list[RemoteInfo]:
         ctrls = [
@@ -137,19 +141,29 @@ class SpdkMirrors(SpdkFreeze, NoMirrors):
     def drop_mirror_leg(self, mirror_id: str, nqn: str) -> None:
         """Detach the leg's controller: its bdev goes (queued I/O fails), so the raid takes the
         leg out and completes the held writes on the other legs. A remove_base_bdev first would
-        wait for that blocked I/O (it quiesces the raid)."""
+        wait for that blocked I/O (it quiesces the raid). A live leg (a released node's) is cut
+        under a freeze with a tracking snapshot first: it comes back by a partial resync."""
         check_mirror_id(mirror_id)
         name = ctrl_name(nqn)
-        if not self._maybe(nvme_get_controllers(name)):
+        ctrls = self._maybe(nvme_get_controllers(name))
+        if not ctrls:
             return
-        self.call(nvme_detach(name))
-        deadline = time.monotonic() + 30.0
-        while (info := self.mirror_status(mirror_id)) is not None and name + "n1" in {
-            m.device for m in info.members
-        }:
-            if time.monotonic() > deadline:
-                raise OperationFailed(f"mirror {mirror_id} still holds the leg of {nqn}", field="nqn")
-            time.sleep(0.1)
+        was_frozen = self.mirror_writes_frozen(mirror_id)
+        live = [str(p.get("state")) for c in ctrls for p in c.get("ctrlrs") or []] == ["enabled"]
+        if live:
+            self._track_cut(mirror_id, name + "n1")
+        try:
+            self.call(nvme_detach(name))
+            deadline = time.monotonic() + 30.0
+            while (info := self.mirror_status(mirror_id)) is not None and name + "n1" in {
+                m.device for m in info.members
+            }:
+                if time.monotonic() > deadline:
+                    raise OperationFailed(f"mirror {mirror_id} still holds the leg of {nqn}", field="nqn")
+                time.sleep(0.1)
+        finally:
+            if live:
+                self._end_cut(mirror_id, was_frozen)
 
     def cut_mirror_legs(self, mirror_id: str, nqns: Sequence[str]) -> list[str]:
         """Every leg of `nqns` detached first, then waited for together (SPDK's detach does not
@@ -284,9 +298,12 @@ class SpdkMirrors(SpdkFreeze, NoMirrors):
                 continue  # SPDK rebuilds one leg at a time: the next call adds the others
             if self._member_bdev(spec, dev) is None:
                 continue  # not attached (yet)
-            self.call(raid_add_base(spec.mirror_id, dev))  # a full copy onto it starts
+            if not self._partial_join(spec, info, dev):
+                self.call(raid_add_base(spec.mirror_id, dev))  # a full copy onto it starts
             info = self._status_now(spec.mirror_id)
             free -= 1
+        if not info.degraded:
+            self._clean_tracking(spec.mirror_id)
         if free == 0 and any(d not in {m.device for m in info.members} for d in spec.members):
             raise OperationFailed(
                 f"mirror {spec.mirror_id} has {len(info.members)} slots, all taken; a new member needs "
@@ -306,8 +323,11 @@ class SpdkMirrors(SpdkFreeze, NoMirrors):
             self.call(raid_delete(mirror_id))
 
     def wipe_mirror_member(self, device: str) -> None:
-        """Nothing to wipe: members carry no superblock, and a leg always comes back by a full copy."""
+        """Members carry no superblock; what goes is the tracking an lvol holds for the legs it
+        mirrored as a primary (a demoted primary's leg may hold writes the others never got: no
+        partial resync may ever start from its snapshots)."""
         check_member(device, "device")
+        self._wipe_tracking(device)
 
     def set_rebuild_limit(self, kib_per_s: int | None) -> None:
         self.call(raid_set_options(rebuild_limit_mb(kib_per_s)))
