@@ -22,7 +22,7 @@ from typing import Any
 
 from nodeos.dataplane import mirror_names as names
 from nodeos.dataplane.base import ExportSpec, HostAccess, Listener, MirrorSpec, NewVolume, RemoteSpec
-from nodeos.dataplane.spdk import drives, target_setup
+from nodeos.dataplane.spdk import drives, resync, target_setup
 from nodeos.dataplane.spdk import requests as rq
 from nodeos.dataplane.spdk.backend import SpdkDataPlane
 from nodeos.dataplane.spdk.mirror_plan import hold_name
@@ -398,6 +398,12 @@ P_STEPS: list[Step] = [
     ("P", "attach the replica back", _attach),
     ("P", "assemble: the leg added back (full copy)", lambda c: c.dp("P").assemble_mirror(mirror(c))),
     ("P", "rebuild done", _wait_idle),
+    # issue 29: a live leg is cut with a tracking snapshot, and joins back by what it missed
+    ("P", "drop the live remote leg (tracked)", lambda c: c.dp("P").drop_mirror_leg(MID, c.remote().nqn)),
+    ("P", "attach the replica back (tracked)", _attach),
+    ("P", "assemble: the leg joins by a partial resync", lambda c: c.dp("P").assemble_mirror(mirror(c))),
+    ("P", "shallow copy of a missing lvol", call("P", resync.shallow_copy("nodeos_p/nosuch", "NoSuchBdev"))),
+    ("P", "shallow copy status of an unknown operation", call("P", resync.check_shallow_copy(4242))),
     ("P", "drop the remote leg", lambda c: c.dp("P").drop_mirror_leg(MID, c.remote().nqn)),
     ("P", "remove the front end", lambda c: c.dp("P").remove_export(front_export(c).nqn)),
     ("P", "stop the mirror", lambda c: c.dp("P").stop_mirror(MID)),
