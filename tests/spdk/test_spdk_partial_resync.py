@@ -269,16 +269,47 @@ def test_partial_resync_copies_only_the_clusters_written_away(lab: Lab) -> None:
     lab.image = image
 
 
-def test_daemon_killed_before_the_join_finishes_from_the_leftovers(
+def test_writes_during_the_copy_rounds_reach_the_leg_in_the_last_round(
     lab: Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A host writes while the first round copies (front end not frozen): the last round, under
+    the freeze, must bring those writes too."""
+    dp = lab.primary.dp
+    _outage(lab, lab.image, seed=4)
+    dp.attach_remote(lab.remote())
+    monkeypatch.setattr(rp, "CALM_BYTES", 0)  # a round while the host writes, then the last
+    monkeypatch.setattr(rp, "MAX_ROUNDS", 2)
+    real_copy = SpdkDataPlane._copy
+    block = b"during" * (MIB // 6) + b"y" * (MIB % 6)
+
+    def copy_then_write(self: SpdkDataPlane, lvs: str, snap: str, leg: str) -> int:
+        n = real_copy(self, lvs, snap, leg)
+        if not self.mirror_writes_frozen(MID) and lab.image[90 * MIB : 91 * MIB] != block:
+            _write(lab, block, 90)  # the host, between the rounds
+            lab.image[90 * MIB : 91 * MIB] = block
+        return n
+
+    monkeypatch.setattr(SpdkDataPlane, "_copy", copy_then_write)
+    info = dp.assemble_mirror(lab.spec())
+    st = dp.resync_stats[MID]
+    print(f"\nwith a write between rounds: {st.bytes_copied // MIB} MiB copied in {st.rounds} rounds")
+    assert not info.degraded and st.partial and st.rounds == 2
+    _check_legs(lab, lab.image, "5")
+
+
+@pytest.mark.parametrize("at", ["_copy", "_rebuild_raid_with"])
+def test_daemon_killed_before_the_join_finishes_from_the_leftovers(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    """Killed before the first copy or before the raid is made again: a new process finds the
+    tracking and step snapshots and copies everything under them again."""
     dp = lab.primary.dp
     image = lab.image
-    _outage(lab, image, seed=2)
+    _outage(lab, image, seed=2 if at == "_copy" else 5)
     dp.attach_remote(lab.remote())
     monkeypatch.setattr(rp, "CALM_BYTES", 0)  # a round while the host may write, then the last
     monkeypatch.setattr(rp, "MAX_ROUNDS", 2)
-    monkeypatch.setattr(SpdkDataPlane, "_rebuild_raid_with", _killed)
+    monkeypatch.setattr(SpdkDataPlane, at, _killed)
     with pytest.raises(_Killed):
         dp.assemble_mirror(lab.spec())
     monkeypatch.undo()
@@ -293,7 +324,7 @@ def test_daemon_killed_before_the_join_finishes_from_the_leftovers(
     finally:
         fresh.close()
     assert _internal(lab.primary) == []
-    _check_legs(lab, image, "2")
+    _check_legs(lab, image, f"2{at[1]}")
 
 
 def test_tracking_lost_means_a_full_copy(lab: Lab) -> None:
@@ -344,5 +375,5 @@ class _Killed(OperationFailed):
     pass
 
 
-def _killed(self: SpdkDataPlane, mirror_id: str, leg: str) -> None:
-    raise _Killed("nodeosd killed before the raid was made again")
+def _killed(self: SpdkDataPlane, *args: str) -> None:
+    raise _Killed("nodeosd killed")
