@@ -47,10 +47,22 @@ class SimDataPlane:
         self._check_epoch(vol, nid, frm, epoch, f"write (lba {lba} v{version})")
         self.blocks.setdefault((vol, nid), {})[lba] = (version, epoch)
 
-    def copy(self, vol: str, src: int, dst: int, epoch: int) -> None:
-        """A rebuild by `src` as primary at `epoch`: `dst`'s replica becomes a copy of `src`'s."""
-        self._check_epoch(vol, dst, src, epoch, "rebuild copy")
-        self.blocks[(vol, dst)] = dict(self.blocks.get((vol, src), {}))
+    def copy(self, vol: str, src: int, dst: int, epoch: int, lbas: list[int] | None = None) -> int:
+        """A resync by `src` as primary at `epoch`: `dst`'s replica becomes a copy of `src`'s,
+        in full (a rebuild) or in blocks `lbas` (md's bitmap: a partial resync). The blocks
+        copied (the whole volume for a rebuild)."""
+        self._check_epoch(vol, dst, src, epoch, "rebuild copy" if lbas is None else "partial resync")
+        have = self.blocks.get((vol, src), {})
+        if lbas is None:
+            self.blocks[(vol, dst)] = dict(have)
+            return LBAS
+        mine = self.blocks.setdefault((vol, dst), {})
+        for lba in lbas:
+            if lba in have:
+                mine[lba] = have[lba]
+            else:
+                mine.pop(lba, None)  # (never written on the primary: nor is it here)
+        return len(lbas)
 
     def _check_epoch(self, vol: str, nid: int, frm: int, epoch: int, what: str) -> None:
         """Invariant 3: a replica that moved to a newer epoch takes nothing of an older primary."""

@@ -83,7 +83,10 @@ STATS = (
     "fences",
     "promotions",
     "demotions",
-    "rebuilds",
+    "rebuilds",  # full copies onto a leg (new to its md)
+    "rebuild_lbas",
+    "partial_resyncs",  # a leg back in the same md: only the regions md's bitmap holds copied
+    "partial_resync_lbas",
     "failovers",
     "long_partitions",
     "long_crashes",

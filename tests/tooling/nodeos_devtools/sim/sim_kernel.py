@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .sim_md import KA_S, KATO_S, MD_MEMBER, RECONNECT_S, RESYNC_S, Ctrl, Leg, Mirror, Pending
+from .sim_md import KA_S, KATO_S, MD_MEMBER, RECONNECT_S, REGION_LBAS, RESYNC_S, Ctrl, Leg, Mirror, Pending
 
 if TYPE_CHECKING:
     from .failover_sim import FailoverSimulation
@@ -53,6 +53,24 @@ def md_fails_leg(k: SimKernel, m: Mirror, nid: int, now: float) -> None:
     k.not_live(m, nid, now)
     m.fail_member(nid, now)
     m.sb.clear()
+
+
+def resync_regions(m: Mirror, nid: int) -> list[int] | None:
+    """What a leg joining md gets copied: the regions its bitmap holds, None for all (no base in
+    this md). The deliberately broken `skip_first_region` replaces it (failover_broken.py)."""
+    regions = m.dirty.get(nid)
+    return None if regions is None else sorted(regions)
+
+
+def skip_first_region(m: Mirror, nid: int) -> list[int] | None:
+    """Broken on purpose: the partial resync leaves out the first region md wrote while the leg
+    was away (else the first one it had in flight when it left, which may have landed)."""
+    regions = m.dirty.get(nid)
+    if regions is None:
+        return None
+    away = [r for r, how in regions.items() if how == "away"]
+    skip = away[0] if away else next(iter(regions), None)
+    return sorted(r for r in regions if r != skip)
 
 
 class SimKernel:
@@ -103,8 +121,7 @@ class SimKernel:
                         sim.fo_send("ka", self.nid, nid, body, data=True)
                 if ctrl.state == "live" and leg.state == "syncing" and now - leg.since > RESYNC_S:
                     leg.since = now  # md's recovery starts over (its copy went unanswered)
-                    body = {"vol": uuid, "epoch": m.epoch, "gen": ctrl.gen}
-                    sim.fo_send("resync", self.nid, nid, body, data=True)
+                    self._send_resync(sim, uuid, m, nid, ctrl.gen)
                 if ctrl.state != "live" and ctrl.bounded and leg.state in MD_MEMBER:
                     m.fail_member(nid, now)  # fast_io_fail_tmo 0: its I/O fails, md fails the leg
                 elif ctrl.state != "live" and now - ctrl.tried > RECONNECT_S:
@@ -165,6 +182,7 @@ class SimKernel:
         sim.dp.write(uuid, self.nid, body["lba"], body["version"], m.epoch, self.nid)
         self.wid += 1
         legs = m.members()
+        m.written(body["lba"], legs)
         gens = {x: m.legs[x].ctrl.gen for x in legs}  # type: ignore[union-attr]
         p = Pending(body["lba"], body["version"], body["attempt"], now, set(legs), gens=gens)
         m.pending[self.wid] = p
@@ -180,7 +198,8 @@ class SimKernel:
         self, sim: FailoverSimulation, uuid: str, m: Mirror, nid: int, gen: int, now: float
     ) -> None:
         """A (re)connect went through: a member's requeued I/O goes out on it; a leg that is not
-        a member yet (new, or cut before) joins md and gets a full copy."""
+        a member yet (new, or cut before) joins md and gets a copy: of the regions md's bitmap
+        holds for it if it was in sync in this md before, else of all."""
         leg = m.legs[nid]
         ctrl = leg.ctrl
         if ctrl is None or ctrl.gen != gen or ctrl.state == "live":
@@ -194,7 +213,14 @@ class SimKernel:
                         self._send_leg(sim, uuid, m, wid, p, nid)
             return
         leg.state, leg.since = "syncing", now
-        sim.fo_send("resync", self.nid, nid, {"vol": uuid, "epoch": m.epoch, "gen": gen}, data=True)
+        self._send_resync(sim, uuid, m, nid, gen)
+
+    def _send_resync(self, sim: FailoverSimulation, uuid: str, m: Mirror, nid: int, gen: int) -> None:
+        body: dict[str, Any] = {"vol": uuid, "epoch": m.epoch, "gen": gen}
+        regions = resync_regions(m, nid)
+        if regions is not None:
+            body["lbas"] = [r * REGION_LBAS + i for r in regions for i in range(REGION_LBAS)]
+        sim.fo_send("resync", self.nid, nid, body, data=True)
 
     def on_message(self, sim: FailoverSimulation, kind: str, frm: int, body: dict[str, Any]) -> None:
         now = sim.clock(self.nid)
@@ -252,8 +278,11 @@ class SimKernel:
                 self._connected(sim, uuid, m, frm, body["gen"], now)
         elif kind == "resync":
             if self._accepts(uuid, frm, body["epoch"], body["gen"]):
-                sim.dp.copy(uuid, frm, self.nid, body["epoch"])  # the copy, as one step when it lands
-                sim.stats["rebuilds"] += 1
+                # The copy, as one step when it lands: the dirty regions, or all.
+                lbas = body.get("lbas")
+                n = sim.dp.copy(uuid, frm, self.nid, body["epoch"], lbas)
+                sim.stats["partial_resyncs" if lbas is not None else "rebuilds"] += 1
+                sim.stats["partial_resync_lbas" if lbas is not None else "rebuild_lbas"] += n
                 sim.fo_send("resync_done", self.nid, frm, body)
         elif kind == "resync_done":
             leg = m.legs.get(frm) if m is not None and m.epoch == body["epoch"] else None
@@ -264,7 +293,9 @@ class SimKernel:
                 and leg.ctrl.gen == body["gen"]
             ):
                 leg.state, leg.since = "in-sync", now
-                sim.log(f"n{self.nid} md: leg n{frm} in-sync (epoch {body['epoch']})")
+                m.synced(frm)
+                copied = len(body["lbas"]) if "lbas" in body else "all"
+                sim.log(f"n{self.nid} md: leg n{frm} in-sync (epoch {body['epoch']}, copied: {copied})")
 
     def _accepts(self, uuid: str, frm: int, epoch: int, gen: int | None = None) -> bool:
         """Fence at the replica: only the primary its export follows, at that epoch (and for

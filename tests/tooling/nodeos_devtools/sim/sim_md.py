@@ -15,6 +15,12 @@ such: only the failover workload uses it), configured as the product configures 
   the wedge of issue 25, md's stop waiting for ever on a leg whose replica went).
 - Writes to one block are serialized per leg (serialize_policy, which the product sets:
   nodeos/dataplane/kernel/md_serial.py).
+- md's write-intent bitmap (the product creates every mirror with one): per leg that has been in
+  sync in this md, the regions (`REGION_LBAS` blocks) md wrote while the leg did not take them,
+  and those of the writes the leg had in flight or queued when md failed it (md sets a bit
+  before it writes, so such a write may or may not have landed). A leg re-added to the same md
+  gets only those regions copied (a partial resync); a leg new to this md (a new mirror: a new
+  epoch, the primary restarted, a new replica) or whose full copy never finished, all of it.
 The messages (writes, leg I/O, connects, keep-alives, rebuilds): sim_kernel.py.
 """
 
@@ -29,6 +35,7 @@ KA_S = 0.25  # a keep-alive this often on an idle live controller
 RECONNECT_S = 0.3  # reconnect_delay
 RESYNC_S = 1.0  # a rebuild copy unanswered this long starts over
 MD_MEMBER = ("in-sync", "syncing")  # leg states md writes to
+REGION_LBAS = 2  # blocks per bitmap bit (md's bitmap chunk, at the simulator's 16-block scale)
 
 
 @dataclass
@@ -76,6 +83,10 @@ class Mirror:
     stopped: bool = False
     closing: bool = False  # its volume is being deleted: the front end is gone
     restart: bool = False  # md assembled again after the node restarted, at the epoch it had
+    # The write-intent bitmap, per leg with a base in this md (in sync here once): the regions it
+    # may miss, in the order md dirtied them, each with how ("in flight" when the leg left, or
+    # "away": written without it). A leg absent has no base: a full copy.
+    dirty: dict[int, dict[int, str]] = field(default_factory=dict)
 
     def members(self) -> list[int]:
         return sorted(n for n, leg in self.legs.items() if leg.state in MD_MEMBER and leg.ctrl is not None)
@@ -95,11 +106,30 @@ class Mirror:
         leg.state, leg.since = "failed", now
         self.sb.pop(nid, None)
         for p in self.pending.values():
+            if nid in p.waiting:  # sent or queued: it may have landed or not, its bit is set
+                self.mark(nid, p.lba, "in flight")
             p.waiting.discard(nid)
             p.held.discard(nid)
         if was:
             for x in self.members():
                 self.sb.setdefault(x, None)
+
+    def mark(self, nid: int, lba: int, how: str) -> None:
+        """Leg `nid` may miss block `lba`: its region's bit stays set until the leg is resynced."""
+        regions = self.dirty.get(nid)
+        if regions is not None:
+            regions.setdefault(lba // REGION_LBAS, how)
+
+    def written(self, lba: int, members: list[int]) -> None:
+        """md writes `lba` to its members: every other leg with a base misses it."""
+        for nid in self.dirty:
+            if nid not in members:
+                self.mark(nid, lba, "away")
+
+    def synced(self, nid: int) -> None:
+        """The leg's resync finished: it holds all md wrote (what is in flight to it is still
+        waited for, and marked if md fails it)."""
+        self.dirty[nid] = {}
 
     def write_superblock(self, now: float) -> None:
         """The superblock writes md waits for: gone with their leg, failed on a bounded leg whose
