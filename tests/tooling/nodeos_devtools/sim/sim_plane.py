@@ -8,6 +8,10 @@ teardown checks. `FailoverSimulation` holds one `Plane` and calls it at a few po
 - deletes: one or two more volumes ("d0", "d1") that the host writes to like the others are
   deleted through the leader at some moment of the fault phase (`volume_delete` as the
   console decides it); the host stops writing there.
+- blips (the drain mix, issue 29): a replica's node cut off from the other nodes for 2-3.2 s,
+  back well before the faults stop (the settle may power every node off, and a restarted
+  primary's new md copies every leg in full): the leg watch cuts its legs while it is away, and
+  they rejoin the same md, which copies back only the regions its bitmap holds (sim_md.py).
 - checks, once faults heal (the settle phase):
   * teardown bound: a deleted volume is gone from the map and from every node within
     TEARDOWN_BOUND_S of the later of its delete and the heal: the agent's wait bound
@@ -43,6 +47,13 @@ SETTLE_MS = int(TEARDOWN_BOUND_S * 1000) + 3000  # room for the bound after a la
 KTICK_MS = 50
 CHECK_MS = 100
 DELETE_RETRY_MS = 300
+# A blip outlasts the leg's cut (its controller not live 0.5 s, then LEG_DOWN_S, the report's
+# commit: about 1.9 s), so md writes without it for a while; it ends this long before the faults
+# stop at the latest, room for the leg to rejoin and be resynced.
+BLIP_P = 0.6
+BLIP_MS = (2000, 3200)
+BLIP_FROM_MS = 300
+BLIP_BACK_MS = 600
 
 
 class Plane:
@@ -55,7 +66,9 @@ class Plane:
         self.doomed: list[str] = []
         self.deleted_at: dict[str, int] = {}  # uuid -> virtual ms its delete was seen applied
         self.done: set[str] = set()
-        self.stats = {"teardowns_done": 0, "daemon_deaths": 0, "replica_cuts": 0}
+        self.stats = {"teardowns_done": 0, "daemon_deaths": 0, "replica_cuts": 0, "replica_blips": 0}
+        # The blips draw from their own generator: the other faults' draws stay as they were.
+        self.brng = random.Random(seed * 7_919 + 31)
 
     # --- set-up ---
     def add_doomed(self, m: ClusterMap) -> None:
@@ -111,6 +124,9 @@ class Plane:
             sim._at(self.rng.randint(200, max(300, sim.cfg.duration_ms - 500)), FO_PLANE, ("die", 0))
         for _ in range(self.rng.choice((0, 0, 1))):
             sim._at(self.rng.randint(200, max(300, sim.cfg.duration_ms - 500)), FO_PLANE, ("cut", 0))
+        if not sim.classic and not sim.starving_mix and self.brng.random() < BLIP_P:
+            last = max(BLIP_FROM_MS + 100, sim.cfg.duration_ms - BLIP_MS[1] - BLIP_BACK_MS)
+            sim._at(self.brng.randint(BLIP_FROM_MS, last), FO_PLANE, ("blip", 0))
         sim._at(CHECK_MS, FO_PLANE, ("check", 0))
 
     def attach(self, nid: int, broken: str | None) -> SimKernel:
@@ -130,6 +146,8 @@ class Plane:
             self._die(sim, arg)
         elif what == "cut":
             self._cut_replica(sim)
+        elif what == "blip":
+            self._cut_replica(sim, self.brng, BLIP_MS)
         elif what == "ktick":
             nid, inc = arg
             n = sim.nodes[nid]
@@ -184,25 +202,32 @@ class Plane:
         sim._at(sim.now + KTICK_MS, FO_PLANE, ("ktick", (nid, n.incarnation)))
         sim._at(sim.now + self.rng.randint(1200, 3500), RESTART, nid)
 
-    def _cut_replica(self, sim: FailoverSimulation) -> None:
+    def _cut_replica(
+        self, sim: FailoverSimulation, rng: random.Random | None = None, span: tuple[int, int] = LONG_MS
+    ) -> None:
         """A replica's node cut off from every other node (not the host) for long: the
         primaries' legs to it block until the leg watch may cut them (the map calls it down or
-        drops it from in_sync), and it is copied again after the heal."""
+        drops it from in_sync), and it is copied again after the heal. A blip (its own `rng`)
+        has no second failure."""
+        blip = rng is not None
+        rng = rng or self.rng
         st = sim._latest_map()
         lead = sim.leader()
         prims = {v["primary"] for v in st["volumes"].values()}
         # Rather a node that is no primary and not the leader (a new leader starts every lease
         # afresh): the point is the legs to it; a primary of another volume cut off fails over.
         nodes = [n for n in sorted(sim.nodes) if lead is None or n != lead.id] or sorted(sim.nodes)
-        nid = self.rng.choice([n for n in nodes if n not in prims] or nodes)
+        nid = rng.choice([n for n in nodes if n not in prims] or nodes)
         rest = [n for n in sorted(sim.nodes) if n != nid]
         before = set(sim.net.blocked)
         sim.net.partition([nid], rest)
-        until = sim.now + self.rng.randint(*LONG_MS)
+        until = sim.now + rng.randint(*span)
         sim.long_cuts.append(LongCut(until, sim.net.blocked - before, set()))
-        self.stats["replica_cuts"] += 1
-        sim.log(f"fault: replica n{nid} cut off from the other nodes")
+        self.stats["replica_blips" if blip else "replica_cuts"] += 1
+        sim.log(f"fault: replica n{nid} cut off from the other nodes{' (a blip)' if blip else ''}")
         sim._at(until, FO_UNCUT, None)
+        if blip:
+            return
         mates = sorted(
             {v["primary"] for v in st["volumes"].values() if any(s["node"] == nid for s in v["placement"])}
             - {nid}
