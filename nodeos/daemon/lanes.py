@@ -140,6 +140,7 @@ class Lanes:
             try:
                 return fn(*args, **kwargs)
             finally:
+                where["returned"] = 1  # before `_returned` is queued: read on the loop below
                 with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (nodeosd stopped)
                     loop.call_soon_threadsafe(self._returned, call_id)
 
@@ -148,6 +149,12 @@ class Lanes:
             return await asyncio.wait_for(asyncio.shield(fut), deadline)
         except TimeoutError:
             pass
+        if "returned" in where:
+            # It returned as the deadline passed (the loop stalled, or the worker was descheduled
+            # before completing its future): `_returned` may have run already, so a call named
+            # stuck now would stay named for ever (CI's soak, 2026-12-01: `describe` "stuck" 600 s
+            # after it returned). Its future completes at once.
+            return await fut
         # Past the deadline: the worker stays in the call; the lane gets a new one.
         fut.add_done_callback(_quiet)
         call = StuckCall(method, lane, time.time() - deadline, where.get("thread"))

@@ -83,3 +83,33 @@ def test_calls_of_one_lane_keep_their_order() -> None:
     asyncio.run(scenario())
     assert seen == [0, 1, 2, 3, 4]
     lanes.shutdown()
+
+
+def test_a_call_that_returns_as_its_deadline_passes_is_not_left_named_stuck() -> None:
+    """The worker returns just before the deadline but its future completes only after it (the
+    thread descheduled in between, as under a loaded VM): the call returned, so it is answered
+    and never named stuck. Before the fix it was named stuck for ever (its `returned` note came
+    before it was named), and the node reported a stuck `describe` until restarted."""
+    lanes = Lanes(deadline_for=lambda m: 0.2)
+
+    def describe() -> str:
+        time.sleep(0.05)
+        return "ok"
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        real = loop.call_soon_threadsafe
+
+        def late_completion(cb, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if threading.current_thread() is not threading.main_thread() and cb.__name__ != "_returned":
+                time.sleep(0.4)  # the executor completes the call's future well past the deadline
+            return real(cb, *args, **kwargs)
+
+        loop.call_soon_threadsafe = late_completion  # type: ignore[method-assign]
+        assert await lanes.run(describe) == "ok"
+        await asyncio.sleep(0.1)
+        assert lanes.stuck() == []
+        assert lanes.stuck_total == 0
+
+    asyncio.run(scenario())
+    lanes.shutdown()
