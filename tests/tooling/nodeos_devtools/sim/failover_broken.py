@@ -43,6 +43,8 @@ FAILOVER_BROKEN_VARIANTS = {
     "long after the leader may call it down",
     "contact_not_noted": "members never note a leader's messages (nor their own leading): asked by a new "
     "leader, each names its own start, and every lease counts from then (issue 29's lease floor)",
+    "resync_skips_dirty_region": "a leg back in the same md gets its dirty regions copied but the first one "
+    "md dirtied while it was away (a write it had in flight or queued when it left)",
 }
 
 _ORIGINAL: dict[str, Any] = {
@@ -55,6 +57,7 @@ _ORIGINAL: dict[str, Any] = {
     "volume_failover": map_mod.HANDLERS["volume_failover"][1],
     "counted_in_sync": legs.counted_in_sync,
     "reset_on_unanswered": sim_kernel.reset_on_unanswered,
+    "resync_regions": sim_kernel.resync_regions,
 }
 
 
@@ -101,6 +104,8 @@ def failover_bug(variant: str | None) -> Iterator[None]:
             legs.counted_in_sync = _counted_on_map_view  # type: ignore[assignment]
         elif variant == "ack_degraded":  # the simulated kernel's md (sim_kernel.py)
             sim_kernel.reset_on_unanswered = sim_kernel.md_fails_leg
+        elif variant == "resync_skips_dirty_region":  # the simulated md's bitmap resync
+            sim_kernel.resync_regions = sim_kernel.skip_first_region
         elif variant == "promote_out_of_sync":
             failover.failover_target = _any_target  # type: ignore[assignment]
             map_mod.HANDLERS["volume_failover"][1] = _failover_any
@@ -118,3 +123,5 @@ def failover_bug(variant: str | None) -> Iterator[None]:
             legs.counted_in_sync = _ORIGINAL["counted_in_sync"]
         if variant == "ack_degraded":
             sim_kernel.reset_on_unanswered = _ORIGINAL["reset_on_unanswered"]
+        if variant == "resync_skips_dirty_region":
+            sim_kernel.resync_regions = _ORIGINAL["resync_regions"]
