@@ -58,6 +58,12 @@ from nodeos.sysfs import read_attr
 
 RAID_SPEED_MAX = Path("/proc/sys/dev/raid/speed_limit_max")
 RAID_SPEED_DEFAULT_KIB = 200_000  # the kernel's own default
+# md's floor: while an array has other I/O, md holds its resync to speed_limit_min, 1,000 KiB/s
+# by default. Hosts that write all the time (training) would keep a rebuild there: a 1 TB replica
+# degraded for 12 days. The node's floor is 50 MB/s (or its cap, when that is lower): a 1 TB copy
+# within 6 h under any host load, a small share of an NVMe drive's bandwidth.
+RAID_SPEED_MIN = Path("/proc/sys/dev/raid/speed_limit_min")
+RAID_SPEED_FLOOR_KIB = 50_000
 SYS_BLOCK = Path("/sys/block")
 FAIL_WAIT_S = 3.0  # how long drop_mirror_leg waits for md to mark a blocked leg faulty
 
@@ -208,16 +214,25 @@ class MdMirrors:
                 out.append(info)
         return out
 
-    def set_rebuild_limit(self, kib_per_s: int | None, path: Path = RAID_SPEED_MAX) -> None:
-        """md's resync/recovery cap for the whole node (md slows further under other I/O,
-        down to speed_limit_min); read back so a refused value shows."""
+    def set_rebuild_limit(
+        self, kib_per_s: int | None, path: Path = RAID_SPEED_MAX, min_path: Path = RAID_SPEED_MIN
+    ) -> None:
+        """md's resync/recovery cap for the whole node, and its floor under other I/O (the
+        floor, or the cap when lower: RAID_SPEED_FLOOR_KIB); each read back so a refused value
+        shows."""
         want = RAID_SPEED_DEFAULT_KIB if kib_per_s is None else int(kib_per_s)
         if want <= 0:
             raise BadInput("the rebuild limit must be positive", field="rebuild_mbps")
-        path.write_text(f"{want}\n")
-        got = read_attr(path)
-        if got != str(want):
-            raise OperationFailed(f"{path} reads {got!r} after writing {want}", field="rebuild_mbps")
+        floor = min(want, RAID_SPEED_FLOOR_KIB)
+        # The floor first when it falls, the cap first when it rises: never a floor above the cap.
+        order = [(min_path, floor), (path, want)]
+        if floor > int(read_attr(min_path) or 0):
+            order.reverse()
+        for where, value in order:
+            where.write_text(f"{value}\n")
+            got = read_attr(where)
+            if got != str(value):
+                raise OperationFailed(f"{where} reads {got!r} after writing {value}", field="rebuild_mbps")
 
     def stop(self, mirror_id: str) -> None:
         check_mirror_id(mirror_id)

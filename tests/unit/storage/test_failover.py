@@ -289,15 +289,48 @@ def test_rebuild_limit_is_kept_per_node_and_bad_values_change_nothing(tmp_path: 
     assert m.st["nodes"][2]["rebuild_mbps"] == 50
     m.ok("node_rebuild_limit", node_id=2, mbps=None)
     assert m.st["nodes"][2]["rebuild_mbps"] is None
-    # The kernel side: md's node-wide cap, in KiB/s, read back.
-    from nodeos.dataplane.kernel.mirror import RAID_SPEED_DEFAULT_KIB, MdMirrors
+    # The kernel side: md's node-wide cap, in KiB/s, and its floor under host I/O, read back.
+    from nodeos.dataplane.kernel.mirror import RAID_SPEED_DEFAULT_KIB, RAID_SPEED_FLOOR_KIB, MdMirrors
 
-    f = tmp_path / "speed_limit_max"
-    f.write_text("200000\n")
-    MdMirrors().set_rebuild_limit(50_000, f)
-    assert f.read_text().strip() == "50000"
-    MdMirrors().set_rebuild_limit(None, f)
-    assert f.read_text().strip() == str(RAID_SPEED_DEFAULT_KIB)
+    cap, floor = tmp_path / "speed_limit_max", tmp_path / "speed_limit_min"
+    cap.write_text("200000\n")
+    floor.write_text("1000\n")  # the kernel's default floor: a rebuild under host writes crawls
+    MdMirrors().set_rebuild_limit(None, cap, floor)
+    assert (cap.read_text().strip(), floor.read_text().strip()) == (
+        str(RAID_SPEED_DEFAULT_KIB),
+        str(RAID_SPEED_FLOOR_KIB),
+    )
+    MdMirrors().set_rebuild_limit(20_000, cap, floor)  # a cap below the floor: the floor is the cap
+    assert (cap.read_text().strip(), floor.read_text().strip()) == ("20000", "20000")
+    MdMirrors().set_rebuild_limit(None, cap, floor)
+    assert (cap.read_text().strip(), floor.read_text().strip()) == (
+        str(RAID_SPEED_DEFAULT_KIB),
+        str(RAID_SPEED_FLOOR_KIB),
+    )
+
+
+def test_md_floor_is_never_above_its_cap_between_writes(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """md's floor and cap are two files written one after the other: at no point between the
+    writes may the floor exceed the cap, going up or down."""
+    from pathlib import Path
+
+    from nodeos.dataplane.kernel.mirror import MdMirrors
+
+    cap, floor = tmp_path / "speed_limit_max", tmp_path / "speed_limit_min"
+    cap.write_text("200000\n")
+    floor.write_text("1000\n")
+    write = Path.write_text
+
+    def checked(self: Path, data: str, *a: Any, **kw: Any) -> int:
+        n = write(self, data, *a, **kw)
+        assert int(floor.read_text()) <= int(cap.read_text()), (self.name, data)
+        return n
+
+    monkeypatch.setattr(Path, "write_text", checked)
+    for kib in (None, 10_000, 300_000, 5_000, None, 40_000, 100_000):
+        MdMirrors().set_rebuild_limit(kib, cap, floor)
 
 
 # --- suspect before down: a slow but live node is not flapped (issue 9, liveness) ---
