@@ -3,8 +3,9 @@
     sudo .venv/bin/python bench/ci_budget.py --run          # runs the tiers below, then writes
     sudo .venv/bin/python bench/ci_budget.py JUNIT.xml...   # summarises existing junit files
 
-`--run` runs what `bash tests/run.sh` runs, in two pytest invocations (the fast tiers, then the
-lab tiers) each with `--junitxml`, and records their wall times. A test's time in the junit file
+`--run` runs the tiers `bash tests/run.sh` runs, in two pytest invocations one after the other
+(the fast tiers, then the lab tiers; not in run.sh's two overlapping phases, so each tier's own
+time shows) each with `--junitxml`, and records their wall times. A test's time in the junit file
 is its set-up + call + tear-down, so a module's lab boot shows in its first test (a shared lab's
 boot in the first test of the first module using it). Figures go to docs/benchmarks.md,
 section "CI (tests/run.sh)", with the host's load: the CI machine is the same 2-core kind, often
