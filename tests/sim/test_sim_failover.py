@@ -126,7 +126,7 @@ def test_a_leg_back_in_the_same_md_gets_only_its_dirty_regions_and_ends_equal_to
 # off again yet), that report is committed first, and the move then applies anyway:
 # volume_failover (v1) checks the map's handoff record, not the old primary's latest report. The
 # fix is a map command version that checks the report at apply (a new feature level, as every
-# change of a command's meaning: docs/api.md "Compatibility"); until then this test names the bug.
+# change of a command's meaning: docs/api-howto.md "Compatibility"); until then this test names the bug.
 @pytest.mark.xfail(
     strict=True, reason="known bug: a planned move applies after the old primary retracted handed_off"
 )
