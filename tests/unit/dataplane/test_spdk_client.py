@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,7 +132,13 @@ def test_a_reply_cut_short_is_an_error_not_a_wait(tmp_path: Path) -> None:
 
 class Shuffler:
     """Reads what is there, then answers it last-first (an async RPC finishing before an earlier
-    one), refusing the method "bad"; records the most requests it ever held unanswered."""
+    one), refusing the method "bad"; records the most requests it ever held unanswered. Before
+    its first answer it waits (up to FIRST_WAIT_S) for a second request: a pipelining client
+    sends it without waiting for the first answer, one that does not never does; so what it
+    records does not hang on how the threads were scheduled (CI's run of 2026-12-02, beside a
+    VM, read each request alone)."""
+
+    FIRST_WAIT_S = 3.0
 
     def __init__(self, path: Path) -> None:
         self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -143,9 +150,19 @@ class Shuffler:
     def _serve(self) -> None:
         conn, _ = self.srv.accept()
         dec, buf = json.JSONDecoder(), ""
-        while chunk := _recv(conn):
-            buf += chunk.decode()
-            held = []
+        held: list[Any] = []
+        first_until = time.monotonic() + self.FIRST_WAIT_S
+        conn.settimeout(0.05)
+        while True:
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                chunk = None  # nothing more yet
+            except OSError:
+                chunk = b""
+            if chunk == b"":
+                return
+            buf += (chunk or b"").decode()
             while buf.strip():
                 try:
                     req, end = dec.raw_decode(buf.lstrip())
@@ -153,6 +170,8 @@ class Shuffler:
                     break
                 buf = buf.lstrip()[end:]
                 held.append(req)
+            if not held or (self.most_held == 0 and len(held) < 2 and time.monotonic() < first_until):
+                continue
             self.most_held = max(self.most_held, len(held))
             for req in reversed(held):
                 if req["method"] == "bad":
@@ -160,6 +179,7 @@ class Shuffler:
                 else:
                     reply = {"jsonrpc": "2.0", "id": req["id"], "result": req["params"]["i"]}
                 conn.sendall(json.dumps(reply).encode() + b"\n")
+            held = []
 
 
 def test_pipelined_requests_get_their_own_answers_in_order(tmp_path: Path) -> None:
