@@ -30,8 +30,9 @@ fi
 #   1. the lab modules that boot one VM of their own (SOLO_LABS) beside the unit, process and
 #      netns tiers: one TCG VM takes about one core and leaves the other to those tiers;
 #   2. then every other lab module (the shared labs' four VMs need both cores), alone.
-# CI's run of 2026-12-02 ran them one after the other: 32.5 min on an idle machine, of which the
-# solo labs 10.2 min and the fast tiers 9 min (docs/benchmarks.md, "CI (tests/run.sh)").
+# One after the other they took 32.5 min on an idle machine (2026-12-02), of which the solo labs
+# 10.2 min and the fast tiers 9 min; in these two phases 25.9 min (docs/benchmarks.md, "CI
+# (tests/run.sh)").
 # The lab's TCG VMs wait more than they compute; the simulator takes what they leave and never
 # what they need. Where the kernel groups tasks by session (sched_autogroup_enabled=1, a common
 # default), a nice value only ranks a process against its own session: the tier gets a session
