@@ -11,7 +11,9 @@ the map. All data plane changes are serialized by one lock and one worker thread
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from nodeos.cluster import datakey
@@ -156,14 +158,7 @@ class NodeService(NodeBase):
         if not self._listeners:
             LOG.warning("no storage address to export on; set --storage-address")
         async with self.lock:
-            self.recovery = await self.ops.recover()
-            # Right after boot the drives or their LVM volumes may not be there yet: try
-            # again for a while before reporting ready (the retry loop keeps trying after).
-            for i in range(STARTUP_RECONCILE_TRIES):
-                rep = await (self._reconcile_held() if i == 0 else self._reconcile())
-                if not rep["errors"] and not rep["missing"]:
-                    break
-                await asyncio.sleep(STARTUP_RECONCILE_PAUSE_S)
+            await self._startup_reexport()
         self._retry_task = asyncio.create_task(self._retry_loop())
         probe = dpwatch.prober(self.dp)
         if probe is not None:
@@ -204,17 +199,37 @@ class NodeService(NodeBase):
                 async with self.lock:
                     await self._reconcile()
 
+    async def _startup_reexport(self) -> None:
+        """Finish what a crash interrupted, then export again what the records hold. The ports
+        are held from recovery's first export to the last try's: a volume back only at a later
+        try is linked with the others, never after its port listens (_ports_held)."""
+        async with self._ports_held():
+            self.recovery = await self.ops.recover()
+            # Right after boot the drives or their LVM volumes may not be there yet: try
+            # again for a while before reporting ready (the retry loop keeps trying after).
+            for _ in range(STARTUP_RECONCILE_TRIES):
+                rep = await self._reconcile()
+                if not rep["errors"] and not rep["missing"]:
+                    break
+                await asyncio.sleep(STARTUP_RECONCILE_PAUSE_S)
+
     async def _reconcile_held(self) -> dict[str, Any]:
-        """_reconcile with the target's ports held until it is done (a backend that can: the
-        kernel's): a host reconnecting to a rebooted node meets either no listener (and retries)
-        or every export the node had, never a port that refuses its volume as unknown (with DNR,
-        which drops that path from a Linux host for good: the rolling upgrade's lab test saw a
+        """_reconcile with the target's ports held until it is done (_ports_held)."""
+        async with self._ports_held():
+            return await self._reconcile()
+
+    @contextlib.asynccontextmanager
+    async def _ports_held(self) -> AsyncIterator[None]:
+        """The target's ports held while a re-export runs (a backend that can: the kernel's): a
+        host reconnecting to a rebooted node meets either no listener (and retries) or every
+        export the node had, never a port that refuses its volume as unknown (with DNR, which
+        drops that path from a Linux host for good: the rolling upgrade's lab test saw a
         2-replica volume lose every path, one rebooted node after the other)."""
         hold = hasattr(self.dp, "hold_listeners")
         if hold:
             await self.ops.call("hold_listeners")
         try:
-            return await self._reconcile()
+            yield
         finally:
             if hold:
                 try:

@@ -59,6 +59,10 @@ def find_port(ports: dict[int, PortAddr], want: PortAddr) -> int | None:
     return None
 
 
+def _port_of(link: tuple[int, str, PortAddr]) -> int:
+    return link[0]
+
+
 def free_port_id(ports: dict[int, PortAddr] | set[int]) -> int:
     used = set(ports)
     for pid in range(1, MAX_PORT_ID + 1):
@@ -174,16 +178,33 @@ class Nvmet:
             self._held = {}
 
     def release_links(self) -> None:
-        """Make the links noted while held; each one's trouble is logged, the first raised."""
+        """Make the links noted while held; each one's trouble is logged, the first raised.
+
+        Everything is read first, then the links are made back to back, port by port: a port
+        listens from its first link on, and any configfs read between its links (slow in a
+        loaded VM: the rolling upgrade's lab run lost two paths at once to one node) would widen
+        the window in which a host's reconnect meets its port without its subsystem (DNR)."""
         held, self._held = self._held or {}, None
+        if not held:
+            return
+        ports, subsystems = set(self.ports()), set(self.subsystems())
+        todo = sorted(
+            ((p, n, a) for (p, n), a in held.items() if n in subsystems and p in ports), key=_port_of
+        )
         first: NodeosError | None = None
-        for (pid, nqn), addr in held.items():
+        started = time.monotonic()
+        for pid, nqn, addr in todo:
             try:
-                if self.has_subsystem(nqn) and pid in self.ports():
-                    self.link_port(pid, nqn, addr)
+                self._link(pid, nqn, addr)
             except NodeosError as err:
                 LOG.error("subsystem %s not linked to port %d: %s", nqn, pid, err.message)
                 first = first or err
+        LOG.info(
+            "held exports linked: %d link(s) to %d port(s) in %.1f ms",
+            len(todo),
+            len({p for p, _, _ in todo}),
+            1000 * (time.monotonic() - started),
+        )
         if first is not None:
             raise first
 
@@ -193,6 +214,9 @@ class Nvmet:
         if self._held is not None:
             self._held[(pid, nqn)] = addr
             return
+        self._link(pid, nqn, addr)
+
+    def _link(self, pid: int, nqn: str, addr: PortAddr) -> None:
         try:
             # The first link enables the port: this is where a missing transport shows.
             self.fs.link(("subsystems", nqn), "ports", str(pid), "subsystems", nqn)

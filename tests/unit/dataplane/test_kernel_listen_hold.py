@@ -13,7 +13,7 @@ from pathlib import Path
 from nodeos.dataplane.base import Listener
 from nodeos.dataplane.kernel.backend import KernelDataPlane
 from nodeos.dataplane.kernel.nvmet import ANCHOR_NQN, PortAddr
-from tests.unit.dataplane.test_kernel_discovery_anchor import DISC, OTHERS, _dp, _ports
+from tests.unit.dataplane.test_kernel_discovery_anchor import DISC, OTHERS, KernelShapedConfigFs, _dp, _ports
 
 VOL1 = "nqn.2014-08.io.nodeos:vol:00000000-0000-4000-8000-000000000001"
 VOL2 = "nqn.2014-08.io.nodeos:vol:00000000-0000-4000-8000-000000000002"
@@ -77,3 +77,58 @@ def test_a_demote_while_held_relinks_nothing_early(tmp_path: Path) -> None:
     assert _ports(tmp_path) == {str(pid): set()}
     n.release_links()
     assert _ports(tmp_path) == {str(pid): {VOL1}}
+
+
+class Journal(KernelShapedConfigFs):
+    """Every configfs operation in order, as (what, path): which of them fall between a port's
+    first link (it listens from then on) and its last."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.ops: list[tuple[str, str]] = []
+
+    def _note(self, what: str, parts: tuple[str, ...]) -> None:
+        self.ops.append((what, "/".join(parts)))
+
+    def exists(self, *parts: str) -> bool:
+        self._note("exists", parts)
+        return super().exists(*parts)
+
+    def listdir(self, *parts: str) -> list[str]:
+        self._note("listdir", parts)
+        return super().listdir(*parts)
+
+    def read_or(self, default: str, *parts: str) -> str:
+        self._note("read", parts)
+        return super().read_or(default, *parts)
+
+    def link(self, target: tuple[str, ...], *parts: str) -> None:
+        self._note("link", parts)
+        super().link(target, *parts)
+
+
+def test_the_release_makes_each_ports_links_back_to_back(tmp_path: Path) -> None:
+    """The lab's rolling upgrade lost two of h1's paths to one node at once after the hold: the
+    release read the ports again before each link (seconds in a loaded VM), while the port
+    already listened for the subsystems linked before. Between a port's first and last link,
+    nothing but links."""
+    (tmp_path / "ports").mkdir()
+    (tmp_path / "subsystems").mkdir()
+    fs = Journal(tmp_path)
+    dp = KernelDataPlane(configfs=fs)
+    dp.hold_listeners()
+    disc = PortAddr.of(DISC)
+    for nqn in (VOL1, VOL2):
+        _export(dp, nqn)
+        dp.nvmet.link_port(dp.nvmet.ensure_port(disc), nqn, disc)  # served on the discovery port too
+    fs.ops.clear()
+    dp.release_listeners()
+    assert sorted(map(sorted, _ports(tmp_path).values())) == [[VOL1, VOL2], [VOL1, VOL2]]
+    for port in _ports(tmp_path):
+        mine = [
+            i for i, (what, path) in enumerate(fs.ops) if what == "link" and path.startswith(f"ports/{port}/")
+        ]
+        between = fs.ops[mine[0] : mine[-1] + 1]
+        assert len(mine) == 2 and {what for what, _ in between} == {"link"}, (
+            f"port {port}: {between} between its first link and its last"
+        )

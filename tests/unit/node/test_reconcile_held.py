@@ -1,7 +1,9 @@
 """A node's re-export (its start, or its target back empty) holds the target's ports until it is
-done (nodeos/node/service.py, _reconcile_held; the kernel side in
+done (nodeos/node/service.py, _ports_held; the kernel side in
 tests/unit/dataplane/test_kernel_listen_hold.py): whatever the re-export meets, the ports are
-released after it, and a data plane that cannot hold is re-exported as before."""
+released after it, and a data plane that cannot hold is re-exported as before. At a start the
+hold spans recovery and every try, so a volume whose LV shows only at a later try is linked with
+the others, not after the port listens."""
 
 from __future__ import annotations
 
@@ -26,14 +28,24 @@ class Recorder:
             raise OperationFailed("a port could not listen")
 
 
-def _node(dp: Any, ops: Recorder, fail: bool = False) -> Any:
+def _node(dp: Any, ops: Recorder, fail: bool = False, missing_tries: int = 0) -> Any:
+    tries = {"n": 0}
+
     async def reconcile() -> dict[str, Any]:
         ops.calls.append("reconcile")
         if fail:
             raise RuntimeError("the re-export broke half-way")
-        return {"errors": [], "missing": []}
+        tries["n"] += 1
+        return {"errors": [], "missing": ["v1"] if tries["n"] <= missing_tries else []}
 
-    return SimpleNamespace(dp=dp, ops=ops, _reconcile=reconcile)
+    async def recover() -> list[Any]:
+        ops.calls.append("recover")
+        return []
+
+    ops.recover = recover  # type: ignore[attr-defined]
+    node = SimpleNamespace(dp=dp, ops=ops, _reconcile=reconcile)
+    node._ports_held = lambda: NodeService._ports_held(node)
+    return node
 
 
 def test_the_ports_are_held_around_the_re_export() -> None:
@@ -59,3 +71,18 @@ def test_a_data_plane_that_cannot_hold_is_re_exported_as_before() -> None:
     ops = Recorder()
     asyncio.run(NodeService._reconcile_held(_node(SimpleNamespace(), ops)))
     assert ops.calls == ["reconcile"]
+
+
+def test_a_start_holds_the_ports_through_recovery_and_every_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("nodeos.node.service.STARTUP_RECONCILE_PAUSE_S", 0.0)
+    ops = Recorder()
+    node = _node(SimpleNamespace(hold_listeners=None), ops, missing_tries=2)
+    asyncio.run(NodeService._startup_reexport(node))
+    assert ops.calls == [
+        "hold_listeners",
+        "recover",
+        "reconcile",
+        "reconcile",
+        "reconcile",
+        "release_listeners",
+    ], "the volume missing at the first two tries is linked with the others, at the one release"
