@@ -1,3 +1,3 @@
 """nodeos: firmware and daemon of an NVMe-over-Fabrics storage appliance."""
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"

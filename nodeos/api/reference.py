@@ -58,7 +58,11 @@ level** that introduced them (`nodeos/cluster/features.py`: level 1, release 0.1
 0.2.0: `set_feature_level`, `kv_delete`, a host's TLS PSK derivation: `host_add` v3, `host_update`
 v2; level 3, release 0.3.0: a new volume's replica a node failed to make is placed elsewhere,
 `volume_create_replace`, `volume_create_fail`; level 4, release 0.4.0: a published copy on a node
-that went down before it joined is made elsewhere, `publish_replace`). Each member tells the map its
+that went down before it joined is made elsewhere, `publish_replace`; level 5, release 0.5.0: the
+rolling upgrade's record, `upgrade_*`; level 6, release 0.6.0: its `release` step, `upgrade_step`
+v2; level 7, release 0.7.0: a planned move applies only while the old primary still reports it
+handed off, `volume_failover` v2). A leader proposes each command it decides at the newest version
+the cluster's level allows (`features.version_for`). Each member tells the map its
 release and the level it knows (`cluster status --json`: `features`). A new cluster starts at the
 level its first member knows (`cluster init --feature-level N` starts lower, for a cluster older
 releases will join); the cluster's level (`feature_level`) rises only by `nodeos cluster set

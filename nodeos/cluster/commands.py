@@ -172,6 +172,15 @@ COMMANDS: tuple[MapCommand, ...] = (
         args=s.VolumeFailover,
     ),
     MapCommand(
+        "volume_failover",
+        2,
+        _FAILOVER,
+        "make another replica the primary, at an epoch; a planned move only while the old primary "
+        "reports it handed off",
+        level=7,
+        args=s.VolumeFailover,
+    ),
+    MapCommand(
         "volume_handoff", 1, _FAILOVER, "a planned move: the primary stops serving", args=s.VolumeHandoff
     ),
     MapCommand(

@@ -35,8 +35,10 @@ from nodeos.errors import BadInput, NotSupported
 # a published copy on a node that went down before it joined is made elsewhere (`publish_replace`:
 # nodeos/storage/publish_replace.py). Level 5: the rolling cluster upgrade's record (`upgrade_*`:
 # nodeos/cluster/upgrade_map.py). Level 6: the upgrade releases a domain's replicas before its
-# update (`upgrade_step` v2, the `release` step: nodeos/cluster/upgrade_map.py).
-LEVELS: dict[int, str] = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0", 4: "0.4.0", 5: "0.5.0", 6: "0.6.0"}
+# update (`upgrade_step` v2, the `release` step: nodeos/cluster/upgrade_map.py). Level 7: a planned
+# move applies only while the old primary still reports it handed off (`volume_failover` v2:
+# nodeos/storage/failover_handlers.py).
+LEVELS: dict[int, str] = {1: "0.1.0", 2: "0.2.0", 3: "0.3.0", 4: "0.4.0", 5: "0.5.0", 6: "0.6.0", 7: "0.7.0"}
 LEVEL = max(LEVELS)  # what this release knows
 BASE_LEVEL = 1  # what a member that reports nothing knows
 RAISE_COMMAND = "set_feature_level"
@@ -56,6 +58,13 @@ def command_level(name: str, version: int) -> int | None:
     """The level that introduced command `name` at `version`; None if this release does not know it."""
     spec = commands.BY_NAME.get(name, {}).get(version)
     return None if spec is None else spec.level
+
+
+def version_for(st: Mapping[str, Any], name: str) -> int:
+    """The version of command `name` a leader proposes: the newest whose level the cluster is at
+    (every member can apply it), 1 when it has no other."""
+    usable = [v for v, spec in commands.BY_NAME.get(name, {}).items() if spec.level <= cluster_level(st)]
+    return max(usable, default=1)
 
 
 def member_report(known_level: int = LEVEL) -> dict[str, Any]:

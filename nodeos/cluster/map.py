@@ -69,6 +69,12 @@ def encode_command(cmd: str, args: dict[str, Any], v: int = 1, rid: str | None =
     return msgpack.packb(obj, use_bin_type=True)
 
 
+def encode_current(st: dict[str, Any], cmd: str, args: dict[str, Any]) -> bytes:
+    """A command as a leader proposes it: at the newest version the cluster's feature level
+    allows (features.version_for), so every member can apply it."""
+    return encode_command(cmd, args, features.version_for(st, cmd))
+
+
 def decode_command(data: bytes) -> dict[str, Any]:
     """Decode a command; BadInput if it is not a well-formed command map."""
     try:

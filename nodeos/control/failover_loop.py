@@ -25,7 +25,7 @@ from typing import Any
 from nodeos.cluster.errors import NotLeader
 from nodeos.cluster.leader_contact import lease_floor
 from nodeos.cluster.leader_ops import int_param
-from nodeos.cluster.map import encode_command
+from nodeos.cluster.map import encode_current
 from nodeos.cluster.raft import StateRole
 from nodeos.daemon.stopguard import cancel_and_wait
 from nodeos.errors import NodeosError, NotFound
@@ -186,7 +186,7 @@ class FailoverLoop:
                 args = {**args, "at": time.time()}  # the pure core reads no wall clock
             LOG.warning("failover controller: %s %s", cmd, args)
             try:
-                await d.propose(encode_command(cmd, args), PROPOSE_TIMEOUT_S)
+                await d.propose(encode_current(st, cmd, args), PROPOSE_TIMEOUT_S)
             except NodeosError as err:
                 LOG.warning("failover controller: %s not committed: %s", cmd, err.message)
                 return False

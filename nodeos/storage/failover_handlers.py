@@ -18,6 +18,7 @@ from nodeos.storage.failover_map import (
     HEALTH,
     REBUILD_MBPS_MAX,
     drop_in_sync,
+    handed_off,
     in_sync_of,
     volume_at_epoch,
 )
@@ -61,7 +62,25 @@ def node_health_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 
 def volume_failover_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
     """Make `to` the primary of volume `uuid`, decided at epoch `epoch`."""
+    return _failover(st, args, volume_at_epoch(st, args))
+
+
+def volume_failover_v2(st: dict[str, Any], args: dict[str, Any]) -> Any:
+    """v1, and a planned move applies only while the old primary's latest report still says it
+    stopped serving at this epoch (feature level 7). v1 checked only the map's handoff record: an
+    old primary that restarted between the decision and its commit reported again without
+    `handed_off` (it may serve again), and the move applied anyway: two primaries (the failover
+    simulator, seed 1840). The leader decides again on its next report."""
     vol = volume_at_epoch(st, args)
+    if args.get("planned") and not handed_off(st, vol):
+        raise OperationFailed(
+            f"node {vol['primary']} no longer reports {vol['name']} handed off at epoch {vol['epoch']}",
+            field="planned",
+        )
+    return _failover(st, args, vol)
+
+
+def _failover(st: dict[str, Any], args: dict[str, Any], vol: dict[str, Any]) -> Any:
     epoch, to = vol["epoch"], args.get("to")
     if vol["state"] in ("deleting", "failed"):
         raise OperationFailed(f"volume {vol['name']} is {vol['state']}", field="uuid")
@@ -145,6 +164,6 @@ def node_rebuild_limit_v1(st: dict[str, Any], args: dict[str, Any]) -> Any:
 HANDLERS = {
     "node_rebuild_limit": {1: node_rebuild_limit_v1},
     "node_health": {1: node_health_v1},
-    "volume_failover": {1: volume_failover_v1},
+    "volume_failover": {1: volume_failover_v1, 2: volume_failover_v2},
     "volume_handoff": {1: volume_handoff_v1},
 }

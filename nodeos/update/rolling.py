@@ -66,13 +66,10 @@ class Act:
     v: int = 1  # the version of `upgrade_step` a `step` is proposed as
 
 
-RELEASE_LEVEL = 6  # the feature level of `upgrade_step` v2 and its `release` step
-
-
 def step_version(st: Mapping[str, Any]) -> int:
-    """The `upgrade_step` version the leader proposes: 2 (with `release`) once every member knows
-    it (the cluster's feature level), else 1."""
-    return 2 if features.cluster_level(st) >= RELEASE_LEVEL else 1
+    """The `upgrade_step` version the leader proposes: 2 (with `release`, feature level 6) once
+    every member knows it (the cluster's feature level), else 1."""
+    return features.version_for(st, "upgrade_step")
 
 
 def name_of(st: Mapping[str, Any], nid: int) -> str:

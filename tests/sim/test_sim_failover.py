@@ -123,13 +123,9 @@ def test_a_leg_back_in_the_same_md_gets_only_its_dirty_regions_and_ends_equal_to
 # Found by the drain-mix sweep of 2026-12-02 (seeds 1001..3000, one violation): the leader decides
 # a planned move of v2 off draining n1 from n1's report saying handed_off 1; before the move is
 # committed n1 crashes, restarts and reports again without handed_off (its agent has not handed
-# off again yet), that report is committed first, and the move then applies anyway:
-# volume_failover (v1) checks the map's handoff record, not the old primary's latest report. The
-# fix is a map command version that checks the report at apply (a new feature level, as every
-# change of a command's meaning: docs/api-howto.md "Compatibility"); until then this test names the bug.
-@pytest.mark.xfail(
-    strict=True, reason="known bug: a planned move applies after the old primary retracted handed_off"
-)
+# off again yet), that report is committed first, and the move applied anyway: volume_failover v1
+# checked the map's handoff record, not the old primary's latest report. v2 (feature level 7)
+# checks the report at apply; the variant planned_move_on_handoff_record (v1's rule) fails here.
 def test_a_planned_move_never_applies_after_the_old_primary_retracted_its_handoff() -> None:
     res = run_seed(1840, failover_config(nodes=3))
     assert res.ok, res.violation
@@ -212,6 +208,8 @@ CAUGHT_BY = {
     # Issue 29's md bitmap: a leg back in the same md misses the first region written while it was
     # away; the map counts it in sync again (seed 6: a blip; 7 of seeds 1..200 of the drain mix).
     "resync_skips_dirty_region": ("acknowledged write lost", 3, 6, "drain"),
+    # volume_failover v1's rule at level 7: seed 1840 of the drain mix (the sweep's one violation).
+    "planned_move_on_handoff_record": ("failover map invariant", 3, 1840, "drain"),
 }
 # Not reached since issue 25 (400 seeds of each mix): the leg rules counting only the map's
 # in-sync set differ from the product's only between a primary's report calling a leg failed

@@ -475,3 +475,55 @@ def test_active_peers_reads_the_progress_tracker_without_the_leader_itself() -> 
             self.recent_active = active
 
     assert failover.active_peers({1: Pr(True), 2: Pr(False), 3: Pr(True)}, me=1) == [3]
+
+
+def _planned_move(m: M, uuid: str) -> dict[str, Any]:
+    """Drain node 1 until the leader decides the planned move of `uuid` to node 2 (its args)."""
+    m.ok("node_set_state", node_id=1, state="draining")
+    ls = leases_all_renewing(10.0, 1, 2)
+    apply_all(m, failover.decide(m.st, ls, 10.0, T))
+    m.report(1, replicas={uuid: {"state": "in-sync", "epoch": 1, "handed_off": 1}})
+    [(cmd, args)] = failover.decide(m.st, ls, 10.0, T)
+    assert cmd == "volume_failover" and args["planned"]
+    return args
+
+
+def test_a_planned_move_applies_only_while_the_old_primary_still_reports_its_handoff() -> None:
+    """The failover simulator's seed 1840: the old primary restarted between the leader's decision
+    and its commit and reported again without `handed_off` (it may serve again); v1 moved anyway."""
+    from nodeos.cluster import features
+    from nodeos.cluster.map import encode_command, encode_current
+
+    m = cluster(2)
+    uuid = create(m, "v", 1, 2)
+    vol = ready(m, uuid, 1, 2)
+    args = _planned_move(m, uuid)
+    m.report(1, replicas={uuid: {"state": "in-sync", "epoch": 1}})  # restarted: not handed off
+    m.i += 1
+    out = m.m.apply(m.i, encode_command("volume_failover", args, 2))
+    assert out["error"]["field"] == "planned" and "no longer reports" in out["error"]["message"]
+    assert (vol["primary"], vol["epoch"]) == (1, 1), "nothing changed"
+    m.report(1, replicas={uuid: {"state": "in-sync", "epoch": 1, "handed_off": 1}})  # handed off again
+    m.i += 1
+    assert m.m.apply(m.i, encode_command("volume_failover", args, 2))["result"]["primary"] == 2
+    # The leader proposes v2 only once every member knows level 7; below it, v1 (the old rule).
+    assert features.version_for({"feature_level": 6}, "volume_failover") == 1
+    assert features.version_for({"feature_level": 7}, "volume_failover") == 2
+    assert features.version_for({}, "upgrade_step") == 1 and features.version_for({}, "node_health") == 1
+    assert encode_current({"feature_level": 7}, "volume_failover", args) == encode_command(
+        "volume_failover", args, 2
+    )
+
+
+def test_v1_of_a_planned_move_keeps_its_rule_for_clusters_below_level_7() -> None:
+    """Members of 0.6 apply v1 as they always did: the maps of a mixed cluster stay equal."""
+    from nodeos.cluster.map import encode_command
+
+    m = cluster(2)
+    uuid = create(m, "v", 1, 2)
+    vol = ready(m, uuid, 1, 2)
+    args = _planned_move(m, uuid)
+    m.report(1, replicas={uuid: {"state": "in-sync", "epoch": 1}})
+    m.i += 1
+    assert m.m.apply(m.i, encode_command("volume_failover", args, 1))["result"]["primary"] == 2
+    assert (vol["primary"], vol["epoch"]) == (2, 2)

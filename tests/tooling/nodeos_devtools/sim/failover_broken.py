@@ -45,6 +45,8 @@ FAILOVER_BROKEN_VARIANTS = {
     "leader, each names its own start, and every lease counts from then (issue 29's lease floor)",
     "resync_skips_dirty_region": "a leg back in the same md gets its dirty regions copied but the first one "
     "md dirtied while it was away (a write it had in flight or queued when it left)",
+    "planned_move_on_handoff_record": "a planned move applies on the map's handoff record alone "
+    "(volume_failover v1), whatever the old primary reported since (a restart retracts its handed_off)",
 }
 
 _ORIGINAL: dict[str, Any] = {
@@ -54,7 +56,7 @@ _ORIGINAL: dict[str, Any] = {
     "contact_s": failover.LeaseTiming.contact_s,
     "expired": failover.Leases.expired,
     "failover_target": failover.failover_target,
-    "volume_failover": map_mod.HANDLERS["volume_failover"][1],
+    "volume_failover": dict(map_mod.HANDLERS["volume_failover"]),
     "counted_in_sync": legs.counted_in_sync,
     "reset_on_unanswered": sim_kernel.reset_on_unanswered,
     "resync_regions": sim_kernel.resync_regions,
@@ -73,11 +75,14 @@ def _any_target(st: dict[str, Any], vol: dict[str, Any], *_: Any, **__: Any) -> 
     return None
 
 
-def _failover_any(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    vol = st["volumes"].get(args.get("uuid"))
-    if vol is not None and args.get("to") not in in_sync_of(vol):
-        vol["in_sync"] = [*in_sync_of(vol), args.get("to")]
-    return _ORIGINAL["volume_failover"](st, args)
+def _failover_any(version: int) -> Any:
+    def handler(st: dict[str, Any], args: dict[str, Any]) -> Any:
+        vol = st["volumes"].get(args.get("uuid"))
+        if vol is not None and args.get("to") not in in_sync_of(vol):
+            vol["in_sync"] = [*in_sync_of(vol), args.get("to")]
+        return _ORIGINAL["volume_failover"][version](st, args)
+
+    return handler
 
 
 def _expired_on_lost_contact(
@@ -108,7 +113,10 @@ def failover_bug(variant: str | None) -> Iterator[None]:
             sim_kernel.resync_regions = sim_kernel.skip_first_region
         elif variant == "promote_out_of_sync":
             failover.failover_target = _any_target  # type: ignore[assignment]
-            map_mod.HANDLERS["volume_failover"][1] = _failover_any
+            for v in _ORIGINAL["volume_failover"]:
+                map_mod.HANDLERS["volume_failover"][v] = _failover_any(v)
+        elif variant == "planned_move_on_handoff_record":
+            map_mod.HANDLERS["volume_failover"][2] = _ORIGINAL["volume_failover"][1]
         yield
     finally:
         failover.LeaseTiming.down_after_s = _ORIGINAL["down_after_s"]  # type: ignore[method-assign]
@@ -117,7 +125,7 @@ def failover_bug(variant: str | None) -> Iterator[None]:
         leader_contact.LeaderContact.note = _ORIGINAL["note"]  # type: ignore[method-assign]
         failover.Leases.expired = _ORIGINAL["expired"]  # type: ignore[method-assign]
         failover.failover_target = _ORIGINAL["failover_target"]
-        map_mod.HANDLERS["volume_failover"][1] = _ORIGINAL["volume_failover"]
+        map_mod.HANDLERS["volume_failover"].update(_ORIGINAL["volume_failover"])
         # Only what this variant patched: a test may patch these for several runs itself.
         if variant == "ack_on_map_view":
             legs.counted_in_sync = _ORIGINAL["counted_in_sync"]

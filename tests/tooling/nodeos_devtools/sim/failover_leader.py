@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nodeos.cluster import leader_contact
-from nodeos.cluster.map import encode_command
+from nodeos.cluster.map import encode_current
 from nodeos.cluster.raft import ProposalDropped, StateRole
 from nodeos.storage import failover
 from nodeos.storage.lookup import health_of
@@ -125,7 +125,10 @@ class SimLeaderShell:
             # Re-placement is not modelled (the agents keep a volume's nodes for good), and a
             # drain (failover_faults.py) would re-place a drained node's secondaries at once.
             cmds = [c for c in cmds if c[0] != "volume_replace_replica"]
-            self.queue = [encode_command(c, {**a, "at": now} if c == "record_event" else a) for c, a in cmds]
+            st = n.cmap.state
+            self.queue = [
+                encode_current(st, c, {**a, "at": now} if c == "record_event" else a) for c, a in cmds
+            ]
             sim.stats["suspects"] += sum(1 for c, _ in cmds if c == "record_event")
             held = [a for c, a in cmds if c == "record_event" and "not called down" in a["message"]]
             sim.stats["holds"] += len(held)

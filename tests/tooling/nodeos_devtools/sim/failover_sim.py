@@ -35,6 +35,7 @@ from typing import Any
 
 import msgpack
 
+from nodeos.cluster import features
 from nodeos.cluster.leader_contact import LEADER_MESSAGES, LeaderContact
 from nodeos.cluster.map import ClusterMap, encode_command
 from nodeos.cluster.raft import HardState, MemoryStorage, Message, Snapshot, SnapshotMeta, StateRole
@@ -121,10 +122,15 @@ def build_map(nodes: int, rng: random.Random) -> tuple[ClusterMap, list[str]]:
         if "error" in out:
             raise RuntimeError(f"setup {cmd}: {out['error']}")
 
-    apply("init_cluster", {"cluster_id": "sim-cluster"})
+    # At this release's feature level, as `cluster init` starts one: the leader proposes the
+    # commands' newest versions (features.version_for), as the product's does.
+    apply("init_cluster", {"cluster_id": "sim-cluster", "feature_level": features.LEVEL})
     ids = list(range(1, nodes + 1))
     for nid in ids:
-        apply("add_node", {"node_id": nid, "addresses": {"peer": f"10.0.0.{nid}:7100"}})
+        apply(
+            "add_node",
+            {"node_id": nid, "addresses": {"peer": f"10.0.0.{nid}:7100"}, **features.member_report()},
+        )
     for nid in ids:
         p = {"node": f"node-{nid}", "name": "p0", "drives": ["d0"], "devices": ["/dev/sim0"]}
         apply(*decide.pool_create(m.state, p, f"p{nid}"))
