@@ -29,6 +29,7 @@ from .ops import Ops
 RETRY_INTERVAL_S = 30.0
 STARTUP_RECONCILE_TRIES = 12
 STARTUP_RECONCILE_PAUSE_S = 5.0
+FIRST_PASS_HOLD_S = 120.0  # the longest a start keeps its ports held for the agent's first pass
 MAP_CATCH_UP_S = 30.0
 FENCE_REASSERT_S = 2.0
 
@@ -52,6 +53,7 @@ class NodeService(NodeBase):
         self.recovery: list[dict[str, Any]] = []
         self.reconcile_report: dict[str, Any] = {}
         self._retry_task: asyncio.Task[None] | None = None
+        self._release_task: asyncio.Task[None] | None = None
         self._fence_pending: set[str] = set()  # volumes a fence change could not reach yet
         self._fence_at = 0.0  # when the fence was last (re)applied
         self.cluster: Any = None
@@ -157,8 +159,13 @@ class NodeService(NodeBase):
         self._listeners = model.listeners(addrs, transports, rdma)
         if not self._listeners:
             LOG.warning("no storage address to export on; set --storage-address")
-        async with self.lock:
-            await self._startup_reexport()
+        held = await self._hold_ports()
+        try:
+            async with self.lock:
+                await self._startup_reexport()
+        except BaseException:
+            await self._release_ports(held)
+            raise
         self._retry_task = asyncio.create_task(self._retry_loop())
         probe = dpwatch.prober(self.dp)
         if probe is not None:
@@ -168,6 +175,7 @@ class NodeService(NodeBase):
             self.dpwatch.start()
         if self.agent is not None:
             self.agent.start()
+        self._release_task = asyncio.create_task(self._release_after_first_pass(held))
 
     async def _map_caught_up(self) -> None:
         """Exports carry grants from the map: let the local map apply what is committed first."""
@@ -187,6 +195,7 @@ class NodeService(NodeBase):
         if self.agent is not None:
             await self.agent.stop()
         await cancel_and_wait(self._retry_task)
+        await cancel_and_wait(self._release_task)
 
     async def _retry_loop(self) -> None:
         while True:
@@ -200,18 +209,44 @@ class NodeService(NodeBase):
                     await self._reconcile()
 
     async def _startup_reexport(self) -> None:
-        """Finish what a crash interrupted, then export again what the records hold. The ports
-        are held from recovery's first export to the last try's: a volume back only at a later
-        try is linked with the others, never after its port listens (_ports_held)."""
-        async with self._ports_held():
-            self.recovery = await self.ops.recover()
-            # Right after boot the drives or their LVM volumes may not be there yet: try
-            # again for a while before reporting ready (the retry loop keeps trying after).
-            for _ in range(STARTUP_RECONCILE_TRIES):
-                rep = await self._reconcile()
-                if not rep["errors"] and not rep["missing"]:
-                    break
-                await asyncio.sleep(STARTUP_RECONCILE_PAUSE_S)
+        """Finish what a crash interrupted, then export again what the records hold (the ports
+        held meanwhile: start)."""
+        self.recovery = await self.ops.recover()
+        # Right after boot the drives or their LVM volumes may not be there yet: try
+        # again for a while before reporting ready (the retry loop keeps trying after).
+        for _ in range(STARTUP_RECONCILE_TRIES):
+            rep = await self._reconcile()
+            if not rep["errors"] and not rep["missing"]:
+                break
+            await asyncio.sleep(STARTUP_RECONCILE_PAUSE_S)
+
+    async def _release_after_first_pass(self, held: bool) -> None:
+        """A start's ports stay held from recovery's first export until the agent's first pass
+        is done (at most FIRST_PASS_HOLD_S): a volume back only at a later try, or one the map
+        moved while the node was away (its demote, its new front end: the agent's), is linked
+        with the others, never after its port listens (_ports_held)."""
+        if held and self.agent is not None and self._map_may_move_mine():
+            loop, before = asyncio.get_running_loop(), self.agent.passes
+            deadline = loop.time() + FIRST_PASS_HOLD_S
+            while self.agent.passes == before and loop.time() < deadline:
+                await asyncio.sleep(0.2)
+            if self.agent.passes == before:
+                LOG.warning(
+                    "exports linked to their ports without the agent's first pass (%.0f s): a host's "
+                    "path to a volume the map moved meanwhile may be refused until the agent makes it",
+                    FIRST_PASS_HOLD_S,
+                )
+        async with self.lock:  # between two passes, never in the middle of a step
+            await self._release_ports(held)
+
+    def _map_may_move_mine(self) -> bool:
+        """Whether the agent's first pass may have exports to make that hosts already use: this
+        node is a member and holds replicated volumes (a new node's first volumes are no host's
+        path yet: it need not wait)."""
+        d = getattr(self.cluster, "driver", None)
+        if d is None or d.id not in d.map.nodes:
+            return False
+        return any(int(v.get("replicas") or 1) > 1 for v in self._all("volumes").values())
 
     async def _reconcile_held(self) -> dict[str, Any]:
         """_reconcile with the target's ports held until it is done (_ports_held)."""
@@ -225,17 +260,25 @@ class NodeService(NodeBase):
         export the node had, never a port that refuses its volume as unknown (with DNR, which
         drops that path from a Linux host for good: the rolling upgrade's lab test saw a
         2-replica volume lose every path, one rebooted node after the other)."""
-        hold = hasattr(self.dp, "hold_listeners")
-        if hold:
-            await self.ops.call("hold_listeners")
+        held = await self._hold_ports()
         try:
             yield
         finally:
-            if hold:
-                try:
-                    await self.ops.call("release_listeners")
-                except NodeosError as err:
-                    LOG.error("exports not linked to their ports after the re-export: %s", err.message)
+            await self._release_ports(held)
+
+    async def _hold_ports(self) -> bool:
+        if not hasattr(self.dp, "hold_listeners"):
+            return False
+        await self.ops.call("hold_listeners")
+        return True
+
+    async def _release_ports(self, held: bool) -> None:
+        if not held:
+            return
+        try:
+            await self.ops.call("release_listeners")
+        except NodeosError as err:
+            LOG.error("exports not linked to their ports after the re-export: %s", err.message)
 
     async def _reconcile(self) -> dict[str, Any]:
         """Make the data plane match the records after a restart (configfs and SPDK forget

@@ -2,8 +2,9 @@
 done (nodeos/node/service.py, _ports_held; the kernel side in
 tests/unit/dataplane/test_kernel_listen_hold.py): whatever the re-export meets, the ports are
 released after it, and a data plane that cannot hold is re-exported as before. At a start the
-hold spans recovery and every try, so a volume whose LV shows only at a later try is linked with
-the others, not after the port listens."""
+hold spans recovery, every try and the agent's first pass (bounded), so a volume whose LV shows
+only at a later try, or one the map moved while the node was away, is linked with the others, not
+after the port listens."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def _node(dp: Any, ops: Recorder, fail: bool = False, missing_tries: int = 0) ->
     ops.recover = recover  # type: ignore[attr-defined]
     node = SimpleNamespace(dp=dp, ops=ops, _reconcile=reconcile)
     node._ports_held = lambda: NodeService._ports_held(node)
+    node._hold_ports = lambda: NodeService._hold_ports(node)
+    node._release_ports = lambda held: NodeService._release_ports(node, held)
     return node
 
 
@@ -73,16 +76,62 @@ def test_a_data_plane_that_cannot_hold_is_re_exported_as_before() -> None:
     assert ops.calls == ["reconcile"]
 
 
-def test_a_start_holds_the_ports_through_recovery_and_every_try(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_start_re_exports_through_recovery_and_every_try(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("nodeos.node.service.STARTUP_RECONCILE_PAUSE_S", 0.0)
     ops = Recorder()
     node = _node(SimpleNamespace(hold_listeners=None), ops, missing_tries=2)
     asyncio.run(NodeService._startup_reexport(node))
-    assert ops.calls == [
-        "hold_listeners",
-        "recover",
-        "reconcile",
-        "reconcile",
-        "reconcile",
-        "release_listeners",
-    ], "the volume missing at the first two tries is linked with the others, at the one release"
+    assert ops.calls == ["recover", "reconcile", "reconcile", "reconcile"], (
+        "the volume missing at the first two tries is found at the third, the ports held by start"
+    )
+
+
+def _starting(ops: Recorder, agent: Any) -> Any:
+    node = _node(SimpleNamespace(hold_listeners=None), ops)
+    node.agent, node.lock = agent, asyncio.Lock()
+    node._map_may_move_mine = lambda: True
+    return node
+
+
+def test_a_start_keeps_the_ports_held_until_the_agents_first_pass() -> None:
+    async def run() -> list[str]:
+        ops, agent = Recorder(), SimpleNamespace(passes=0)
+        task = asyncio.create_task(NodeService._release_after_first_pass(_starting(ops, agent), True))
+        await asyncio.sleep(0.5)
+        assert ops.calls == [], "released before the agent's first pass made what the map moved"
+        agent.passes += 1
+        await asyncio.wait_for(task, 2.0)
+        return ops.calls
+
+    assert asyncio.run(run()) == ["release_listeners"]
+
+
+def test_an_agent_that_never_passes_holds_the_ports_only_for_the_bound(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("nodeos.node.service.FIRST_PASS_HOLD_S", 0.3)
+    ops = Recorder()
+    asyncio.run(NodeService._release_after_first_pass(_starting(ops, SimpleNamespace(passes=0)), True))
+    assert ops.calls == ["release_listeners"] and "without the agent's first pass" in caplog.text
+    ops = Recorder()
+    asyncio.run(NodeService._release_after_first_pass(_starting(ops, None), False))
+    assert ops.calls == [], "nothing held (a data plane that cannot hold): nothing to release"
+
+
+def test_a_node_with_nothing_the_map_could_have_moved_releases_at_once() -> None:
+    """A new node, or one with no replicated volume: its start never waits for the agent (a lab
+    or a demo creates and connects volumes right after the daemons start)."""
+    ops = Recorder()
+    node = _starting(ops, SimpleNamespace(passes=0))
+    node._map_may_move_mine = lambda: False
+    asyncio.run(asyncio.wait_for(NodeService._release_after_first_pass(node, True), 1.0))
+    assert ops.calls == ["release_listeners"]
+    member = SimpleNamespace(id=1, map=SimpleNamespace(nodes={1: {}}))
+    vols = {"a": {"replicas": 1}, "b": {"replicas": 2}}
+    svc = SimpleNamespace(cluster=SimpleNamespace(driver=member), _all=lambda db: vols)
+    assert NodeService._map_may_move_mine(svc)
+    vols.pop("b")
+    assert not NodeService._map_may_move_mine(svc)
+    svc.cluster.driver = SimpleNamespace(id=2, map=SimpleNamespace(nodes={1: {}}))
+    vols["b"] = {"replicas": 3}
+    assert not NodeService._map_may_move_mine(svc), "not a member yet: no pass will come"

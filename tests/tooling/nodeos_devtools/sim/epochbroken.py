@@ -23,7 +23,7 @@ EPOCH_BROKEN_VARIANTS = {
 _ORIGINAL: dict[str, Any] = {
     "settle_in_sync": fm.settle_in_sync,
     "handed_off": failover.handed_off,
-    "volume_failover": map_mod.HANDLERS["volume_failover"][1],
+    "volume_failover": dict(map_mod.HANDLERS["volume_failover"]),  # every version
 }
 
 
@@ -66,12 +66,15 @@ def handed_off_any_epoch(st: dict[str, Any], vol: dict[str, Any]) -> bool:
     return rep.get("handed_off") is not None
 
 
-def failover_keeps_epoch(st: dict[str, Any], args: dict[str, Any]) -> Any:
-    vol = st["volumes"].get(args.get("uuid"))
-    out = _ORIGINAL["volume_failover"](st, args)
-    if vol is not None and "epoch" in out:
-        vol["epoch"] = out["epoch"] = out["epoch"] - 1  # the move without its epoch
-    return out
+def failover_keeps_epoch(version: int) -> Any:
+    def handler(st: dict[str, Any], args: dict[str, Any]) -> Any:
+        vol = st["volumes"].get(args.get("uuid"))
+        out = _ORIGINAL["volume_failover"][version](st, args)
+        if vol is not None and "epoch" in out:
+            vol["epoch"] = out["epoch"] = out["epoch"] - 1  # the move without its epoch
+        return out
+
+    return handler
 
 
 @contextlib.contextmanager
@@ -85,9 +88,10 @@ def epoch_bug(variant: str | None) -> Iterator[None]:
         elif variant == "handed_off_any_epoch":
             failover.handed_off = handed_off_any_epoch  # decide() calls it from failover's namespace
         elif variant == "failover_keeps_epoch":
-            map_mod.HANDLERS["volume_failover"][1] = failover_keeps_epoch
+            for v in _ORIGINAL["volume_failover"]:
+                map_mod.HANDLERS["volume_failover"][v] = failover_keeps_epoch(v)
         yield
     finally:
         fm.settle_in_sync = _ORIGINAL["settle_in_sync"]
         failover.handed_off = _ORIGINAL["handed_off"]
-        map_mod.HANDLERS["volume_failover"][1] = _ORIGINAL["volume_failover"]
+        map_mod.HANDLERS["volume_failover"].update(_ORIGINAL["volume_failover"])
