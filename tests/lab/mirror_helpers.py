@@ -103,18 +103,18 @@ def leg_md5(lab: Lab, vm: str) -> str:
 
 
 def host_paths(lab: Lab, nqn: str, host: str = "h1") -> list[dict[str, str]]:
-    """The GPU node's paths (controllers) to `nqn`: name, address, state and ANA state."""
+    """The GPU node's paths (controllers) to `nqn`: name, address, state, ANA state and transport."""
     script = f"""
 for s in /sys/class/nvme-subsystem/nvme-subsys*; do
   [ "$(cat $s/subsysnqn)" = "{nqn}" ] || continue
   for c in $s/nvme[0-9]*; do
     [ -e $c/address ] || continue
     ana=$(cat $c/nvme*c*n1/ana_state 2>/dev/null || echo none)
-    echo "$(basename $c)|$(cat $c/address)|$(cat $c/state)|$ana"
+    echo "$(basename $c)|$(cat $c/address)|$(cat $c/state)|$ana|$(cat $c/transport)"
   done
 done"""
     out = []
     for line in lab.sh(host, script).stdout.split():
-        name, address, state, ana = line.split("|")
-        out.append({"name": name, "address": address, "state": state, "ana": ana})
+        name, address, state, ana, transport = line.split("|")
+        out.append({"name": name, "address": address, "state": state, "ana": ana, "transport": transport})
     return out

@@ -157,11 +157,17 @@ def test_replicated_volume_is_one_multipath_device_and_every_replica_holds_the_s
     assert rc != 0 and not host_paths(lab, vol["nqn"]), out
 
     ok(lab, "s1", "volume", "grant", name, "--host", cluster["host"])
-    # connect-all against ONE node (not the primary): referrals lead the host to the others
+    # connect-all against ONE node (not the primary): referrals lead the host to the others. The
+    # 3-replica volume over RDMA (issue 28: RDMA discovery ports carried no referral, and
+    # `connect-all -t rdma` found one path of three).
+    transport = "rdma" if replicas == 3 else "tcp"
     other = next(n for n in nodes if n != vol["primary"])
-    lab.sh("h1", f"nvme connect-all -t tcp -a {lab.addr(other)} -s 8009 {CONNECT_OPTS}", timeout=300)
+    lab.sh("h1", f"nvme connect-all -t {transport} -a {lab.addr(other)} -s 8009 {CONNECT_OPTS}", timeout=300)
     paths, head = _wait_paths(lab, vol["nqn"], replicas)
     assert sorted(p["ana"] for p in paths).count("optimized") == 1
+    assert {p["transport"] for p in paths} == {transport}, paths
+    for vm in nodes:  # one path to every replica's node
+        assert [p for p in paths if f"traddr={lab.addr(vm)}," in p["address"]], (vm, paths)
     dev = f"/dev/{head}"
     job = fio.run(
         lab,
