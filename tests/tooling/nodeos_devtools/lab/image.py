@@ -33,89 +33,13 @@ import nodeos
 from nodeos.errors import EnvironmentProblem, OperationFailed
 from nodeos_devtools.lab import image_spdk
 from nodeos_devtools.lab.image_files import product_files
+from nodeos_devtools.lab.image_recipe import BASE_RECIPE, DISABLED_UNITS, MASKED_UNITS, PACKAGES, TLSHD_CONF
 from nodeos_devtools.lab.image_ssh import HOSTKEY_UNIT, install_sshd
 from nodeos_devtools.lab.image_update import gate_unit_file
 from nodeos_devtools.lab.image_update import install as install_updater
 
 SUITE = "trixie"
 MIRROR = os.environ.get("NODEOS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-
-# Everything the appliance and the lab need, from Debian (nodeos's Python deps too, never pip).
-PACKAGES: tuple[str, ...] = (
-    "linux-image-amd64",
-    "initramfs-tools",
-    "systemd",
-    "systemd-sysv",
-    "systemd-boot-efi",
-    "udev",
-    "dbus",
-    "kmod",
-    "iproute2",
-    "iputils-ping",
-    "procps",
-    "ethtool",
-    "nvme-cli",
-    "rdma-core",
-    "ibverbs-providers",
-    "python3-pyverbs",
-    "lvm2",
-    "thin-provisioning-tools",
-    "mdadm",
-    "fio",
-    "qemu-guest-agent",
-    "python3",
-    "python3-lmdb",
-    "python3-cryptography",
-    "python3-msgpack",
-    "python3-msgspec",
-    "python3-click",
-    "python3-pyroute2",
-    "python3-systemd",
-    "python3-prometheus-client",
-    "python3-zeroconf",  # mDNS advertisement of the discovery controller (nodeos/mdns/)
-    # NVMe/TCP TLS on the kernel target and the kernel host: the handshake is tlshd's (a user
-    # space daemon the kernel hands it to), with the PSKs in the kernel's .nvme keyring.
-    "ktls-utils",
-    "keyutils",
-    # A/B updates (docs/image.md): RAUC + its D-Bus service (`rauc install` talks to it), unsquashfs
-    # (rauc reads a plain bundle with it), systemd-boot (bootctl, bless-boot: boot counting), fsck.vfat.
-    *("rauc", "rauc-service", "squashfs-tools", "systemd-boot", "dosfstools"),
-    *("openssh-server", "systemd-timesyncd"),  # provisioning's SSH keys and NTP servers (image_ssh.py)
-)
-
-# Timers and services an appliance does not want running behind its back (masked in the base).
-MASKED_UNITS: tuple[str, ...] = (
-    "apt-daily.timer",
-    "apt-daily-upgrade.timer",
-    "apt-daily.service",
-    "apt-daily-upgrade.service",
-    "dpkg-db-backup.timer",
-    "e2scrub_all.timer",
-    "e2scrub_reap.service",
-    "fstrim.timer",
-    # md: a check/resync started by a timer is load nobody asked for; arrays are nodeos's to run.
-    "mdcheck_start.timer",
-    "mdcheck_continue.timer",
-    "mdmonitor-oneshot.timer",
-)
-
-TLSHD_CONF = """\
-# nodeos: NVMe/TCP TLS (nodeos/dataplane/kernel/tlskeys.py, docs/operations.md)
-[debug]
-loglevel=0
-tls=0
-nl=0
-
-[authenticate]
-keyrings=.nvme
-
-[authenticate.client]
-
-[authenticate.server]
-"""
-
-# Bumped whenever the base customisation below changes meaning.
-BASE_RECIPE = 8
 
 # A small initramfs: only what finds the root file system on the disks the image boots from
 # (virtio in the lab, NVMe/SATA/SAS/USB on bare metal), plus virtio_net so a lab VM's eth0
@@ -340,6 +264,9 @@ def _customise_base(rootfs: Path) -> None:
             p.unlink()
     for unit in MASKED_UNITS:
         _symlink("/dev/null", etc / "systemd" / "system" / unit)
+    for unit in DISABLED_UNITS:
+        for link in (etc / "systemd" / "system").glob(f"*.wants/{unit}"):
+            link.unlink()
     # tlshd reads NVMe/TCP PSKs from the kernel's .nvme keyring (where nvmet's hosts' keys and
     # `nvme connect --tls` put them); without the link the handshake finds no key and fails.
     (etc / "tlshd.conf").write_text(TLSHD_CONF)

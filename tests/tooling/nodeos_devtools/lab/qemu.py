@@ -101,11 +101,8 @@ LAB_MASKED_UNITS: tuple[str, ...] = (
     "sys-fs-fuse-connections.mount",
     "modprobe@drm.service",
     "systemd-logind.service",
-    # Nobody logs in to a lab VM (root is locked; commands go through the guest agent) and
-    # nothing in it talks D-Bus (systemctl as root uses systemd's private socket): each unit
-    # is a process start that costs seconds under TCG on a busy host.
-    "dbus.service",
-    "dbus.socket",
+    # Nobody logs in to a lab VM (root is locked; commands go through the guest agent): each
+    # unit is a process start that costs seconds under TCG on a busy host.
     "systemd-user-sessions.service",
     "serial-getty@ttyS0.service",
     "dev-hugepages.mount",
@@ -114,6 +111,7 @@ LAB_MASKED_UNITS: tuple[str, ...] = (
     "systemd-hibernate-clear.service",
     "uuidd.socket",
 )
+STORAGE_MASKED_UNITS: tuple[str, ...] = ("dbus.service", "dbus.socket")
 
 
 @dataclass
@@ -148,9 +146,12 @@ def kernel_cmdline(vm: VmSpec, accel: str) -> str:
     ]  # fmt: skip
     parts += [f"systemd.mask={u}" for u in LAB_MASKED_UNITS]
     if vm.role == "host":
-        # GPU nodes run stock Linux, never nodeos.
+        # GPU nodes run stock Linux, never nodeos. D-Bus stays: nvme-stas talks to avahi over it
+        # (nodeos/hostsetup/, tests/lab/test_host_stas.py).
         parts += ["nvme_core.multipath=Y", "systemd.mask=nodeosd.service"]
     else:
+        # Nothing in a storage VM talks D-Bus (systemctl as root uses systemd's private socket).
+        parts += [f"systemd.mask={u}" for u in STORAGE_MASKED_UNITS]
         # Storage VMs keep LVM metadata daemons out of the boot path; nodeos drives LVM itself.
         parts.append("systemd.mask=lvm2-monitor.service")
         # nodeosd's state disk, mounted before local-fs.target (so before nodeosd starts).

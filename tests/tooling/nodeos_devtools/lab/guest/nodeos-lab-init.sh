@@ -72,6 +72,13 @@ if [ "$role" = storage ] && [ -e /usr/bin/nvmf_tgt ] && [ ! -e /etc/nodeos/spdk.
     > /etc/nodeos/spdk.env
   modprobe uio_pci_generic || true  # no vIOMMU in the lab: `drive claim` binds to uio_pci_generic
 fi
+if [ "$role" = host ] && [ -d /etc/stas ]; then
+  # The GPU node's nvme-stas set-up as nodeos ships it (nodeos/hostsetup/): in place, not
+  # started; a test that wants the host to find the cluster by itself starts avahi, stafd, stacd.
+  for f in stafd.conf stacd.conf; do
+    cp /usr/lib/python3/dist-packages/nodeos/hostsetup/$f /etc/stas/$f
+  done
+fi
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 rdma link show rxe0 >/dev/null 2>&1 || rdma link add rxe0 type rxe netdev eth0
 echo "nodeos-lab-init: role=$role ip=$ip hostnqn=$hostnqn rxe0 up"
