@@ -264,9 +264,12 @@ def _customise_base(rootfs: Path) -> None:
             p.unlink()
     for unit in MASKED_UNITS:
         _symlink("/dev/null", etc / "systemd" / "system" / unit)
-    for unit in DISABLED_UNITS:
-        for link in (etc / "systemd" / "system").glob(f"*.wants/{unit}"):
-            link.unlink()
+    # The links point into the image (/usr/lib/...), so they dangle here: test is_symlink, not
+    # exists (a glob for the name does the latter and finds none).
+    for wants in (etc / "systemd" / "system").glob("*.wants"):
+        for unit in DISABLED_UNITS:
+            if (wants / unit).is_symlink():
+                (wants / unit).unlink()
     # tlshd reads NVMe/TCP PSKs from the kernel's .nvme keyring (where nvmet's hosts' keys and
     # `nvme connect --tls` put them); without the link the handshake finds no key and fails.
     (etc / "tlshd.conf").write_text(TLSHD_CONF)

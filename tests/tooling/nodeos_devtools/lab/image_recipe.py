@@ -82,7 +82,7 @@ keyrings=.nvme
 """
 
 # Bumped whenever the base customisation below changes meaning.
-BASE_RECIPE = 9
+BASE_RECIPE = 10
 
 # Installed for the GPU-node VMs, started there only when a test asks (their postinsts enable them).
 DISABLED_UNITS: tuple[str, ...] = (
