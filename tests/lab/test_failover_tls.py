@@ -60,7 +60,9 @@ def tls_host(lab: Lab) -> Iterator[dict[str, Any]]:
         for vm in STORAGE:
             _ensure_running(lab, vm)
         lab.sh(
-            "h1", "pkill -x fio; nvme disconnect-all; keyctl clear %:.nvme 2>/dev/null || true", check=False
+            "h1",
+            "pkill -x fio || true; nvme disconnect-all || true; keyctl clear %:.nvme 2>/dev/null || true",
+            check=False,
         )
         nodeos(lab, "s1", "volume", "delete", NAME, "--force")
         nodeos(lab, "s1", "host", "remove", host)

@@ -32,6 +32,8 @@ SIZE_MIB = 64
 FOLLOW_S = 300
 FIO_RUNTIME_S = 900  # longer than the module's changes; stopped when they are done
 STAS_UNITS = "avahi-daemon.service stafd.service stacd.service"
+# stas masks nvme-cli's autoconnect rule with this while it runs (docs/network.md, "The GPU host").
+STAS_UDEV_RULE = "/run/udev/rules.d/70-nvmf-autoconnect.rules"
 
 
 def _traddr(address: str) -> str:
@@ -111,11 +113,15 @@ def cluster(lab: Lab) -> Iterator[dict[str, Any]]:
         conf = lab.sh("h1", "cat /etc/stas/stafd.conf /etc/stas/stacd.conf").stdout
         assert "zeroconf=enabled" in conf and "kato=5" in conf, conf
         assert not re.search(r"^\s*controller\s*=", conf, re.M), "a storage address is configured on h1"
+        # stas reads the host's identity from here; the lab's must have won over stas's own.
+        assert lab.sh("h1", "cat /etc/nvme/hostnqn").stdout.strip() == host
         lab.sh("h1", f"systemctl start {STAS_UNITS}", timeout=300)
         yield {"host": host, "made": made, "nqns": nqns}
     finally:
-        stop = f"pkill -x fio; systemctl stop {STAS_UNITS}; rm -f /run/udev/rules.d/70-nvmf-autoconnect.rules"
-        lab.sh("h1", stop, timeout=300, check=False)
+        # stas first (it would connect again what is disconnected below), under `sh -e`: no step
+        # may end the clean-up early (a pkill that finds no fio exits 1).
+        stop = f"systemctl stop {STAS_UNITS}; pkill -x fio || true; rm -f {STAS_UDEV_RULE}"
+        lab.sh("h1", stop, timeout=300)
         for nqn in nqns:
             lab.sh("h1", f"nvme disconnect -n {nqn} >/dev/null 2>&1 || true", timeout=120, check=False)
         lab.sh(
