@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from nodeos_devtools.lab import Lab, fio
+from tests.lab.dataplane_helpers import device_of
 from tests.lab.mirror_helpers import host_paths
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
 
@@ -167,12 +168,7 @@ def test_h1_follows_grants_revokes_and_a_re_placed_replica_by_itself_with_fio_ve
     nqn = vol["nqn"]
     nodes = {r["node"] for r in vol["replicas"]}
     _until(f"a live path of stas-a to each of {sorted(nodes)}", lambda: _live_nodes(lab, nqn) >= nodes)
-    dev = lab.sh(
-        "h1",
-        f'for s in /sys/class/nvme-subsystem/*; do [ "$(cat $s/subsysnqn)" = {nqn} ] && '
-        "ls $s | grep -m1 '^nvme[0-9]*n[0-9]*$' || true; done",
-    ).stdout.strip()
-    assert dev, f"no namespace of stas-a on h1: {host_paths(lab, nqn)}"
+    dev = device_of(lab, "h1", nqn, timeout=120).removeprefix("/dev/")
     lab.sh(
         "h1",
         "rm -f /root/fio-stas.json; setsid -f fio --name=stas --filename=/dev/"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from nodeos_devtools.lab import Lab, fio
+from tests.lab.dataplane_helpers import device_of
 from tests.lab.node_helpers import nodeos, ok, wait_daemon
 
 RUN = os.environ.get("NODEOS_BENCH_TLS") == "1"
@@ -68,20 +68,6 @@ def volume(lab: Lab) -> Iterator[dict[str, Any]]:
             nodeos(lab, vm, "pool", "delete", "p")
 
 
-def _device(lab: Lab, nqn: str) -> str:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        dev = lab.sh(
-            "h1",
-            f'for s in /sys/class/nvme-subsystem/*; do [ "$(cat $s/subsysnqn)" = {nqn} ] && '
-            "ls $s | grep -m1 '^nvme[0-9]*n[0-9]*$' || true; done",
-        ).stdout.strip()
-        if dev:
-            return f"/dev/{dev}"
-        time.sleep(2)
-    raise AssertionError(f"no namespace of {nqn} on h1")
-
-
 def _connect(lab: Lab, vol: dict[str, Any], tls: bool) -> str:
     node = str(vol.get("primary") or vol["replicas"][0]["node"])
     port = "4421" if tls else "4420"
@@ -90,7 +76,7 @@ def _connect(lab: Lab, vol: dict[str, Any], tls: bool) -> str:
     assert r.rc == 0, f"connect ({'TLS' if tls else 'plain'}): {r.stdout}{r.stderr}"
     transport = lab.sh("h1", "cat /sys/class/nvme/nvme*/address | grep -c 4421 || true", check=False).stdout
     assert (int(transport.strip() or 0) > 0) == tls, f"connected on the wrong port: {transport}"
-    return _device(lab, vol["nqn"])
+    return device_of(lab, "h1", vol["nqn"], timeout=120)
 
 
 def _figures(job: dict[str, Any]) -> dict[str, float]:
