@@ -168,12 +168,10 @@ def test_h1_follows_grants_revokes_and_a_re_placed_replica_by_itself_with_fio_ve
     nqn = vol["nqn"]
     nodes = {r["node"] for r in vol["replicas"]}
     _until(f"a live path of stas-a to each of {sorted(nodes)}", lambda: _live_nodes(lab, nqn) >= nodes)
-    dev = device_of(lab, "h1", nqn, timeout=120).removeprefix("/dev/")
+    dev = device_of(lab, "h1", nqn, timeout=120)
     lab.sh(
         "h1",
-        "rm -f /root/fio-stas.json; setsid -f fio --name=stas --filename=/dev/"
-        + dev
-        + " --rw=randwrite --bs=4k "
+        f"rm -f /root/fio-stas.json; setsid -f fio --name=stas --filename={dev} --rw=randwrite --bs=4k "
         f"--size={SIZE_MIB // 2}M --direct=1 --ioengine=libaio --thread --iodepth=4 --time_based "
         f"--runtime={FIO_RUNTIME_S} --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_backlog=64 "
         "--output-format=json --output=/root/fio-stas.json </dev/null >/dev/null 2>&1; "
