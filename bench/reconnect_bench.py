@@ -105,8 +105,16 @@ def _first(samples: list[tuple[float, int]], since: float, at_least: int) -> flo
     return None
 
 
+def _clock_offset(lab: Lab, vm: str) -> float:
+    """This host's wall clock minus vm's (a guest's clock under TCG need not agree; the exec's own
+    latency, about a second under load, bounds the error)."""
+    t0 = time.time()
+    guest = float(lab.exec(vm, ["date", "+%s.%N"], timeout=60).stdout)
+    return (t0 + time.time()) / 2 - guest
+
+
 def _linked_at(lab: Lab, vm: str) -> float | None:
-    """The wall clock at which the rebooted node's nodeosd linked its held exports."""
+    """The wall clock (vm's) at which the rebooted node's nodeosd linked its held exports."""
     r = lab.exec(
         vm, ["sh", "-c", "journalctl -b -u nodeosd -o short-unix --no-pager | grep -m1 'held exports linked'"]
     )
@@ -141,6 +149,7 @@ def run(lab: Lab, n_hosts: int = 100, delay: int = 2, node: str = "s1", host: st
             check=True,
         )
         time.sleep(5)
+        skew = _clock_offset(lab, host)  # samples are in h1's clock: moved onto this host's
         off = time.time()
         lab.kill(node)
         lab.start(node, wait=False)
@@ -149,12 +158,15 @@ def run(lab: Lab, n_hosts: int = 100, delay: int = 2, node: str = "s1", host: st
         samples: list[tuple[float, int]] = []
         while time.monotonic() < deadline:
             time.sleep(10)
-            samples = _samples(lab.exec(host, ["cat", "/tmp/reconnect.txt"], timeout=60).stdout)
+            text = lab.exec(host, ["cat", "/tmp/reconnect.txt"], timeout=60).stdout
+            samples = [(t + skew, live) for t, live in _samples(text)]
             if samples and samples[-1][0] > on and samples[-1][1] >= got["ok"]:
                 break
         lab.exec(host, ["touch", "/tmp/reconnect.stop"], timeout=60)
         lab.wait_ready(node)
         linked = _linked_at(lab, node)
+        if linked is not None:
+            linked += _clock_offset(lab, node)
         before = [live for t, live in samples if t < off]
         base = max(before) if before else got["ok"]
         res["live_before"] = base
