@@ -337,6 +337,16 @@ class KernelDataPlane(KernelExports):
         return self.mirrors.block_view(view_id, size_bytes)
 
     def wipe_mirror_member(self, device: str) -> None:
+        # A demoted primary back from a power-off wipes its leg before anything exports it, and
+        # nothing may have activated the LV since the boot (in the lab's storage VMs no LVM
+        # autoactivation ran; anywhere, after a power loss Debian's own thin_check options fail
+        # the pool: lvm.py). The lab saw that demote retried for ever on "leg device ... is
+        # missing". Activated here as an export would; a leg that is really gone still fails.
+        ids = lvm.ids_of_path(device)
+        if ids is not None and not os.path.exists(device):
+            lv = self.lvm.find(*ids)
+            if lv is not None:
+                self._active(ids[0], lv)
         self.mirrors.wipe_member(device)
 
     def set_rebuild_limit(self, kib_per_s: int | None) -> None:

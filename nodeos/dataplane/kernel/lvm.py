@@ -70,6 +70,15 @@ def vol_id_of(lv: str) -> str | None:
     return lv[len(LV_PREFIX) :] if lv.startswith(LV_PREFIX) else None
 
 
+def ids_of_path(device: str) -> tuple[str, str] | None:
+    """(pool_id, vol_id) of one of our LVs' device paths (/dev/<vg>/<lv>), else None."""
+    parts = device.split("/")
+    if len(parts) != 4 or parts[0] or parts[1] != "dev":
+        return None
+    pool_id, vol_id = pool_id_of(parts[2]), vol_id_of(parts[3])
+    return (pool_id, vol_id) if pool_id and vol_id else None
+
+
 # ---- commands (pure) ----------------------------------------------------------------------
 def cmd_pvcreate(devices: Sequence[str]) -> list[str]:
     return ["pvcreate", "-y", *devices]
