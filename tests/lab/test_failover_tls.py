@@ -70,11 +70,14 @@ def tls_host(lab: Lab) -> Iterator[dict[str, Any]]:
             nodeos(lab, vm, "pool", "delete", "p")
 
 
+# docs/operations.md, "Host settings": a path that must outlast a node's reboot never gives up
+# (the first lab run, with test_failover's 60 s, lost the old primary's path 60 s into its boot).
+KEEP_OPTS = CONNECT_OPTS.replace("--ctrl-loss-tmo=60", "--ctrl-loss-tmo=-1")
+
+
 def _tls_connect(lab: Lab, vm: str, nqn: str, tls: bool = True) -> tuple[int, str]:
     port = "4421" if tls else "4420"
-    argv = f"nvme connect -t tcp -a {lab.addr(vm)} -s {port} -n {nqn} {CONNECT_OPTS}" + (
-        " --tls" if tls else ""
-    )
+    argv = f"nvme connect -t tcp -a {lab.addr(vm)} -s {port} -n {nqn} {KEEP_OPTS}" + (" --tls" if tls else "")
     r = lab.sh("h1", argv, timeout=240, check=False)
     return r.rc, r.stdout + r.stderr
 
