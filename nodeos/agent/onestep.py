@@ -7,14 +7,17 @@ does the whole snapshot in one step instead of one phase per agent pass and map 
   before the hold  every replica node is asked whether it is ready (`snapshot.ready`: its map
                    holds the snapshot, its replica is ready); a replica whose map lags waits
                    here, not inside the hold;
+  before the hold  also the freeze's reads and set-up (`prepare_mirror_freeze`), so that the
+                   hold begins with the one change that holds writes;
   hold             the mirror's writes frozen (`freeze_mirror_writes`: in-flight ones complete
                    on every leg, new ones wait), then at once and together: this node's leg
                    snapshotted (the same durable `volume.snapshot` operation the plan runs),
                    every replica node asked to snapshot its own (`snapshot.leg`, over the
-                   authenticated peer path, each call bounded by LEG_TIMEOUT_S), and the mirror
-                   read back (every leg still a member in sync: a leg the mirror dropped missed
-                   acknowledged writes, and its snapshot is no copy of this point);
-  resume           the writes thawed as soon as the last of those answered, whatever it said.
+                   authenticated peer path, each call bounded by LEG_TIMEOUT_S);
+  resume           as soon as the last of those answered, whatever it said: the mirror read back
+                   while still held (every leg still a member in sync: a leg the mirror dropped
+                   missed acknowledged writes, and its snapshot is no copy of this point) and the
+                   writes thawed, together (`read_and_thaw_mirror`: one exchange on SPDK).
 
 Then the map is told: the primary reports the volume `frozen` for the snapshot (a report it only
 ever sends for a point every leg holds), the map goes `taking`, and every node then reports its
@@ -34,6 +37,7 @@ The decisions are pure functions below; OneStep is the shell (data plane calls a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -227,33 +231,40 @@ class OneStep:
                 return Outcome("passes", f"a replica node takes no one-step snapshot ({err.message})")
             return Outcome("failed", f"a replica node is not ready: {err.message}")
         ops = self.agent.node.ops
+        await ops.call("prepare_mirror_freeze", mid)  # the freeze's reads: no write held yet
         t0 = time.monotonic()
         await ops.call("freeze_mirror_writes", mid)
         crash.point("snapshot.freeze:frozen")
         t1 = time.monotonic()
         local = asyncio.ensure_future(self._take_leg(st, snap))
-        status = asyncio.ensure_future(ops.call("mirror_status", mid))
         legs = {n: asyncio.ensure_future(self._ask(transport, n, params)) for n in others}
-        await asyncio.wait([local, status, *legs.values()])
+        await asyncio.wait([local, *legs.values()])
         t2 = time.monotonic()
-        err = status.exception()
-        whole = (
-            f"the mirror's state unknown: {_msg(err)}"
-            if err
-            else mirror_whole(status.result(), len(vol["placement"]))
-        )
-        out = outcome(local.exception(), whole, {n: f.exception() for n, f in legs.items()})
+        errs = {n: f.exception() for n, f in legs.items()}
+        out = outcome(local.exception(), None, errs)
         out.frozen = True
-        if out.kind != "passes":
-            try:
-                await ops.call("thaw_mirror_writes", mid)
-                out.frozen = False
-            except NodeosError as e:  # held on: the freezer's bounds and the map's phases take over
-                LOG.error("snapshot %s: thaw of mirror %s failed: %s", snap["name"], mid, e.message)
+        if out.kind != "passes":  # the passes take over a hold a replica cannot take part in
+            whole, out.frozen = await self._read_and_thaw(mid, snap["name"], len(vol["placement"]))
+            out = dataclasses.replace(outcome(local.exception(), whole, errs), frozen=out.frozen)
         t3 = time.monotonic()
         out.held_s = t3 - t0
         out.parts = {"freeze": t1 - t0, "legs": t2 - t1, "thaw": t3 - t2}
         return out
+
+    async def _read_and_thaw(self, mid: str, name: str, legs: int) -> tuple[str | None, bool]:
+        """The mirror read while the writes are still held, then the thaw: why the mirror cannot
+        vouch for every leg (None: it can), and whether the writes are still held."""
+        ops = self.agent.node.ops
+        try:
+            return mirror_whole(await ops.call("read_and_thaw_mirror", mid), legs), False
+        except NodeosError as err:
+            whole = f"the mirror's state unknown: {_msg(err)}"
+        try:  # the thaw may not have been sent: again (a thaw is idempotent)
+            await ops.call("thaw_mirror_writes", mid)
+            return whole, False
+        except NodeosError as e:  # held on: the freezer's bounds and the map's phases take over
+            LOG.error("snapshot %s: thaw of mirror %s failed: %s", name, mid, e.message)
+            return whole, True
 
     def _not_now(
         self, vol: dict[str, Any], snap: dict[str, Any], others: list[int], transport: Any

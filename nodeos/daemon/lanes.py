@@ -41,8 +41,9 @@ FABRIC_METHODS = frozenset(
     {
         "attach_remote", "detach_remote", "list_remotes", "drop_mirror_leg", "cut_mirror_legs",
         "assemble_mirror", "stop_mirror", "grow_mirror", "mirror_status", "list_mirrors",
-        "rescan_remote", "freeze_mirror_writes", "thaw_mirror_writes", "mirror_writes_frozen",
-        "ensure_view", "remove_view", "block_view", "wipe_mirror_member", "set_rebuild_limit",
+        "rescan_remote", "prepare_mirror_freeze", "freeze_mirror_writes", "thaw_mirror_writes",
+        "read_and_thaw_mirror", "mirror_writes_frozen", "ensure_view", "remove_view", "block_view",
+        "wipe_mirror_member", "set_rebuild_limit",
     }
 )  # fmt: skip
 DEFAULT_DEADLINE_S = 60.0

@@ -47,6 +47,9 @@ class NoMirrors:
     def stop_mirror(self, mirror_id: str) -> None:
         raise self._no_mirrors("mirror_id")
 
+    def prepare_mirror_freeze(self, mirror_id: str) -> None:
+        raise self._no_mirrors("mirror_id")
+
     def freeze_mirror_writes(self, mirror_id: str) -> None:
         raise self._no_mirrors("mirror_id")
 
@@ -60,6 +63,9 @@ class NoMirrors:
         raise self._no_mirrors("size")
 
     def thaw_mirror_writes(self, mirror_id: str) -> None:
+        raise self._no_mirrors("mirror_id")
+
+    def read_and_thaw_mirror(self, mirror_id: str) -> MirrorInfo | None:
         raise self._no_mirrors("mirror_id")
 
     def mirror_writes_frozen(self, mirror_id: str) -> bool:

@@ -266,6 +266,8 @@ def test_mirror_created_exported_and_written_on_both_legs(lab: Lab) -> None:
     # waits (its I/O answered ANA inaccessible, retried), a re-export keeps the freeze, and
     # after the thaw the write completes on both legs.
     assert not dp.mirror_writes_frozen(MID)
+    dp.prepare_mirror_freeze(MID)  # the reads and the freeze group's listeners: nothing held
+    assert not dp.mirror_writes_frozen(MID)
     dp.freeze_mirror_writes(MID)
     dp.freeze_mirror_writes(MID)  # idempotent
     assert dp.mirror_writes_frozen(MID)
@@ -286,6 +288,13 @@ def test_mirror_created_exported_and_written_on_both_legs(lab: Lab) -> None:
     assert writer.wait(timeout=120) == 0
     assert _leg_bytes(lab, lab.primary, "p1", 8) == data
     assert _leg_bytes(lab, lab.replica, "r1", 8) == data
+    # A thaw right after its freeze moves the namespace home without reading it first.
+    dp.prepare_mirror_freeze(MID)
+    dp.freeze_mirror_writes(MID)
+    assert dp.mirror_writes_frozen(MID)
+    dp.thaw_mirror_writes(MID)
+    assert not dp.mirror_writes_frozen(MID)
+    assert dp.export_info(spec.nqn).ana_state == "optimized"  # type: ignore[union-attr]
 
 
 def test_lost_leg_blocks_writes_until_dropped_and_rejoin_rebuilds(lab: Lab) -> None:

@@ -313,11 +313,19 @@ class KernelDataPlane(KernelExports):
         if self.fs.usable() and self.nvmet.has_subsystem(nqn):
             self.nvmet.revalidate(nqn)
 
+    def prepare_mirror_freeze(self, mirror_id: str) -> None:
+        """md's freeze (suspend) reads nothing first."""
+
     def freeze_mirror_writes(self, mirror_id: str) -> None:
         self.mirrors.freeze_writes(mirror_id)
 
     def thaw_mirror_writes(self, mirror_id: str) -> None:
         self.mirrors.thaw_writes(mirror_id)
+
+    def read_and_thaw_mirror(self, mirror_id: str) -> MirrorInfo | None:
+        info = self.mirror_status(mirror_id)
+        self.thaw_mirror_writes(mirror_id)
+        return info
 
     def mirror_writes_frozen(self, mirror_id: str) -> bool:
         return self.mirrors.writes_frozen(mirror_id)

@@ -57,12 +57,18 @@ class SpdkDataPlane(SpdkExports):
         # have restarted, empty (its transports gone with it; a re-export's listeners need them).
         self._transports_checked_on: int | None = None
         self.front_ends: dict[str, str] = {}  # mirror id -> its front end's NQN (spdk/freeze.py)
+        self._prepared: dict[str, tuple[str, int, int, float]] = {}  # freezes prepared (spdk/freeze.py)
+        self._frozen: dict[str, tuple[str, int, int, float]] = {}  # freezes made (spdk/freeze.py)
         self.resync_stats: dict[str, ResyncStat] = {}  # mirror id -> its last leg resync (spdk/resync.py)
         # Each pool's cluster size (an lvstore's never changes): a new lvol's size without a read.
         self._cluster_size: dict[str, int] = {}
         self._discovery_on: tuple[int, set[Listener]] = (-1, set())  # listeners made, per connection
 
     # ---- RPC with clear errors -----------------------------------------------------------
+    @property
+    def nvmf_changes(self) -> int:
+        return self.rpc.nvmf_changes
+
     def call(self, req: rq.Request, timeout: float | None = None) -> Any:
         method, params = req
         try:

@@ -81,6 +81,9 @@ class SpdkRpc:
         self.timeout = timeout
         self._client: _Connection | None = None
         self.connections = 0  # made so far: a new one may reach a restarted (empty) target
+        # Requests sent that may change a subsystem, and connections made (a restarted target):
+        # what a freeze read stays true while this does not move (spdk/freeze.py).
+        self.nvmf_changes = 0
         # One request/reply at a time on the socket: the daemon calls the data plane from its
         # worker and from other threads (the leg watch's list_remotes); interleaved, one thread
         # read the other's reply ("unexpected reply") or found the socket closed under it.
@@ -127,6 +130,9 @@ class SpdkRpc:
         if client is None:
             client = self._client = self._connect()
             self.connections += 1
+            self.nvmf_changes += 1
+        if method.startswith("nvmf_") and "_get_" not in method:
+            self.nvmf_changes += 1
         try:
             return client, client.send(method, params or None)
         except OSError as e:

@@ -86,6 +86,9 @@ class SpdkResync:
     def mirror_status(self, mirror_id: str) -> MirrorInfo | None:
         raise NotImplementedError
 
+    def prepare_mirror_freeze(self, mirror_id: str) -> None:
+        raise NotImplementedError
+
     def freeze_mirror_writes(self, mirror_id: str) -> None:
         raise NotImplementedError
 

@@ -98,7 +98,7 @@ class FakeOps:
         await asyncio.sleep(0)
         if method in self.fail:
             raise OperationFailed(f"{method} failed")
-        return self.mirror if method == "mirror_status" else None
+        return self.mirror if method == "read_and_thaw_mirror" else None
 
     async def run(self, op: str, data: dict[str, Any], prepare: Any) -> None:
         self.log.append(f"{op} local")
@@ -148,8 +148,9 @@ def test_every_leg_is_taken_between_the_freeze_and_the_thaw() -> None:
     out = _take(_agent(st, log, {"snapshot.leg": 0.05}), st)
     assert out.kind == "taken" and not out.frozen, out
     assert log[0] == "snapshot.ready 2"  # the replica's map caught up before the hold
-    freeze, thaw = log.index("freeze_mirror_writes"), log.index("thaw_mirror_writes")
-    for part in ("volume.snapshot local", "snapshot.leg 2", "snapshot.leg 2 answered", "mirror_status"):
+    freeze, thaw = log.index("freeze_mirror_writes"), log.index("read_and_thaw_mirror")
+    assert log.index("prepare_mirror_freeze") == freeze - 1  # the freeze's reads, before the hold
+    for part in ("volume.snapshot local", "snapshot.leg 2", "snapshot.leg 2 answered"):
         assert freeze < log.index(part) < thaw, log  # the slowest leg answered before the thaw
     assert out.held_s > 0.04 and set(out.parts) == {"freeze", "legs", "thaw"}
 
@@ -160,14 +161,16 @@ def test_every_leg_is_taken_between_the_freeze_and_the_thaw() -> None:
         ({"snapshot.leg": PeerUnreachable("no answer within 2.0 s")}, {}, "node 2's leg"),
         ({}, {"fail": {"local"}}, "this node's leg"),
         ({}, {"mirror": _mirror("in_sync", "faulty")}, "1 of 2 legs"),
-        ({}, {"fail": {"mirror_status"}}, "state unknown"),
+        ({}, {"fail": {"read_and_thaw_mirror"}}, "state unknown"),
     ],
 )
 def test_any_failure_in_the_hold_lets_the_writes_go_and_fails_it(answers: Any, kw: Any, why: str) -> None:
     st, log = _st(), []
     out = _take(_agent(st, log, answers, **kw), st)
     assert out.kind == "failed" and why in out.reason and not out.frozen, out
-    assert log[-1] == "thaw_mirror_writes"
+    # the mirror read and the thaw after every leg answered; when that failed, a thaw again
+    want = "thaw_mirror_writes" if "read_and_thaw_mirror" in kw.get("fail", ()) else "read_and_thaw_mirror"
+    assert log[-1] == want and log.count("freeze_mirror_writes") == 1, log
 
 
 def test_nothing_is_held_when_a_replica_is_not_ready_or_behind() -> None:
@@ -196,5 +199,8 @@ def test_a_replica_of_an_older_release_hands_it_to_the_passes_with_nothing_held(
 
 def test_a_thaw_that_fails_leaves_the_writes_held_for_the_freezer() -> None:
     st, log = _st(), []
-    out = _take(_agent(st, log, fail={"thaw_mirror_writes"}), st)
-    assert out.kind == "taken" and out.frozen
+    out = _take(_agent(st, log, fail={"read_and_thaw_mirror", "thaw_mirror_writes"}), st)
+    assert out.kind == "failed" and out.frozen and "state unknown" in out.reason, out
+    st, log = _st(), []  # the read and thaw failed, the thaw again did not: nothing held
+    out = _take(_agent(st, log, fail={"read_and_thaw_mirror"}), st)
+    assert out.kind == "failed" and not out.frozen and log[-1] == "thaw_mirror_writes", out
