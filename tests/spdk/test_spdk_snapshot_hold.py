@@ -36,7 +36,9 @@ pytestmark = [pytest.mark.spdk, pytest.mark.timeout(1800)]
 TRIALS = int(os.environ.get("NODEOS_SNAPSHOT_TRIALS", "3"))
 ATTEMPTS = 5  # snapshots taken until one lands inside a run of the writer
 KNOB = "nodeos/snapshot-hold"
-HELD_NEW = re.compile(r"snapshot (\S+): every leg taken in one step, writes of mirror \S+ held ([0-9.]+) ms")
+HELD_NEW = re.compile(
+    r"snapshot (\S+): every leg taken in one step, writes of mirror \S+ held ([0-9.]+) ms \(([^)]*) ms\)"
+)
 HELD_OLD = re.compile(r"writes of mirror \S+ thawed after ([0-9.]+) s")
 
 
@@ -94,15 +96,16 @@ def _log(n: Node) -> str:
     return (n.root / "nodeosd.log").read_text(errors="replace")
 
 
-def _node_held(primary: Node, before: str, name: str, one_step: bool) -> float:
-    """The primary's freeze -> thaw of the snapshot taken since its log was `before`, in ms."""
+def _node_held(primary: Node, before: str, name: str, one_step: bool) -> tuple[float, str]:
+    """The primary's freeze -> thaw of the snapshot taken since its log was `before`, in ms, and
+    its parts (one step: "freeze F, legs L, thaw T")."""
     deadline = time.monotonic() + 60
     while True:
         new = _log(primary)[len(before) :]
         if one_step:
-            held = [float(ms) for s, ms in HELD_NEW.findall(new) if s == name]
+            held = [(float(ms), parts) for s, ms, parts in HELD_NEW.findall(new) if s == name]
         else:
-            held = [float(s) * 1000 for s in HELD_OLD.findall(new)]
+            held = [(float(s) * 1000, "") for s in HELD_OLD.findall(new)]
         if held:
             return held[-1]
         assert time.monotonic() < deadline, f"no hold of {name} in the log: {new[-3000:]}"
@@ -125,7 +128,8 @@ def _snapshot_under_bdevperf(
     took = time.monotonic() - t0
     res = _bdevperf_result(perf)
     assert snap["state"] == "ready", snap
-    res.update(node_ms=_node_held(primary, before, name, one_step), console_s=took)
+    node_ms, parts = _node_held(primary, before, name, one_step)
+    res.update(node_ms=node_ms, parts=parts, console_s=took)
     n1.ok("volume", "delete", name)
     return res
 
@@ -158,7 +162,7 @@ def test_a_one_step_snapshot_is_one_point_on_every_replica_and_holds_writes_for_
         snap = n1.ok("volume", "snapshot", "v5", name)
         t1 = time.monotonic()
         assert snap["state"] == "ready", snap
-        held = _node_held(primary, before, name, True)
+        held, _ = _node_held(primary, before, name, True)
         legs = _snap_legs(nodes, name, size_mib)
         assert legs[1] == legs[2], "the replicas' snapshots differ: not one point of the write stream"
         run, mib = _point(legs[1], list(writer.runs))
@@ -181,10 +185,11 @@ def test_a_one_step_snapshot_is_one_point_on_every_replica_and_holds_writes_for_
                 nodes, primary, v["nqn"], f"h{i}{'n' if one_step else 'o'}", one_step
             )
             rows.append(("one step" if one_step else "passes", r))
+            parts = f" ({r['parts']} ms)" if r["parts"] else ""
             print(
                 f"{rows[-1][0]:>8}: host longest write {r['max_ms']:.1f} ms (avg {r['avg_ms']:.2f} ms, "
                 f"{r['iops']:.0f} IOPS, fail/s {r['fail_per_s']:.1f}), "
-                f"node freeze->thaw {r['node_ms']:.1f} ms, console {r['console_s']:.2f} s"
+                f"node freeze->thaw {r['node_ms']:.1f} ms{parts}, console {r['console_s']:.2f} s"
             )
     n1.run("cluster", "kv", "delete", KNOB)
     for kind in ("one step", "passes"):
