@@ -146,6 +146,30 @@ def test_tls_required_a_plain_connect_is_refused_and_the_key_connects_and_carrie
         assert nqn not in lab.sh("h1", "cat /sys/class/nvme-subsystem/*/subsysnqn 2>/dev/null || true").stdout
     # The host as docs/operations.md tells an operator: tlshd, the key into .nvme, --tls.
     lab.sh("h1", "systemctl start tlshd && systemctl is-active tlshd", timeout=120)
+    # A wrong key (another one of the same kind, for the same host and volume): the handshake
+    # fails, the connect is refused and no namespace appears.
+    hmac = int(volume["tls_key"].split(":")[1])
+    wrong = lab.exec("h1", ["nvme", "gen-tls-key", f"--hmac={hmac}"], 60, check=True).stdout.strip()
+    assert wrong.startswith("NVMeTLSkey-1:") and wrong != volume["tls_key"], wrong
+    lab.exec(
+        "h1",
+        [
+            "sh",
+            "-ec",
+            f'KEY=$(cat); nvme check-tls-key --keydata="$KEY" --hostnqn={host} --subsysnqn={nqn} --insert',
+        ],
+        120,
+        input=wrong,
+        check=True,
+    )
+    r = lab.exec(
+        "h1",
+        ["nvme", "connect", "-t", "tcp", "-a", addr, "-s", "4421", "-n", nqn, "--tls", *CONNECT_OPTS],
+        180,
+    )
+    assert r.rc != 0, f"a wrong TLS key connected: {r.stdout}"
+    assert nqn not in lab.sh("h1", "cat /sys/class/nvme-subsystem/*/subsysnqn 2>/dev/null || true").stdout
+    lab.sh("h1", "keyctl clear %:.nvme", timeout=60)
     lab.exec(
         "h1",
         [
