@@ -375,12 +375,17 @@ class SpdkDataPlane(SpdkExports):
         self._delete_all(lvs_name(pool_id), internal)
 
     def snapshot_volume(self, pool_id: str, vol_id: str, snap_id: str) -> VolumeInfo:
-        """Taken at once, then read (2 RPCs: a replicated volume's writes are held meanwhile):
-        SPDK refuses a taken name ("File exists") and a missing volume (-19); a retried snapshot
-        finds its name taken and is read and checked."""
+        """One RPC round (a replicated volume's writes are held meanwhile): the volume's read and
+        the snapshot sent together; SPDK answers the read as it takes it, before the snapshot
+        starts, so the snapshot's size is the volume's as read. SPDK refuses a taken name ("File
+        exists") and a missing volume (-19); a retried snapshot finds its name taken and is read
+        and checked."""
         check_id(snap_id, "snap_id")
+        origin = alias(pool_id, vol_id)
+        read, taken = self.rpc.call_many([rq.get_bdevs(origin), rq.lvol_snapshot(origin, snap_id)])
         try:
-            self.call(rq.lvol_snapshot(alias(pool_id, vol_id), snap_id))
+            if isinstance(taken, SpdkRpcError):
+                raise map_error(taken.method, taken.params, taken.code, taken.message)
         except AlreadyExists:
             s = self._require(pool_id, snap_id, "snap_id")
             if (parse.bdev_lvol(s) or {}).get("snapshot"):
@@ -390,7 +395,16 @@ class SpdkDataPlane(SpdkExports):
             ) from None
         except NotFound:
             raise NotFound(f"no volume {vol_id!r} in pool {pool_id!r}", field="vol_id") from None
-        return self._vinfo(pool_id, self._require(pool_id, snap_id, "snap_id"))
+        if isinstance(read, SpdkRpcError) or not read:  # taken, its volume unread: read the snapshot
+            return self._vinfo(pool_id, self._require(pool_id, snap_id, "snap_id"))
+        size = parse.bdev_size(read[0])
+        return VolumeInfo(
+            pool_id=pool_id,
+            vol_id=snap_id,
+            size_bytes=size,
+            kind="snapshot",
+            device=alias(pool_id, snap_id, "snap_id"),
+        )
 
     def clone_snapshot(self, pool_id: str, snap_id: str, new_vol_id: str) -> VolumeInfo:
         c = self._bdev(pool_id, new_vol_id, "new_vol_id")
