@@ -54,6 +54,23 @@ def _tcp_adverts(found: dict[str, Any], addr: str) -> list[dict[str, Any]]:
     return [s for s in found.values() if addr in s["addresses"] and s["txt"].get("p") == "tcp"]
 
 
+def _insert_key(lab: Lab, host: str, nqn: str, key: str, *opts: str) -> None:
+    """The TLS key into h1's .nvme keyring for (host, nqn), as docs/operations.md says (read from
+    stdin: never on a command line)."""
+    lab.exec(
+        "h1",
+        [
+            "sh",
+            "-ec",
+            f'KEY=$(cat); nvme check-tls-key --keydata="$KEY" --hostnqn={host} --subsysnqn={nqn} '
+            f"{' '.join(opts)} --insert",
+        ],
+        120,
+        input=key,
+        check=True,
+    )
+
+
 def _node(vol: dict[str, Any]) -> str:
     return str(vol.get("primary") or vol["replicas"][0]["node"])
 
@@ -151,17 +168,7 @@ def test_tls_required_a_plain_connect_is_refused_and_the_key_connects_and_carrie
     hmac = int(volume["tls_key"].split(":")[1])
     wrong = lab.exec("h1", ["nvme", "gen-tls-key", f"--hmac={hmac}"], 60, check=True).stdout.strip()
     assert wrong.startswith("NVMeTLSkey-1:") and wrong != volume["tls_key"], wrong
-    lab.exec(
-        "h1",
-        [
-            "sh",
-            "-ec",
-            f'KEY=$(cat); nvme check-tls-key --keydata="$KEY" --hostnqn={host} --subsysnqn={nqn} --insert',
-        ],
-        120,
-        input=wrong,
-        check=True,
-    )
+    _insert_key(lab, host, nqn, wrong)
     r = lab.exec(
         "h1",
         ["nvme", "connect", "-t", "tcp", "-a", addr, "-s", "4421", "-n", nqn, "--tls", *CONNECT_OPTS],
@@ -170,17 +177,7 @@ def test_tls_required_a_plain_connect_is_refused_and_the_key_connects_and_carrie
     assert r.rc != 0, f"a wrong TLS key connected: {r.stdout}"
     assert nqn not in lab.sh("h1", "cat /sys/class/nvme-subsystem/*/subsysnqn 2>/dev/null || true").stdout
     lab.sh("h1", "keyctl clear %:.nvme", timeout=60)
-    lab.exec(
-        "h1",
-        [
-            "sh",
-            "-ec",
-            f'KEY=$(cat); nvme check-tls-key --keydata="$KEY" --hostnqn={host} --subsysnqn={nqn} --insert',
-        ],
-        120,
-        input=volume["tls_key"],
-        check=True,
-    )
+    _insert_key(lab, host, nqn, volume["tls_key"])
     r = lab.exec(
         "h1",
         ["nvme", "connect", "-t", "tcp", "-a", addr, "-s", "4421", "-n", nqn, "--tls", *CONNECT_OPTS],
@@ -210,18 +207,7 @@ def test_tls_required_a_plain_connect_is_refused_and_the_key_connects_and_carrie
     # The same key inserted under identity version 1 (`--identity=1`, as some vendors' guides
     # say): the node holds that name too, so the host connects again with it alone.
     lab.sh("h1", "keyctl clear %:.nvme", timeout=60)
-    lab.exec(
-        "h1",
-        [
-            "sh",
-            "-ec",
-            f'KEY=$(cat); nvme check-tls-key --keydata="$KEY" --hostnqn={host} --subsysnqn={nqn} '
-            "--identity=1 --insert",
-        ],
-        120,
-        input=volume["tls_key"],
-        check=True,
-    )
+    _insert_key(lab, host, nqn, volume["tls_key"], "--identity=1")
     assert "NVMe1R01" in lab.sh("h1", "cat /proc/keys").stdout
     r = lab.exec(
         "h1",
