@@ -27,6 +27,7 @@ from typing import Any
 from nodeos.bounded_run import run_bounded
 from nodeos.dataplane.base import MirrorInfo, MirrorSpec
 from nodeos.dataplane.kernel import md_serial, md_super
+from nodeos.dataplane.kernel.holders import PROC, holders_of
 from nodeos.dataplane.kernel.md_commands import (
     CLEAR_KEYWORDS,
     MD_DIR,
@@ -106,8 +107,10 @@ class MdMirrors:
         runner: Callable[..., subprocess.CompletedProcess[str]] = run,
         sleep: Callable[[float], None] = time.sleep,
         node_dir: Path = NODE_DIR,
+        proc_dir: Path = PROC,
     ) -> None:
         self.md_dir = md_dir
+        self.proc_dir = proc_dir
         self.sys_block = sys_block
         self.dev_dir = dev_dir
         self.node_dir = node_dir
@@ -239,7 +242,13 @@ class MdMirrors:
         kname = self._kname(mirror_id)
         if kname is None:
             return
-        self.run(cmd_stop(self._block_node(kname)))
+        try:
+            self.run(cmd_stop(self._block_node(kname)))
+        except OperationFailed as e:
+            held = holders_of(kname, self.sys_block, self.proc_dir) if "busy" in str(e).lower() else []
+            if not held:
+                raise
+            raise OperationFailed(f"{e} (held open by {', '.join(held)})") from e
 
     def grow(self, mirror_id: str, size_bytes: int) -> MirrorInfo:
         """The running array grown to `size_bytes` of data (nothing to do when it is that big)."""
