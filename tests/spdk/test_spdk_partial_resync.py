@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -135,7 +136,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         stop_target(primary, signal.SIGKILL)
 
 
-def _dd(lab: Lab, nqn: str, port: str, *args: str) -> None:
+def _dd(lab: Lab, nqn: str, port: str, *args: str, host: str = H1) -> str:
     cfg = lab.work / f"dd-{port}.json"
     attach = {
         "method": "bdev_nvme_attach_controller",
@@ -146,7 +147,7 @@ def _dd(lab: Lab, nqn: str, port: str, *args: str) -> None:
             "traddr": "127.0.0.1",
             "trsvcid": port,
             "subnqn": nqn,
-            "hostnqn": H1,
+            "hostnqn": host,
         },
     }
     cfg.write_text(json.dumps({"subsystems": [{"subsystem": "bdev", "config": [attach]}]}))
@@ -158,6 +159,7 @@ def _dd(lab: Lab, nqn: str, port: str, *args: str) -> None:
             break
         time.sleep(2)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return r.stdout
 
 
 def _write(lab: Lab, data: bytes, seek_mib: int = 0) -> None:
@@ -207,13 +209,13 @@ def _internal(t: SpdkTarget) -> list[str]:
     )
 
 
-def _wait_in_sync(dp: SpdkDataPlane) -> float:
+def _wait_in_sync(dp: SpdkDataPlane, poll_s: float = 0.1) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < WAIT_S:
         info = dp.mirror_status(MID)
         if info is not None and not info.degraded:
             return time.monotonic() - t0
-        time.sleep(0.1)
+        time.sleep(poll_s)
     raise AssertionError(f"mirror never in sync: {dp.mirror_status(MID)}")
 
 
@@ -369,6 +371,69 @@ def test_a_lost_leg_is_cut_without_tracking_and_comes_back_in_full(lab: Lab) -> 
     assert not dp.resync_stats[MID].partial and info.sync_action == "rebuild"
     _wait_in_sync(dp)
     _check_legs(lab, lab.image, "4")
+
+
+def _full_rebuild_mb_s(lab: Lab, seed: int) -> float:
+    """An outage whose tracking is lost, so the leg comes back by a full copy: its MB/s, from the
+    raid's creation until it reads in sync (polled every 10 ms), bytes as SPDK counted them."""
+    dp = lab.primary.dp
+    _outage(lab, lab.image, seed)
+    dp.call(("bdev_lvol_delete", {"name": "nodeos_p/" + rp.track_name(lab.leg)}))
+    dp.attach_remote(lab.remote())
+    before = _written_to_leg(lab)
+    t0 = time.monotonic()
+    info = dp.assemble_mirror(lab.spec())
+    assert not dp.resync_stats[MID].partial and info.sync_action == "rebuild"
+    _wait_in_sync(dp, poll_s=0.01)
+    took = time.monotonic() - t0
+    copied = _written_to_leg(lab) - before
+    assert copied >= SIZE
+    return copied / took / 1e6
+
+
+def _raw_copy_mb_s(lab: Lab) -> float:
+    """The rebuild's path without the raid: spdk_dd writes the volume's bytes (what the leg holds
+    already: the copy changes nothing) onto the replica's namespace over the same NVMe/TCP
+    listener, as the primary's host NQN, 1 MiB at a time like the raid's copy window; MB/s as
+    spdk_dd measured its copy (its start-up and connect left out)."""
+    src = lab.work / "raw.bin"
+    src.write_bytes(bytes(lab.image))
+    out = _dd(
+        lab,
+        names.replica_nqn(VOL, "2"),
+        lab.replica_port,
+        "--if",
+        str(src),
+        "--ob",
+        "Fn1",
+        "--qd",
+        "1",
+        host=PRIMARY_HOST,
+    )
+    m = re.search(r"\(average (\d+) ([kMG]?)Bps\)", out)
+    assert m, out[-500:]
+    return int(m.group(1)) * 1024 ** "_kMG".index(m.group(2) or "_") / 1e6
+
+
+CAP_MB_S = 40  # the operator's rebuild cap for the capped run (nodes' rebuild_mbps)
+
+
+def test_a_full_rebuild_against_a_raw_copy_and_under_the_operators_cap(lab: Lab) -> None:
+    """Issue 29's rebuild figures, same run, same path: a full copy against a raw copy of the same
+    size (printed: a figure, not a verdict), then a rebuild capped at CAP_MB_S, which must never run
+    faster than the cap plus 10 % (load only slows it), and both legs hold what the host wrote."""
+    dp = lab.primary.dp
+    full = _full_rebuild_mb_s(lab, seed=5)
+    raw = _raw_copy_mb_s(lab)
+    print(f"\nfull rebuild {full:.0f} MB/s vs raw copy {raw:.0f} MB/s: {full / raw:.2f}x ({SIZE // MIB} MiB)")
+    dp.set_rebuild_limit(CAP_MB_S * 1000)  # as the agent passes rebuild_mbps (KiB/s)
+    try:
+        capped = _full_rebuild_mb_s(lab, seed=6)
+    finally:
+        dp.set_rebuild_limit(None)
+    print(f"capped at {CAP_MB_S} MB/s: {capped:.1f} MB/s")
+    assert capped <= CAP_MB_S * 1.1, f"a rebuild capped at {CAP_MB_S} MB/s ran at {capped:.1f} MB/s"
+    _check_legs(lab, lab.image, "5")
 
 
 class _Killed(OperationFailed):
