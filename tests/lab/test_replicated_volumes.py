@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from nodeos.agent.onestep import KNOB, ONE_STEP, PASSES
 from nodeos_devtools.lab import Lab, fio
 from tests.lab.dataplane_helpers import connect, discover
 from tests.lab.mirror_helpers import host_paths
@@ -226,13 +227,32 @@ def _check_freeze_on_the_kernel(lab: Lab, vol: dict[str, Any], nodes: list[str],
 # ~15 min of the lab under TCG: with NODEOS_LAB_FULL=1 (CI's 60 minutes; the kernel data plane's
 # freeze primitive has its own lab check here and the snapshot's decisions are simulated in CI).
 @pytest.mark.skipif(not LAB_FULL, reason=NOT_FULL)
+@pytest.mark.parametrize("hold", [PASSES, ONE_STEP])
 def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_clone_holds_it(
-    lab: Lab, cluster: dict[str, Any]
+    lab: Lab, cluster: dict[str, Any], hold: str
 ) -> None:
     """A 2-replica volume: a known pattern written and flushed, then fio writing elsewhere WHILE
     the snapshot is taken, then the pattern overwritten. The clone (2 replicas, its own md
     array over thin clones of the replica snapshots) holds the same bytes on both nodes and the
-    pattern, seen from the host through its own multipath device."""
+    pattern, seen from the host through its own multipath device. Both ways of holding the
+    writes: the phases of agent passes, and the primary's one step (nodeos/agent/onestep.py),
+    whose journal line must say every leg was taken in one step (its held ms printed)."""
+    ok(lab, "s1", "cluster", "kv", "put", KNOB, hold)
+    try:
+        _snapshot_under_fio(lab, cluster, hold)
+    finally:
+        nodeos(lab, "s1", "cluster", "kv", "delete", KNOB)
+
+
+def _one_step_line(lab: Lab, vm: str, since: str) -> str:
+    """The primary's journal line of the one-step snapshot snap1 (taken or failed), "" if none."""
+    out = lab.sh(
+        vm, f"journalctl -u nodeosd --since '{since}' --no-pager -o cat | grep 'snapshot snap1: ' || true"
+    )
+    return next((ln for ln in out.stdout.splitlines() if "one step" in ln or "one-step" in ln), "")
+
+
+def _snapshot_under_fio(lab: Lab, cluster: dict[str, Any], hold: str) -> None:
     host, pat_mib = cluster["host"], 16
     vol = ok(lab, "s1", "volume", "create", "snapsrc", "--size", f"{SIZE_MIB}MiB", "--replicas", "2")
     cluster["made"].append("snapsrc")
@@ -256,9 +276,16 @@ def test_snapshot_taken_while_fio_writes_is_one_point_on_every_replica_and_its_c
     lab.sh("h1", f"rm -f /root/fio.json; setsid -f {during} </dev/null >/dev/null 2>&1", timeout=60)
     lab.sh("h1", "for i in $(seq 60); do pgrep -x fio && break; sleep 1; done; pgrep -x fio", timeout=90)
 
+    since = lab.sh(vol["primary"], "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
     snap = ok(lab, "s2", "volume", "snapshot", "snapsrc", "snap1", timeout=600)
     cluster["made"].insert(0, "snap1")  # the fixture deletes leftovers in this order
     assert snap["state"] == "ready" and sorted(snap["nodes"]) == sorted(nodes), snap
+    line = _one_step_line(lab, vol["primary"], since)
+    print(f"snapshot hold ({hold}): {line or 'no one-step line in the primary journal'}")
+    if hold == ONE_STEP:
+        assert "every leg taken in one step" in line, line or "the primary did not take the one step"
+    else:
+        assert line == "", line
     assert lab.exec("h1", ["pgrep", "-x", "fio"]).rc == 0, "fio ended before the snapshot was ready"
     shown = ok(lab, "s1", "volume", "show", "snapsrc")
     assert shown["freeze"] is None and shown["snapshots"] == ["snap1"]
