@@ -13,7 +13,7 @@ does the whole snapshot in one step instead of one phase per agent pass and map 
                    on every leg, new ones wait), then at once and together: this node's leg
                    snapshotted (the same durable `volume.snapshot` operation the plan runs),
                    every replica node asked to snapshot its own (`snapshot.leg`, over the
-                   authenticated peer path, each call bounded by LEG_TIMEOUT_S);
+                   authenticated peer path, each call bounded by leg_timeout_s, by its data plane);
   resume           as soon as the last of those answered, whatever it said: the mirror read back
                    while still held (every leg still a member in sync: a leg the mirror dropped
                    missed acknowledged writes, and its snapshot is no copy of this point) and the
@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nodeos.agent.freeze import FREEZE_ABORT_S
 from nodeos.agent.plan import snapshot_step
 from nodeos.dataplane.base import MirrorInfo
 from nodeos.errors import BadInput, NodeosError, NotFound, OperationFailed
@@ -50,7 +51,14 @@ from nodeos.node import crash
 from nodeos.storage.map_common import replica_view
 
 LOG = logging.getLogger("nodeosd.agent")
-LEG_TIMEOUT_S = 2.0  # a replica's leg: one durable operation (two LMDB syncs, one data plane call)
+# How long the primary waits for a replica node's leg inside the hold (it thaws when the bound
+# passes and the snapshot is dropped). An SPDK leg is one durable operation (two LMDB syncs, one
+# lvol snapshot RPC): milliseconds. A kernel leg is an `lvcreate` of a thin snapshot (an LVM
+# metadata commit, a suspend and resume of the origin's dm device): a second or more on a
+# loaded node, so it gets the bound the phases of passes hold writes for (FREEZE_ABORT_S):
+# the one step never holds longer than they may.
+LEG_TIMEOUT_S = 2.0
+LVM_LEG_TIMEOUT_S = FREEZE_ABORT_S
 READY_TIMEOUT_S = 3.0  # a replica's map catching up with the snapshot, before the hold
 KNOB = "nodeos/snapshot-hold"
 PASSES = "passes"
@@ -74,6 +82,13 @@ def out_of_sync(st: dict[str, Any], vol: dict[str, Any]) -> list[int]:
         if replica_view(st, vol, s["node"])["state"]
         not in (("in-sync", "degraded") if s["node"] == vol["primary"] else ("in-sync",))
     ]
+
+
+def leg_timeout_s(st: dict[str, Any], node: int) -> float:
+    """The bound on `node`'s leg inside the hold, by the data plane its latest report names; a
+    node whose data plane the map does not know gets the longer (kernel) bound."""
+    dp = ((st.get("reports") or {}).get(node) or {}).get("dataplane") or {}
+    return LEG_TIMEOUT_S if dp.get("name") == "spdk" else LVM_LEG_TIMEOUT_S
 
 
 def mirror_whole(info: MirrorInfo | None, legs: int) -> str | None:
@@ -237,7 +252,9 @@ class OneStep:
         crash.point("snapshot.freeze:frozen")
         t1 = time.monotonic()
         local = asyncio.ensure_future(self._take_leg(st, snap))
-        legs = {n: asyncio.ensure_future(self._ask(transport, n, params)) for n in others}
+        legs = {
+            n: asyncio.ensure_future(self._ask(transport, n, params, leg_timeout_s(st, n))) for n in others
+        }
         await asyncio.wait([local, *legs.values()])
         t2 = time.monotonic()
         errs = {n: f.exception() for n, f in legs.items()}
@@ -282,5 +299,5 @@ class OneStep:
         return None
 
     @staticmethod
-    async def _ask(transport: Any, node: int, params: dict[str, Any]) -> None:
-        await transport.request(node, "snapshot.leg", params, LEG_TIMEOUT_S)
+    async def _ask(transport: Any, node: int, params: dict[str, Any], timeout_s: float) -> None:
+        await transport.request(node, "snapshot.leg", params, timeout_s)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from nodeos.agent import onestep
+from nodeos.agent.freeze import FREEZE_ABORT_S
 from nodeos.agent.onestep import OneStep, Outcome, leg_wanted, mirror_whole, out_of_sync, outcome
 from nodeos.cluster.errors import PeerUnreachable
 from nodeos.dataplane.base import MirrorInfo, MirrorMember
@@ -110,9 +111,11 @@ class FakeOps:
 class FakeTransport:
     def __init__(self, log: list[str], answers: dict[str, Any]) -> None:
         self.log, self.answers = log, answers
+        self.timeouts: dict[tuple[str, int], float] = {}
 
     async def request(self, to: int, method: str, params: dict[str, Any], timeout: float) -> Any:
         self.log.append(f"{method} {to}")
+        self.timeouts[(method, to)] = timeout
         ans = self.answers.get(method)
         if isinstance(ans, float):
             await asyncio.sleep(ans)  # a slow leg
@@ -153,6 +156,29 @@ def test_every_leg_is_taken_between_the_freeze_and_the_thaw() -> None:
     for part in ("volume.snapshot local", "snapshot.leg 2", "snapshot.leg 2 answered"):
         assert freeze < log.index(part) < thaw, log  # the slowest leg answered before the thaw
     assert out.held_s > 0.04 and set(out.parts) == {"freeze", "legs", "thaw"}
+
+
+@pytest.mark.parametrize(
+    "dataplane, bound",
+    [
+        ("spdk", onestep.LEG_TIMEOUT_S),
+        ("kernel", onestep.LVM_LEG_TIMEOUT_S),
+        (None, onestep.LVM_LEG_TIMEOUT_S),
+    ],
+)
+def test_a_replica_leg_is_waited_for_as_long_as_its_data_plane_takes(
+    dataplane: str | None, bound: float
+) -> None:
+    """An SPDK leg is an RPC (2 s bound); a kernel one an lvcreate, which a 2 s bound failed in the
+    lab: it gets the bound the phases of passes hold writes for. Unknown: the longer."""
+    st, log = _st(), []
+    if dataplane is not None:
+        st["reports"][2]["dataplane"] = {"name": dataplane}
+    agent = _agent(st, log)
+    out = _take(agent, st)
+    assert out.kind == "taken", out
+    assert agent.cluster.transport.timeouts[("snapshot.leg", 2)] == bound
+    assert onestep.LEG_TIMEOUT_S < onestep.LVM_LEG_TIMEOUT_S <= FREEZE_ABORT_S
 
 
 @pytest.mark.parametrize(
