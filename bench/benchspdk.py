@@ -20,12 +20,15 @@ from nodeos.dataplane.spdk.client import SpdkRpc
 GIB = 1 << 30
 
 
-def start_target(bin_dir: Path, work: Path, args: list[str], nice: int = 0) -> subprocess.Popen[bytes]:
-    """nvmf_tgt with `args` on work/spdk.sock (its log in work/nvmf_tgt.log), once it answers."""
+def start_target(
+    bin_dir: Path, work: Path, args: list[str], nice: int = 0, binary: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """nvmf_tgt (or `binary`: nodeos-tgt) with `args` on work/spdk.sock (its log in
+    work/nvmf_tgt.log), once it answers."""
     sock = work / "spdk.sock"
     log = open(work / "nvmf_tgt.log", "ab")  # noqa: SIM115  (the target's whole life)
     proc = subprocess.Popen(
-        [str(bin_dir / "nvmf_tgt"), *args, "-r", str(sock)],
+        [str(binary or bin_dir / "nvmf_tgt"), *args, "-r", str(sock)],
         stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=(lambda: os.nice(nice)) if nice else None,
@@ -49,8 +52,10 @@ def stop_target(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def target(bin_dir: Path, work: Path, args: list[str], nice: int = 0) -> Iterator[subprocess.Popen[bytes]]:
-    proc = start_target(bin_dir, work, args, nice)
+def target(
+    bin_dir: Path, work: Path, args: list[str], nice: int = 0, binary: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = start_target(bin_dir, work, args, nice, binary)
     try:
         yield proc
     finally:

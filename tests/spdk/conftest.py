@@ -1,5 +1,9 @@
 """Fixtures of the SPDK tier (`-m spdk`): a REAL nvmf_tgt from the build NODEOS_SPDK_DIR names.
 
+The target is the one the image carries: nodeos-tgt (native/nodeos-tgt: SPDK's nvmf_tgt with its
+RPC socket answered every 100 us), built against that build's tree by the first test that needs
+it; NODEOS_SPDK_TARGET=nvmf_tgt runs SPDK's own binary instead (what nodeos-tgt replaces).
+
 The target runs without hugepages and without a PCI scan (`--no-huge -s 1024 -u`), its
 drives are sparse files (AIO bdevs, test drives), it listens on loopback TCP. Skipped with
 the reason when NODEOS_SPDK_DIR is unset or holds no bin/nvmf_tgt. See docs/spdk.md.
@@ -14,14 +18,18 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from nodeos.dataplane.select import spdk_answers
 from nodeos.dataplane.spdk.backend import SpdkDataPlane
+from nodeos_devtools import native_tgt
 
 START_TIMEOUT_S = 60.0
+TARGET_ENV = "NODEOS_SPDK_TARGET"
+TARGETS = ("nodeos-tgt", "nvmf_tgt")
 
 
 def spdk_dir() -> Path:
@@ -40,6 +48,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@cache
+def target_binary(bin_dir: Path) -> Path:
+    """The target binary the tests run: nodeos-tgt (built here against the build's tree), or
+    SPDK's own nvmf_tgt when NODEOS_SPDK_TARGET says so."""
+    choice = os.environ.get(TARGET_ENV, "").strip() or TARGETS[0]
+    if choice not in TARGETS:
+        raise pytest.UsageError(f"{TARGET_ENV}={choice}: allowed values: {', '.join(TARGETS)}")
+    if choice == "nvmf_tgt":
+        return bin_dir / "nvmf_tgt"
+    tree = native_tgt.spdk_tree(bin_dir / "nvmf_tgt")
+    if tree is None:
+        pytest.fail(
+            f"{bin_dir}/nvmf_tgt is not in an SPDK tree (no mk/spdk.common.mk above it): nodeos-tgt "
+            f"cannot be built; {TARGET_ENV}=nvmf_tgt tests SPDK's own target"
+        )
+    return native_tgt.build(tree)
 
 
 @dataclass
@@ -70,13 +96,15 @@ def start_target(
     extra_args: tuple[str, ...] = (),
     nice: int = 0,
     discovery_svcid: str | None = "8009",
+    binary: Path | None = None,
 ) -> SpdkTarget:
-    """A REAL nvmf_tgt on its own RPC socket in `work` (no hugepages, no PCI scan, one core)."""
+    """A REAL target (`binary`, else target_binary's) on its own RPC socket in `work` (no
+    hugepages, no PCI scan, one core)."""
     work.mkdir(parents=True, exist_ok=True)
     sock = work / "spdk.sock"
     log = work / "nvmf_tgt.log"
     cmd = [
-        str(bin_dir / "nvmf_tgt"),
+        str(binary or target_binary(bin_dir)),
         "-u",
         "--no-huge",
         "-s",

@@ -8,6 +8,7 @@ mode, without hugepages or a PCI scan, for a few seconds.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -63,16 +64,32 @@ def test_dpdk_is_linked_in_and_libaio_is_carried(build: image_spdk.SpdkBuild, ca
     assert (carried / "lib" / "libaio.so.1").is_file()
 
 
-def test_the_carried_target_resolves_its_libraries_through_its_rpath(carried: Path) -> None:
-    out = subprocess.run(["ldd", str(carried / "bin" / "nvmf_tgt")], capture_output=True, text=True).stdout
+def test_the_image_carries_nodeos_tgt(build: image_spdk.SpdkBuild, carried: Path) -> None:
+    """The build's tree is at hand: the target carried is nodeos-tgt, built against it."""
+    assert build.target.name == "nodeos-tgt", build.target
+    assert (carried / "bin" / "nodeos-tgt").is_file()
+    assert json.loads((carried / "BUILD.json").read_text())["spdk"]["target"] == "nodeos-tgt"
+
+
+def test_the_carried_target_resolves_its_libraries_through_its_rpath(
+    build: image_spdk.SpdkBuild, carried: Path
+) -> None:
+    out = subprocess.run(
+        ["ldd", str(carried / "bin" / build.target.name)], capture_output=True, text=True
+    ).stdout
     for soname, path in image_spdk.parse_ldd(out):
         if soname not in image_spdk.GLIBC:
             assert path.resolve().parent == (carried / "lib").resolve(), (soname, path)
 
 
-def test_the_carried_target_starts_and_answers(carried: Path, tmp_path: Path) -> None:
+def test_the_carried_target_starts_and_answers(
+    build: image_spdk.SpdkBuild, carried: Path, tmp_path: Path
+) -> None:
     need_root()
-    t = start_target(carried / "bin", tmp_path / "t", ("--interrupt-mode",), nice=19, discovery_svcid=None)
+    binary = carried / "bin" / build.target.name
+    t = start_target(
+        carried / "bin", tmp_path / "t", ("--interrupt-mode",), nice=19, discovery_svcid=None, binary=binary
+    )
     try:
         assert t.dp.call(("spdk_get_version", {}))["version"].startswith("SPDK v26.05")
     finally:
@@ -116,11 +133,13 @@ def loader(base: Path, binary: Path, *args: str) -> list[str]:
     return [str(base / "usr/lib64/ld-linux-x86-64.so.2"), "--library-path", libs, *args, str(binary)]
 
 
-def test_with_debian13s_own_libraries_every_library_resolves(on_debian13: tuple[Path, Path]) -> None:
+def test_with_debian13s_own_libraries_every_library_resolves(
+    build: image_spdk.SpdkBuild, on_debian13: tuple[Path, Path]
+) -> None:
     """Nothing may come from this (Debian 12) host."""
     base, carried = on_debian13
     proc = subprocess.run(
-        loader(base, carried / "bin" / "nvmf_tgt", "--list"), capture_output=True, text=True
+        loader(base, carried / "bin" / build.target.name, "--list"), capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
     resolved = image_spdk.parse_ldd(proc.stdout)
@@ -131,16 +150,18 @@ def test_with_debian13s_own_libraries_every_library_resolves(on_debian13: tuple[
 
 
 def test_with_debian13s_own_libraries_the_target_starts_and_answers(
-    on_debian13: tuple[Path, Path], tmp_path: Path
+    build: image_spdk.SpdkBuild, on_debian13: tuple[Path, Path], tmp_path: Path
 ) -> None:
     need_root()
     base, carried = on_debian13
-    wrapper = tmp_path / "bin" / "nvmf_tgt"  # start_target runs BIN_DIR/nvmf_tgt
+    wrapper = tmp_path / "bin" / "target"
     wrapper.parent.mkdir()
-    cmd = " ".join(loader(base, carried / "bin" / "nvmf_tgt"))
+    cmd = " ".join(loader(base, carried / "bin" / build.target.name))
     wrapper.write_text(f'#!/bin/sh\nexec {cmd} "$@"\n')
     wrapper.chmod(0o755)
-    t = start_target(wrapper.parent, tmp_path / "t", ("--interrupt-mode",), nice=19, discovery_svcid=None)
+    t = start_target(
+        wrapper.parent, tmp_path / "t", ("--interrupt-mode",), nice=19, discovery_svcid=None, binary=wrapper
+    )
     try:
         assert t.dp.call(("spdk_get_version", {}))["version"].startswith("SPDK v26.05")
     finally:

@@ -179,6 +179,7 @@ def test_install_lays_out_what_the_unit_and_nodeosd_expect(
     assert rec == json.loads((spdk / "BUILD.json").read_text())
     assert rec["dataplane"] == "spdk"
     assert rec["spdk"] == {
+        "target": "nvmf_tgt",  # an install without its tree (fake_build): SPDK's own, said
         "version": "v26.05",
         "source": str(tmp_path / "dist"),
         "identity": b.identity(),
@@ -186,7 +187,8 @@ def test_install_lays_out_what_the_unit_and_nodeosd_expect(
         "bundled_libs": ["libaio.so.1"],
     }
     assert image_spdk.describe(rec) == f"spdk (v26.05 from {tmp_path / 'dist'})"
-    assert lines[-1].startswith(f"data plane: spdk (v26.05 from {tmp_path / 'dist'})")
+    assert lines[-1].startswith(f"data plane: spdk (v26.05 from {tmp_path / 'dist'}): nvmf_tgt in")
+    assert any(ln.startswith("WARNING:") and "every 4 ms" in ln for ln in lines)
     shutil.rmtree(spdk)
     image_spdk.install(root, b, lines.append)  # again over the same tree: no error, same layout
     assert (spdk / "bin/nvmf_tgt").exists()
@@ -199,3 +201,34 @@ def test_a_native_build_is_warned_about(tmp_path: Path, monkeypatch: pytest.Monk
     lines: list[str] = []
     image_spdk.install(make_rootfs(tmp_path), b, lines.append)
     assert any("SIGILL" in line and "x86-64-v2" in line for line in lines)
+
+
+def test_with_the_build_tree_at_hand_the_image_carries_nodeos_tgt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NODEOS_SPDK_DIR inside the SPDK tree the build was made in: nodeos-tgt is built against it
+    and carried as the target (/usr/bin/nvmf_tgt, what the unit runs, names it), no warning."""
+    tree = tmp_path / "spdk"
+    for d in ("build/bin", "build/lib", "mk"):
+        (tree / d).mkdir(parents=True)
+    (tree / "mk" / "spdk.common.mk").write_text("")
+    (tree / "mk" / "config.mk").write_text("CONFIG_ARCH?=x86-64-v2\n")
+    shutil.copyfile("/bin/true", tree / "build/bin/nvmf_tgt")  # something ldd can read
+    ours = tmp_path / "native" / "nodeos-tgt"
+    ours.parent.mkdir()
+    shutil.copyfile("/bin/true", ours)
+    built: list[Path] = []
+    monkeypatch.setattr(image_spdk.native_tgt, "build", lambda t: built.append(t) or ours)
+    b = image_spdk.spdk_build({"NODEOS_SPDK_DIR": str(tree / "build")})
+    assert b is not None and built == [tree]
+    assert b.target == ours and b.arch == "x86-64-v2"  # the CPU target is the tree's
+    root = make_rootfs(tmp_path)
+    monkeypatch.setattr(image_spdk, "_run", lambda argv: None)
+    monkeypatch.setattr(image_spdk, "needed_of", needed)
+    lines: list[str] = []
+    rec = image_spdk.install(root, b, lines.append)
+    assert (root / "usr/lib/nodeos/spdk/bin/nodeos-tgt").read_bytes() == ours.read_bytes()
+    assert (root / "usr/bin/nvmf_tgt").readlink() == Path("/usr/lib/nodeos/spdk/bin/nodeos-tgt")
+    assert rec["spdk"]["target"] == "nodeos-tgt"  # type: ignore[index]
+    assert not any(ln.startswith("WARNING:") for ln in lines), lines
+    assert "nodeos-tgt in /usr/lib/nodeos/spdk" in lines[-1]

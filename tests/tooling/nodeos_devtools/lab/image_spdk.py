@@ -1,9 +1,12 @@
 """SPDK in the image: with `NODEOS_SPDK_DIR` (an operator's local SPDK build) the nodeos layer
-carries `nvmf_tgt`, the shared libraries it needs that Debian 13 lacks, and its unit; without it
-the image is exactly the kernel-data-plane image (docs/image.md, "SPDK in the image").
+carries its NVMe-oF target, the shared libraries it needs that Debian 13 lacks, and its unit;
+without it the image is exactly the kernel-data-plane image (docs/image.md, "SPDK in the image").
+The target is nodeos-tgt (native/nodeos-tgt: SPDK's nvmf_tgt with its RPC socket answered every
+100 us, not every 4 ms), built against the build's tree; SPDK's own nvmf_tgt when the directory
+is an install without its tree (said as the image is built).
 
 Layout in the image:
-  /usr/lib/nodeos/spdk/bin/nvmf_tgt   the build's binary, RPATH $ORIGIN/../lib and
+  /usr/lib/nodeos/spdk/bin/nodeos-tgt the target (or bin/nvmf_tgt), RPATH $ORIGIN/../lib and
                                       /usr/lib/nodeos/spdk/lib (patchelf)
   /usr/lib/nodeos/spdk/lib/           sonames the image's Debian lacks (from the build host)
   /usr/lib/nodeos/spdk/BUILD.json     version, source, identity, CPU target, bundled libraries
@@ -30,12 +33,13 @@ from pathlib import Path
 
 import nodeos
 from nodeos.errors import EnvironmentProblem, OperationFailed
+from nodeos_devtools import native_tgt
 
 ENV = "NODEOS_SPDK_DIR"
 IMAGE_DIR = "usr/lib/nodeos/spdk"
 UNIT = "nodeos-spdk.service"
 UNIT_FILE = Path(nodeos.__file__).resolve().parent.parent / "systemd" / UNIT
-RECIPE = 3  # bumped when what is installed below changes meaning
+RECIPE = 4  # bumped when what is installed below changes meaning
 RPATH = f"$ORIGIN/../lib:/{IMAGE_DIR}/lib"
 RECORD = "dataplane.json"
 OPENSSL_CNF = "usr/lib/ssl/openssl.cnf"  # Debian's OPENSSLDIR (the `openssl` package's link to /etc/ssl)
@@ -57,7 +61,7 @@ class SpdkBuild:
     """An operator's SPDK build, as the image build sees it."""
 
     source: Path  # NODEOS_SPDK_DIR
-    target: Path  # nvmf_tgt, symlinks resolved
+    target: Path  # nodeos-tgt built against its tree, else its nvmf_tgt (symlinks resolved)
     version: str  # from the binary's version string (what spdk_get_version answers)
     arch: str  # the CPU target it was configured for (mk/config.mk CONFIG_ARCH), "" if unknown
     libs: tuple[tuple[str, Path], ...]  # every shared library it loads: (soname, build-host path)
@@ -113,12 +117,14 @@ def spdk_build(env: Mapping[str, str] = os.environ) -> SpdkBuild | None:
         raise EnvironmentProblem(
             f"{ENV}={d}: no bin/nvmf_tgt there (an SPDK build directory with bin/, lib/: docs/image.md)"
         )
-    target = found.resolve()
+    nvmf_tgt = found.resolve()
+    tree = native_tgt.spdk_tree(nvmf_tgt)
+    target = native_tgt.build(tree) if tree is not None else nvmf_tgt
     proc = subprocess.run(["ldd", str(target)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise EnvironmentProblem(f"ldd {target} failed: {proc.stderr.strip() or proc.stdout.strip()}")
     libs = tuple(parse_ldd(proc.stdout))
-    return SpdkBuild(src, target, version_of(target.read_bytes()), arch_of(target), libs)
+    return SpdkBuild(src, target, version_of(target.read_bytes()), arch_of(nvmf_tgt), libs)
 
 
 def key_part(build: SpdkBuild | None, unit: Path = UNIT_FILE) -> bytes:
@@ -169,6 +175,7 @@ def record(build: SpdkBuild | None, bundled: Iterable[str] = ()) -> dict[str, ob
     return {
         "dataplane": "spdk",
         "spdk": {
+            "target": build.target.name,
             "version": build.version,
             "source": str(build.source),
             "identity": build.identity(),
@@ -217,7 +224,7 @@ def install(
     shutil.rmtree(dst, ignore_errors=True)
     (dst / "bin").mkdir(parents=True)
     (dst / "lib").mkdir()
-    binary = dst / "bin" / "nvmf_tgt"
+    binary = dst / "bin" / build.target.name
     shutil.copyfile(build.target, binary)
     binary.chmod(0o755)
     bundled = to_bundle(build.target, build.libs, lambda s: rootfs_has(rootfs, s), needed_of)
@@ -236,7 +243,7 @@ def install(
     link = rootfs / "usr" / "bin" / "nvmf_tgt"
     if link.is_symlink() or link.exists():
         link.unlink()
-    link.symlink_to(f"/{IMAGE_DIR}/bin/nvmf_tgt")
+    link.symlink_to(f"/{IMAGE_DIR}/bin/{build.target.name}")
     setup = rootfs / "usr" / "bin" / "nodeos-spdk-setup"
     main = "from nodeos.dataplane.spdk.target_setup import main"
     setup.write_text(f"#!/usr/bin/python3\nimport sys\n{main}\nsys.exit(main())\n")
@@ -251,8 +258,14 @@ def install(
     (dst / "BUILD.json").write_text(json.dumps(rec, indent=2) + "\n")
     # Every library resolves inside the image (Debian 13's own plus the bundled): -h exits 0.
     _run(["chroot", str(rootfs), "/usr/bin/nvmf_tgt", "-h"])
+    if build.target.name == "nvmf_tgt":
+        progress(
+            f"WARNING: {build.source} is not an SPDK tree: the image carries SPDK's own nvmf_tgt, whose RPC "
+            "socket is answered every 4 ms (snapshots hold writes longer; nodeos-tgt: docs/spdk.md)"
+        )
+    carried = ", ".join(s for s, _ in bundled) or "none"
     progress(
-        f"data plane: {build.describe()}: nvmf_tgt in /{IMAGE_DIR} (CPU target {build.arch or 'unknown'}; "
-        f"bundled from the build host: {', '.join(s for s, _ in bundled) or 'none'})"
+        f"data plane: {build.describe()}: {build.target.name} in /{IMAGE_DIR} (CPU target "
+        f"{build.arch or 'unknown'}; bundled from the build host: {carried})"
     )
     return rec
