@@ -320,9 +320,12 @@ class Agent(Reporting):
                 self.freezer.froze(act.vol_uuid, snap, now)
             else:  # writes flow again: the abort's 10 s give the map its phases from now on
                 self.freezer.took(act.vol_uuid, snap, time.monotonic())
+            by_time = sorted(out.legs_s.items(), key=lambda kv: kv[1])
+            legs = ", ".join(f"{k} {v * 1000:.1f}" for k, v in by_time)
             LOG.info(
-                "snapshot %s: every leg taken in one step, writes of mirror %s held %.1f ms (%s ms)",
-                name, mid, out.held_s * 1000, parts,
+                "snapshot %s: every leg taken in one step, writes of mirror %s held %.1f ms (%s ms); "
+                "legs answered after the freeze: %s ms",
+                name, mid, out.held_s * 1000, parts, legs,
             )  # fmt: skip
             return True
         # Failed: the writes go on (thawed at once); the map drops the snapshot, by the abort

@@ -145,6 +145,7 @@ class Outcome:
     held_s: float = 0.0  # freeze called -> thaw returned
     frozen: bool = False  # the writes are still held (passes; or a thaw that failed)
     parts: dict[str, float] = field(default_factory=dict)  # seconds per part of the hold
+    legs_s: dict[str, float] = field(default_factory=dict)  # each leg's answer, after the freeze
 
 
 def outcome(local: BaseException | None, whole: str | None, legs: dict[int, BaseException | None]) -> Outcome:
@@ -255,6 +256,9 @@ class OneStep:
         legs = {
             n: asyncio.ensure_future(self._ask(transport, n, params, leg_timeout_s(st, n))) for n in others
         }
+        answered: dict[str, float] = {}  # where a hold's time goes: which leg answered when
+        for who, f in (("here", local), *((f"node {n}", f) for n, f in legs.items())):
+            f.add_done_callback(lambda _, who=who: answered.setdefault(who, time.monotonic() - t1))
         await asyncio.wait([local, *legs.values()])
         t2 = time.monotonic()
         errs = {n: f.exception() for n, f in legs.items()}
@@ -266,6 +270,7 @@ class OneStep:
         t3 = time.monotonic()
         out.held_s = t3 - t0
         out.parts = {"freeze": t1 - t0, "legs": t2 - t1, "thaw": t3 - t2}
+        out.legs_s = answered
         return out
 
     async def _read_and_thaw(self, mid: str, name: str, legs: int) -> tuple[str | None, bool]:
