@@ -156,6 +156,7 @@ def test_every_leg_is_taken_between_the_freeze_and_the_thaw() -> None:
     for part in ("volume.snapshot local", "snapshot.leg 2", "snapshot.leg 2 answered"):
         assert freeze < log.index(part) < thaw, log  # the slowest leg answered before the thaw
     assert out.held_s > 0.04 and set(out.parts) == {"freeze", "legs", "thaw"}
+    assert log.index("snapshot.leg 2") < log.index("volume.snapshot local")  # asked before our intent
     assert set(out.legs_s) == {"here", "node 2"}  # when each leg answered: where the hold went
     assert out.legs_s["node 2"] >= 0.05 > out.legs_s["here"]  # the replica's leg took 50 ms here
 
