@@ -277,7 +277,11 @@ def _snapshot_under_fio(lab: Lab, cluster: dict[str, Any], hold: str) -> None:
     lab.sh("h1", "for i in $(seq 60); do pgrep -x fio && break; sleep 1; done; pgrep -x fio", timeout=90)
 
     since = lab.sh(vol["primary"], "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
-    snap = ok(lab, "s2", "volume", "snapshot", "snapsrc", "snap1", timeout=600)
+    rc, snap = nodeos(lab, "s2", "volume", "snapshot", "snapsrc", "snap1", timeout=600)
+    if rc != 0:  # the primary's journal says why (the console only that it was rolled back)
+        journal = f"journalctl -u nodeosd --since '{since}' --no-pager -o cat"
+        why = lab.sh(vol["primary"], f"{journal} | grep -i 'snap1\\|frozen\\|thaw' || true").stdout
+        pytest.fail(f"nodeos volume snapshot -> {rc}: {snap}\nthe primary's journal:\n{why[-4000:]}")
     cluster["made"].insert(0, "snap1")  # the fixture deletes leftovers in this order
     assert snap["state"] == "ready" and sorted(snap["nodes"]) == sorted(nodes), snap
     line = _one_step_line(lab, vol["primary"], since)
