@@ -259,7 +259,13 @@ class Agent(Reporting):
         for act in freeze.decide(freeze.wanted(st, me, vrecs), fz.held, fz.found_frozen, fz.expired, now):
             mid = mirror_id_for(act.vol_uuid)
             if act.kind == "abort":
-                aborts.append((str(act.snap), f"the writes were held for {freeze.FREEZE_ABORT_S:.0f} s"))
+                h = fz.held.get(act.vol_uuid)
+                why = (
+                    f"not settled by the map {freeze.TAKEN_ABORT_S:.0f} s after its one step"
+                    if h is not None and h.thawed
+                    else f"the writes were held for {freeze.FREEZE_ABORT_S:.0f} s"
+                )
+                aborts.append((str(act.snap), why))
                 continue
             try:
                 if act.kind == "freeze":
@@ -318,7 +324,7 @@ class Agent(Reporting):
         if out.kind == "taken":
             if out.frozen:  # the thaw failed: held on, thawed once the map no longer wants it
                 self.freezer.froze(act.vol_uuid, snap, now)
-            else:  # writes flow again: the abort's 10 s give the map its phases from now on
+            else:  # writes flow again: the map gets TAKEN_ABORT_S for its phases from now on
                 self.freezer.took(act.vol_uuid, snap, time.monotonic())
             by_time = sorted(out.legs_s.items(), key=lambda kv: kv[1])
             legs = ", ".join(f"{k} {v * 1000:.1f}" for k, v in by_time)

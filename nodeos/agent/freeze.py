@@ -21,6 +21,12 @@ from typing import Any, Literal
 
 FREEZE_ABORT_S = 10.0
 FREEZE_HARD_S = 30.0
+# After a one-step snapshot (every leg taken, the writes let go) the map still settles it by
+# reports, an agent pass or more per node; no write waits for that, only the console (300 s).
+# A node that never reports its leg is given up after this; under TCG the lab's passes took
+# 26 s, and the 10 s meant for held writes dropped snapshots every leg of which was taken.
+TAKEN_ABORT_S = 60.0
+TAKEN_HARD_S = TAKEN_ABORT_S + (FREEZE_HARD_S - FREEZE_ABORT_S)
 FREEZE_POLL_S = 0.5  # agent passes while something is frozen (the bounds above are checked then)
 
 ActionKind = Literal["freeze", "thaw", "abort", "expire"]
@@ -74,9 +80,9 @@ def decide(
             acts.append(Action("freeze", vol, snap) if snap and snap not in expired else Action("thaw", vol))
         elif snap != h.snap:
             acts.append(Action("thaw", vol, h.snap))
-        elif now - h.since >= FREEZE_HARD_S:
+        elif now - h.since >= (TAKEN_HARD_S if h.thawed else FREEZE_HARD_S):
             acts.append(Action("expire", vol, h.snap))
-        elif now - h.since >= FREEZE_ABORT_S:
+        elif now - h.since >= (TAKEN_ABORT_S if h.thawed else FREEZE_ABORT_S):
             acts.append(Action("abort", vol, h.snap))
     for vol, snap in sorted(want.items()):
         if vol not in held and vol not in found_frozen and snap not in expired:
