@@ -14,10 +14,17 @@ does the whole snapshot in one step instead of one phase per agent pass and map 
                    snapshotted (the same durable `volume.snapshot` operation the plan runs),
                    every replica node asked to snapshot its own (`snapshot.leg`, over the
                    authenticated peer path, each call bounded by leg_timeout_s, by its data plane);
-  resume           as soon as the last of those answered, whatever it said: the mirror read back
+  resume           as soon as the last of those answered (each as soon as its lvol snapshot was
+                   made; its record's final commit follows), whatever it said: the mirror read back
                    while still held (every leg still a member in sync: a leg the mirror dropped
                    missed acknowledged writes, and its snapshot is no copy of this point) and the
                    writes thawed, together (`read_and_thaw_mirror`: one exchange on SPDK).
+
+Then every leg's record: each node's `volume.snapshot` commits its final state after it answered
+(an LMDB sync, milliseconds, not inside the hold); the primary waits for its own and asks each
+replica node (`snapshot.settled`) before it tells the map anything. A replica restarted in between
+undid its leg (the operation recovers backward): it answers that its leg is not there and the
+snapshot fails as below, never reported with a leg missing.
 
 Then the map is told: the primary reports the volume `frozen` for the snapshot (a report it only
 ever sends for a point every leg holds), the map goes `taking`, and every node then reports its
@@ -60,6 +67,8 @@ LOG = logging.getLogger("nodeosd.agent")
 LEG_TIMEOUT_S = 2.0
 LVM_LEG_TIMEOUT_S = FREEZE_ABORT_S
 READY_TIMEOUT_S = 3.0  # a replica's map catching up with the snapshot, before the hold
+SETTLE_TIMEOUT_S = 5.0  # a leg's record committed after the thaw (an LMDB sync: milliseconds)
+SETTLING_KEPT_S = 60.0  # how long a replica keeps a leg's settling for the primary's question
 KNOB = "nodeos/snapshot-hold"
 PASSES = "passes"
 ONE_STEP = "one-step"
@@ -146,6 +155,7 @@ class Outcome:
     frozen: bool = False  # the writes are still held (passes; or a thaw that failed)
     parts: dict[str, float] = field(default_factory=dict)  # seconds per part of the hold
     legs_s: dict[str, float] = field(default_factory=dict)  # each leg's answer, after the freeze
+    settled_s: float = 0.0  # thaw -> every leg's record committed (writes flowing meanwhile)
 
 
 def outcome(local: BaseException | None, whole: str | None, legs: dict[int, BaseException | None]) -> Outcome:
@@ -164,6 +174,18 @@ def outcome(local: BaseException | None, whole: str | None, legs: dict[int, Base
     return Outcome("taken")
 
 
+def unsettled(local: BaseException | None, legs: dict[int, BaseException | None]) -> str | None:
+    """Why the legs' records do not all hold their legs (None: they do). A replica of an older
+    release knows no `snapshot.settled`: it answered its leg after its record's commit."""
+    errors = [f"this node's leg record: {_msg(local)}"] if local is not None else []
+    errors += [
+        f"node {n}'s leg record: {_msg(e)}"
+        for n, e in sorted(legs.items())
+        if e is not None and not (isinstance(e, BadInput) and e.field == "method")
+    ]
+    return "; ".join(errors) or None
+
+
 def _msg(e: BaseException) -> str:
     return e.message if isinstance(e, NodeosError) else f"{type(e).__name__}: {e}"
 
@@ -172,6 +194,8 @@ def _msg(e: BaseException) -> str:
 class OneStep:
     def __init__(self, agent: Any) -> None:
         self.agent = agent
+        # Replica side: the final commits of legs answered, by snapshot uuid, for snapshot.settled.
+        self.settling: dict[str, asyncio.Task[None]] = {}
 
     def start(self) -> None:
         handlers = getattr(self.agent.cluster, "peer_handlers", None)
@@ -204,19 +228,48 @@ class OneStep:
                 if left <= 0:
                     raise err
                 await asyncio.sleep(min(left, 0.01))  # map_changed is the agent's to clear
+        if method == "snapshot.settled":
+            return await self._settled(d.map.state, params)
         if method != "snapshot.leg":
             raise BadInput(f"unknown peer method {method!r}", field="method")
         snap = leg_wanted(d.map.state, d.id, frm, params)
-        await self._take_leg(d.map.state, snap)
-        return {"snap": snap["uuid"], "state": "ready"}
+        task = await self._take_leg(d.map.state, snap)
+        self.settling[snap["uuid"]] = task
+        task.add_done_callback(lambda t, u=snap["uuid"]: self._settled_here(u, t))
+        return {"snap": snap["uuid"], "state": "taken"}
+
+    def _settled_here(self, uuid: str, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (err := task.exception()) is not None:
+            LOG.error("snapshot %s: this node's leg record failed: %s", uuid, _msg(err))
+        asyncio.get_running_loop().call_later(SETTLING_KEPT_S, self.settling.pop, uuid, None)
+
+    async def _settled(self, st: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        """The primary asks, once its writes flow again, whether this node's leg is recorded."""
+        uuid = params.get("snap")
+        snap = st["snapshots"].get(uuid) if isinstance(uuid, str) else None
+        if snap is None:
+            raise NotFound(f"no snapshot {uuid!r} here", field="snap")
+        task = self.settling.get(uuid)
+        if task is not None:
+            await asyncio.wait_for(asyncio.shield(task), SETTLE_TIMEOUT_S)  # raises its failure
+        rec = self.agent.node.records()[2].get(snap["name"])
+        if rec is None or rec["state"] != "ready":
+            raise OperationFailed(
+                f"snapshot {snap['name']}: this node's leg is not recorded "
+                f"({'no record' if rec is None else rec['state']}: undone by a restart?)"
+            )
+        return {"snap": uuid, "state": "ready"}
 
     def _volume_record(self, snap: dict[str, Any]) -> dict[str, Any] | None:
         local = self.agent.node.records()[1].get(snap["volume_name"])
         return local if local is not None and local["state"] == "ready" else None
 
-    async def _take_leg(self, st: dict[str, Any], snap: dict[str, Any]) -> None:
-        """This node's leg of `snap`, by the durable operation the plan runs. Once only: a leg
-        already there was taken in an earlier hold, maybe at another point than the others."""
+    async def _take_leg(
+        self, st: dict[str, Any], snap: dict[str, Any], commit_after: asyncio.Future[None] | None = None
+    ) -> asyncio.Task[None]:
+        """This node's leg of `snap`, by the durable operation the plan runs; returns once the
+        lvol snapshot is made, with the task committing its record. Once only: a leg already
+        there was taken in an earlier hold, maybe at another point than the others."""
         have = self.agent.node.records()[2].get(snap["name"])
         if have is not None:
             raise OperationFailed(
@@ -226,7 +279,9 @@ class OneStep:
         if step is None:
             raise OperationFailed(f"snapshot {snap['name']}: the replica is not ready here")
         rec = dict(step.record or {})
-        await self.agent.node.ops.run(step.op, dict(step.data), lambda txn: txn.put(step.db, step.name, rec))
+        return await self.agent.node.ops.run_until_made(
+            step.op, dict(step.data), lambda txn: txn.put(step.db, step.name, rec), commit_after
+        )
 
     # -- primary side --
     async def take(self, st: dict[str, Any], me: int, vol_uuid: str, snap_uuid: str, mid: str) -> Outcome:
@@ -257,23 +312,46 @@ class OneStep:
         legs = {
             n: asyncio.ensure_future(self._ask(transport, n, params, leg_timeout_s(st, n))) for n in others
         }
-        local = asyncio.ensure_future(self._take_leg(st, snap))
+        # This node's record commits once the writes flow again: not on this event loop while the
+        # replica nodes' answers come in.
+        hold_over: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        local = asyncio.ensure_future(self._take_leg(st, snap, hold_over))
         answered: dict[str, float] = {}  # where a hold's time goes: which leg answered when
         for who, f in (("here", local), *((f"node {n}", f) for n, f in legs.items())):
             f.add_done_callback(lambda _, who=who: answered.setdefault(who, time.monotonic() - t1))
-        await asyncio.wait([local, *legs.values()])
-        t2 = time.monotonic()
-        errs = {n: f.exception() for n, f in legs.items()}
-        out = outcome(local.exception(), None, errs)
-        out.frozen = True
-        if out.kind != "passes":  # the passes take over a hold a replica cannot take part in
-            whole, out.frozen = await self._read_and_thaw(mid, snap["name"], len(vol["placement"]))
-            out = dataclasses.replace(outcome(local.exception(), whole, errs), frozen=out.frozen)
+        try:
+            await asyncio.wait([local, *legs.values()])
+            t2 = time.monotonic()
+            errs = {n: f.exception() for n, f in legs.items()}
+            out = outcome(local.exception(), None, errs)
+            out.frozen = True
+            if out.kind != "passes":  # the passes take over a hold a replica cannot take part in
+                whole, out.frozen = await self._read_and_thaw(mid, snap["name"], len(vol["placement"]))
+                out = dataclasses.replace(outcome(local.exception(), whole, errs), frozen=out.frozen)
+        finally:
+            hold_over.set_result(None)
         t3 = time.monotonic()
+        # Every leg's record, before the map is told (the writes flow meanwhile).
+        if out.kind == "taken" and (why := await self._settle(transport, local.result(), others, params)):
+            out = Outcome("failed", why, frozen=out.frozen)
         out.held_s = t3 - t0
         out.parts = {"freeze": t1 - t0, "legs": t2 - t1, "thaw": t3 - t2}
         out.legs_s = answered
+        out.settled_s = time.monotonic() - t3
         return out
+
+    @staticmethod
+    async def _settle(
+        transport: Any, local: asyncio.Task[None], others: list[int], params: dict[str, Any]
+    ) -> str | None:
+        """Wait for this node's leg record and ask each replica node for its own: why they do
+        not all hold their legs, or None."""
+        asked = [transport.request(n, "snapshot.settled", params, SETTLE_TIMEOUT_S + 1.0) for n in others]
+        mine, *theirs = await asyncio.gather(
+            asyncio.wait_for(asyncio.shield(local), SETTLE_TIMEOUT_S), *asked, return_exceptions=True
+        )
+        errs = {n: e if isinstance(e, BaseException) else None for n, e in zip(others, theirs, strict=True)}
+        return unsettled(mine if isinstance(mine, BaseException) else None, errs)
 
     async def _read_and_thaw(self, mid: str, name: str, legs: int) -> tuple[str | None, bool]:
         """The mirror read while the writes are still held, then the thaw: why the mirror cannot

@@ -13,6 +13,7 @@ the intent stays and is retried at the next start and by the periodic retry.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -55,6 +56,10 @@ class Ops:
         self.call_times: dict[str, tuple[int, float]] = {}
         self.handing_off: set[str] = set()  # volume uuids fenced for a planned handoff (agent/handoff.py)
         self.mirrors = MirrorOps(self)
+        # run_until_made's callers waiting for their operation's change, and what its final
+        # commit waits for, by id() of its data (the dict its forward step receives; its
+        # intent's number is known only once begun).
+        self._made: dict[int, tuple[asyncio.Future[None], asyncio.Future[None] | None]] = {}
         self.dp = dataplane
         self.run_blocking = run_blocking
         self.listeners = listeners
@@ -132,6 +137,51 @@ class Ops:
             await self._compensate(op, data, err)
             raise
         crash.point(f"{op}:done")
+
+    async def run_until_made(
+        self,
+        op: str,
+        data: dict[str, Any],
+        prepare: Callable[[Any], None],
+        commit_after: asyncio.Future[None] | None = None,
+    ) -> asyncio.Task[None]:
+        """run() in a task of its own, returned as soon as the operation's data plane change is
+        made (its forward step calls made()); the task then commits the final state. For a
+        caller that answers on the change and lets the record follow: a one-step snapshot's leg
+        (nodeos/agent/onestep.py), whose primary waits for every record before it tells the map,
+        but not inside its hold of the writes. `commit_after`: the final commit waits for it (the
+        primary's own leg: no commit on its event loop while the other legs' answers come in).
+        Raises what run() raised before the change."""
+        made: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._made[id(data)] = (made, commit_after)
+        task = asyncio.ensure_future(self.run(op, data, prepare))
+        task.add_done_callback(lambda t: self._ended_before_made(made, t))
+        try:
+            await made  # woken at once by made(): the answer goes out before the final commit
+        finally:
+            self._made.pop(id(data), None)
+        return task
+
+    @staticmethod
+    def _ended_before_made(made: asyncio.Future[None], task: asyncio.Task[None]) -> None:
+        """The operation ended without a change (made's caller gets its failure, or nothing to
+        wait for)."""
+        if made.done():
+            return
+        if task.cancelled():
+            made.cancel()
+        elif (err := task.exception()) is not None:
+            made.set_exception(err)
+        else:
+            made.set_result(None)
+
+    async def made(self, data: dict[str, Any]) -> None:
+        """A forward step made its data plane change: a run_until_made caller answers (it wakes
+        first), and the final commit waits for what that caller asked it to."""
+        waiter, after = self._made.get(id(data), (None, None))
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        await (asyncio.shield(after) if after is not None else asyncio.sleep(0))
 
     async def run_creates(
         self, items: list[tuple[dict[str, Any], Callable[[Any], None]]]
@@ -431,6 +481,7 @@ class Ops:
             return self._drop(d)
         info = await self.call("snapshot_volume", snap["pool_id"], d["vol_id"], snap["snap_id"])
         crash.point("volume.snapshot:snapshot-created")
+        await self.made(d)
         with self.store.write() as txn:
             txn.put("snapshots", d["name"], dict(snap, state="ready", size_bytes=info.size_bytes))
             self.end(txn, d)

@@ -101,11 +101,22 @@ class FakeOps:
             raise OperationFailed(f"{method} failed")
         return self.mirror if method == "read_and_thaw_mirror" else None
 
-    async def run(self, op: str, data: dict[str, Any], prepare: Any) -> None:
+    async def run_until_made(
+        self, op: str, data: dict[str, Any], prepare: Any, commit_after: Any = None
+    ) -> asyncio.Task[None]:
         self.log.append(f"{op} local")
         await asyncio.sleep(0.01)
         if "local" in self.fail:
             raise OperationFailed("lvol snapshot failed")
+
+        async def record() -> None:  # the final commit, after the answer and what it waits for
+            await (commit_after if commit_after is not None else asyncio.sleep(0))
+            await asyncio.sleep(0.01)
+            if "local record" in self.fail:
+                raise OperationFailed("LMDB commit failed")
+            self.log.append(f"{op} local recorded")
+
+        return asyncio.ensure_future(record())
 
 
 class FakeTransport:
@@ -159,6 +170,33 @@ def test_every_leg_is_taken_between_the_freeze_and_the_thaw() -> None:
     assert log.index("snapshot.leg 2") < log.index("volume.snapshot local")  # asked before our intent
     assert set(out.legs_s) == {"here", "node 2"}  # when each leg answered: where the hold went
     assert out.legs_s["node 2"] >= 0.05 > out.legs_s["here"]  # the replica's leg took 50 ms here
+    # every leg's record committed after the thaw (not held), and known before the outcome
+    assert thaw < log.index("volume.snapshot local recorded") and thaw < log.index("snapshot.settled 2")
+    assert out.settled_s >= 0.01
+
+
+@pytest.mark.parametrize(
+    "answers, kw, why",
+    [
+        ({"snapshot.settled": OperationFailed("no record: undone by a restart?")}, {}, "node 2's leg record"),
+        ({"snapshot.settled": PeerUnreachable("no answer within 6.0 s")}, {}, "node 2's leg record"),
+        ({}, {"fail": {"local record"}}, "this node's leg record"),
+    ],
+)
+def test_a_leg_whose_record_is_not_committed_fails_the_snapshot(answers: Any, kw: Any, why: str) -> None:
+    """A leg answered once made, its record committed after the thaw: a record that is not there
+    (a replica restarted in between undid its leg) fails the snapshot; the writes flow."""
+    st, log = _st(), []
+    out = _take(_agent(st, log, answers, **kw), st)
+    assert out.kind == "failed" and why in out.reason and not out.frozen, out
+    assert log.index("read_and_thaw_mirror") < log.index("snapshot.settled 2")
+
+
+def test_a_replica_of_an_older_release_answered_its_leg_recorded() -> None:
+    st, log = _st(), []
+    old = BadInput("unknown peer method 'snapshot.settled'", field="method")
+    out = _take(_agent(st, log, {"snapshot.settled": old}), st)
+    assert out.kind == "taken", out
 
 
 @pytest.mark.parametrize(
@@ -233,3 +271,46 @@ def test_a_thaw_that_fails_leaves_the_writes_held_for_the_freezer() -> None:
     st, log = _st(), []  # the read and thaw failed, the thaw again did not: nothing held
     out = _take(_agent(st, log, fail={"read_and_thaw_mirror"}), st)
     assert out.kind == "failed" and not out.frozen and log[-1] == "thaw_mirror_writes", out
+
+
+class ReplicaOps:
+    """A replica node's leg: made at once, its record committed 20 ms later (or never: lost)."""
+
+    def __init__(self, snaps: dict[str, Any], lost: bool) -> None:
+        self.snaps, self.lost = snaps, lost
+
+    async def run_until_made(
+        self, op: str, data: dict[str, Any], prepare: Any, commit_after: Any = None
+    ) -> asyncio.Task[None]:
+        self.snaps["s"] = {"name": "s", "uuid": "s-1", "state": "creating"}  # the intent's record
+
+        async def record() -> None:
+            await asyncio.sleep(0.02)
+            if self.lost:  # the daemon restarted here: recovery undid the leg
+                del self.snaps["s"]
+                return
+            self.snaps["s"]["state"] = "ready"
+
+        return asyncio.ensure_future(record())
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_replica_answers_its_leg_made_and_vouches_for_its_record_when_asked(lost: bool) -> None:
+    st, snaps = _st(), {}
+    driver = SimpleNamespace(map=SimpleNamespace(state=st), id=2)
+    volume = {"name": "v", "state": "ready", "pool": "p", "pool_id": "p2", "vol_id": "v2"}
+    node = SimpleNamespace(ops=ReplicaOps(snaps, lost), records=lambda: ({}, {"v": volume}, snaps))
+    agent = SimpleNamespace(node=node, cluster=SimpleNamespace(peer_handlers={}), _driver=lambda: driver)
+    step = OneStep(agent)
+    params = {"snap": "s-1", "epoch": 3}
+
+    async def go() -> None:
+        ans = await step.serve(1, "snapshot.leg", params)
+        assert ans["state"] == "taken" and snaps["s"]["state"] == "creating"  # answered before its record
+        if not lost:
+            assert (await step.serve(1, "snapshot.settled", params))["state"] == "ready"
+            return
+        with pytest.raises(OperationFailed, match="not recorded"):
+            await step.serve(1, "snapshot.settled", params)
+
+    asyncio.run(go())
