@@ -35,8 +35,8 @@ snapshot (`snapshot_abort`, and its own leg reported failed); the legs already t
 by their agents, as for any snapshot the map drops. A replica node of an older release (it
 knows no `snapshot.ready`) leaves the snapshot to the phases of agent passes, nothing held yet.
 
-The cluster's key-value store can ask for the phases of passes on every node
-(the default; `nodeos cluster kv put nodeos/snapshot-hold one-step` asks for the one step).
+The one step is the default; the cluster's key-value store can ask for the phases of passes on
+every node (`nodeos cluster kv put nodeos/snapshot-hold passes`; `kv delete` for the default).
 
 The decisions are pure functions below; OneStep is the shell (data plane calls and peer requests).
 """
@@ -76,10 +76,10 @@ ONE_STEP = "one-step"
 
 # ---- pure -------------------------------------------------------------------------------
 def enabled(st: dict[str, Any]) -> bool:
-    """Whether snapshots take the one step rather than the phases of passes (the default): opt-in
-    (`nodeos/snapshot-hold` = `one-step`) until it passes the kernel data plane's lab test (on
-    2026-12-01 its snapshot under fio was refused there, rolled back, and passes take it)."""
-    return (st.get("kv", {}).get(KNOB) or {}).get("value") == ONE_STEP
+    """Whether snapshots take the one step (the default) rather than the phases of passes
+    (`nodeos/snapshot-hold` = `passes`). The default since the kernel data plane's lab test of a
+    snapshot under fio passed with it (2026-12-03), as the SPDK cluster's did before."""
+    return (st.get("kv", {}).get(KNOB) or {}).get("value") != PASSES
 
 
 def out_of_sync(st: dict[str, Any], vol: dict[str, Any]) -> list[int]:

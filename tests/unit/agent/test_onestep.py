@@ -39,9 +39,9 @@ def _mirror(*states: str, degraded: bool = False) -> MirrorInfo:
 
 
 # ---- pure -------------------------------------------------------------------------------
-def test_the_one_step_is_asked_for_through_the_key_value_store() -> None:
+def test_the_one_step_is_the_default_and_the_passes_are_asked_for_through_the_key_value_store() -> None:
     st = _st()
-    assert not onestep.enabled(st)  # opt-in until the kernel data plane's lab test passes
+    assert onestep.enabled(st)  # the default since the kernel data plane's lab test passed
     st["kv"][onestep.KNOB] = {"value": "passes", "revision": 1}
     assert not onestep.enabled(st)
     st["kv"][onestep.KNOB] = {"value": "one-step", "revision": 2}
