@@ -38,6 +38,7 @@ ATTEMPTS = 5  # snapshots taken until one lands inside a run of the writer
 KNOB = "nodeos/snapshot-hold"
 HELD_NEW = re.compile(
     r"snapshot (\S+): every leg taken in one step, writes of mirror \S+ held ([0-9.]+) ms \(([^)]*) ms\)"
+    r"(?:; legs answered after the freeze: ([^;\n]*) ms)?"
 )
 HELD_OLD = re.compile(r"writes of mirror \S+ thawed after ([0-9.]+) s")
 
@@ -103,7 +104,11 @@ def _node_held(primary: Node, before: str, name: str, one_step: bool) -> tuple[f
     while True:
         new = _log(primary)[len(before) :]
         if one_step:
-            held = [(float(ms), parts) for s, ms, parts in HELD_NEW.findall(new) if s == name]
+            held = [
+                (float(ms), f"{parts}; legs answered: {legs}" if legs else parts)
+                for s, ms, parts, legs in HELD_NEW.findall(new)
+                if s == name
+            ]
         else:
             held = [(float(s) * 1000, "") for s in HELD_OLD.findall(new)]
         if held:
