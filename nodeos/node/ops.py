@@ -56,10 +56,13 @@ class Ops:
         self.call_times: dict[str, tuple[int, float]] = {}
         self.handing_off: set[str] = set()  # volume uuids fenced for a planned handoff (agent/handoff.py)
         self.mirrors = MirrorOps(self)
-        # run_until_made's callers waiting for their operation's change, and what its final
-        # commit waits for, by id() of its data (the dict its forward step receives; its
-        # intent's number is known only once begun).
+        # run_until_made: (its caller's wake-up, what the final commit waits for) by id() of the
+        # data its forward step receives (the intent's number is known only once begun).
         self._made: dict[int, tuple[asyncio.Future[None], asyncio.Future[None] | None]] = {}
+        # Intents whose run() is still going in this process: not left behind, so recovery
+        # (the retry loop's, which runs beside operations not under the node's lock, such as a
+        # replica's leg of a one-step snapshot) leaves them to it.
+        self.in_flight: set[int] = set()
         self.dp = dataplane
         self.run_blocking = run_blocking
         self.listeners = listeners
@@ -129,13 +132,17 @@ class Ops:
         with self.store.write() as txn:
             prepare(txn)
             self.begin(txn, op, data)
-        crash.point(f"{op}:intent")
-        LOG.info("%s %s: intent %d recorded", op, data.get("name"), data["_seq"], extra=fields(op=op))
+        self.in_flight.add(data["_seq"])
         try:
-            await self.forward[op](data)
-        except Exception as err:
-            await self._compensate(op, data, err)
-            raise
+            crash.point(f"{op}:intent")
+            LOG.info("%s %s: intent %d recorded", op, data.get("name"), data["_seq"], extra=fields(op=op))
+            try:
+                await self.forward[op](data)
+            except Exception as err:
+                await self._compensate(op, data, err)
+                raise
+        finally:
+            self.in_flight.discard(data["_seq"])
         crash.point(f"{op}:done")
 
     async def run_until_made(
@@ -145,13 +152,10 @@ class Ops:
         prepare: Callable[[Any], None],
         commit_after: asyncio.Future[None] | None = None,
     ) -> asyncio.Task[None]:
-        """run() in a task of its own, returned as soon as the operation's data plane change is
-        made (its forward step calls made()); the task then commits the final state. For a
-        caller that answers on the change and lets the record follow: a one-step snapshot's leg
-        (nodeos/agent/onestep.py), whose primary waits for every record before it tells the map,
-        but not inside its hold of the writes. `commit_after`: the final commit waits for it (the
-        primary's own leg: no commit on its event loop while the other legs' answers come in).
-        Raises what run() raised before the change."""
+        """run() in a task of its own, returned once the data plane change is made (its forward
+        step calls made()); the task commits the final state after `commit_after`, if given. For
+        a one-step snapshot's leg (nodeos/agent/onestep.py): its primary needs every record before
+        it tells the map, not inside its hold. Raises what run() raised before the change."""
         made: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._made[id(data)] = (made, commit_after)
         task = asyncio.ensure_future(self.run(op, data, prepare))
@@ -164,9 +168,7 @@ class Ops:
 
     @staticmethod
     def _ended_before_made(made: asyncio.Future[None], task: asyncio.Task[None]) -> None:
-        """The operation ended without a change (made's caller gets its failure, or nothing to
-        wait for)."""
-        if made.done():
+        if made.done():  # else ended without a change: its failure, or nothing to wait for
             return
         if task.cancelled():
             made.cancel()
@@ -195,17 +197,22 @@ class Ops:
             for data, prepare in items:
                 prepare(txn)
                 self.begin(txn, op, data)
-        crash.point(f"{op}:intent")
-        for data, _ in items:
-            LOG.info("%s %s: intent %d recorded", op, data.get("name"), data["_seq"], extra=fields(op=op))
         datas = [data for data, _ in items]
+        seqs = {int(data["_seq"]) for data in datas}
+        self.in_flight |= seqs
         try:
-            errors = await self._volume_create_many(datas)
-        except Exception as err:  # e.g. the store: none is known to be done
-            errors = [err] * len(datas)
-        for data, err in zip(datas, errors, strict=True):
-            if err is not None:
-                await self._compensate(op, data, err)
+            crash.point(f"{op}:intent")
+            for data in datas:
+                LOG.info("%s %s: intent %d recorded", op, data.get("name"), data["_seq"], extra=fields(op=op))
+            try:
+                errors = await self._volume_create_many(datas)
+            except Exception as err:  # e.g. the store: none is known to be done
+                errors = [err] * len(datas)
+            for data, err in zip(datas, errors, strict=True):
+                if err is not None:
+                    await self._compensate(op, data, err)
+        finally:
+            self.in_flight -= seqs
         if None in errors:  # as run(): passed once something was done
             crash.point(f"{op}:done")
         return errors
@@ -232,6 +239,8 @@ class Ops:
         """Finish or undo every intent left behind, oldest first. Returns what was done."""
         report: list[dict[str, Any]] = []
         for intent in self.pending():
+            if intent["seq"] in self.in_flight:
+                continue  # still being run: its runner finishes or compensates it
             op, data = intent["op"], dict(intent["data"])
             data["_seq"] = intent["seq"]
             data["op"] = op

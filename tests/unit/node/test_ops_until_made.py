@@ -103,3 +103,22 @@ def test_a_change_that_fails_is_raised_to_the_caller_and_compensated(store: Stor
 
     asyncio.run(go())
     assert _state(store) == (None, 0)  # undone: no record, no intent
+
+
+def test_recovery_leaves_an_operation_still_running_to_its_runner(store: Store) -> None:
+    """The retry loop's recovery runs beside operations not under the node's lock (a replica's
+    leg answered, its record still to come): such an intent is not left behind, and undoing it
+    would delete the snapshot its runner is about to record ready."""
+    plane = RecordingPlane()
+    ops = Ops(store, plane, _direct, lambda: ())
+
+    async def go() -> None:
+        gate = asyncio.get_running_loop().create_future()
+        task = await ops.run_until_made("volume.snapshot", {"name": "s", "vol_id": "v1"}, _put, gate)
+        assert await ops.recover() == []  # in flight: left alone
+        gate.set_result(None)
+        await task
+        assert await ops.recover() == []
+
+    asyncio.run(go())
+    assert [c[0] for c in plane.calls] == ["snapshot_volume"] and _state(store) == ("ready", 0)
