@@ -6,7 +6,10 @@ does the whole snapshot in one step instead of one phase per agent pass and map 
 
   before the hold  every replica node is asked whether it is ready (`snapshot.ready`: its map
                    holds the snapshot, its replica is ready); a replica whose map lags waits
-                   here, not inside the hold;
+                   here, not inside the hold. Each node, this one too, then commits its leg's
+                   intent (an LMDB sync: milliseconds no write waits for); a leg prepared so
+                   and not taken within PREPARED_KEPT_S, or released by the primary
+                   (`snapshot.release`: it did not go on to the hold), is undone;
   before the hold  also the freeze's reads and set-up (`prepare_mirror_freeze`), so that the
                    hold begins with the one change that holds writes;
   hold             the mirror's writes frozen (`freeze_mirror_writes`: in-flight ones complete
@@ -67,6 +70,8 @@ LOG = logging.getLogger("nodeosd.agent")
 LEG_TIMEOUT_S = 2.0
 LVM_LEG_TIMEOUT_S = FREEZE_ABORT_S
 READY_TIMEOUT_S = 3.0  # a replica's map catching up with the snapshot, before the hold
+PREPARED_KEPT_S = FREEZE_ABORT_S  # a leg's intent committed for a hold that never came: undone
+RELEASE_TIMEOUT_S = 2.0  # the primary telling a replica node it will not hold (best effort)
 SETTLE_TIMEOUT_S = 5.0  # a leg's record committed after the thaw (an LMDB sync: milliseconds)
 SETTLING_KEPT_S = 60.0  # how long a replica keeps a leg's settling for the primary's question
 KNOB = "nodeos/snapshot-hold"
@@ -191,11 +196,22 @@ def _msg(e: BaseException) -> str:
 
 
 # ---- shell ------------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    """A leg whose intent is committed, waiting for the hold (volume.snapshot begun)."""
+
+    op: str
+    data: dict[str, Any]
+    timer: asyncio.TimerHandle
+
+
 class OneStep:
     def __init__(self, agent: Any) -> None:
         self.agent = agent
         # Replica side: the final commits of legs answered, by snapshot uuid, for snapshot.settled.
         self.settling: dict[str, asyncio.Task[None]] = {}
+        self.prepared: dict[str, Prepared] = {}  # by snapshot uuid, on either side
+        self._giving_up: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         handlers = getattr(self.agent.cluster, "peer_handlers", None)
@@ -217,19 +233,27 @@ class OneStep:
             while True:  # this node's map may not have applied the snapshot yet
                 try:
                     snap = leg_wanted(d.map.state, d.id, frm, params)
-                    if self._volume_record(snap) is not None:
-                        return {"ready": True}
+                    ready = self._volume_record(snap) is not None
                     err: NodeosError = OperationFailed(
                         f"snapshot {snap['name']}: the replica is not ready here"
                     )
                 except NodeosError as e:
-                    err = e
+                    ready, err = False, e
+                if ready:
+                    self._prepare_leg(d.map.state, snap)  # raises: taken before
+                    return {"ready": True}
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise err
                 await asyncio.sleep(min(left, 0.01))  # map_changed is the agent's to clear
         if method == "snapshot.settled":
             return await self._settled(d.map.state, params)
+        if method == "snapshot.release":
+            snap = d.map.state["snapshots"].get(str(params.get("snap")))
+            vol = d.map.state["volumes"].get(snap["volume"]) if snap is not None else None
+            if vol is not None and vol["primary"] != frm:
+                raise OperationFailed(f"node {frm} is not the primary of {vol['name']}", field="snap")
+            return {"released": self._give_up(str(params.get("snap")), f"released by node {frm}")}
         if method != "snapshot.leg":
             raise BadInput(f"unknown peer method {method!r}", field="method")
         snap = leg_wanted(d.map.state, d.id, frm, params)
@@ -264,12 +288,50 @@ class OneStep:
         local = self.agent.node.records()[1].get(snap["volume_name"])
         return local if local is not None and local["state"] == "ready" else None
 
+    def _prepare_leg(self, st: dict[str, Any], snap: dict[str, Any]) -> None:
+        """This node's leg's intent, committed before the hold; the leg is taken inside it
+        (_take_leg), or given up after PREPARED_KEPT_S."""
+        if snap["uuid"] in self.prepared:
+            return  # asked again: a primary restarted before its hold
+        step = self._leg_step(st, snap)
+        data, rec = dict(step.data), dict(step.record or {})
+        self.agent.node.ops.begin_op(step.op, data, lambda txn: txn.put(step.db, step.name, rec))
+        why = f"no hold came within {PREPARED_KEPT_S:.0f} s"
+        timer = asyncio.get_running_loop().call_later(PREPARED_KEPT_S, self._give_up, snap["uuid"], why)
+        self.prepared[snap["uuid"]] = Prepared(step.op, data, timer)
+
+    def _give_up(self, uuid: str, why: str) -> bool:
+        """A prepared leg not to be taken: its intent undone (in a task). False: none here."""
+        p = self.prepared.pop(uuid, None)
+        if p is None:
+            return False
+        p.timer.cancel()
+        LOG.info("snapshot %s: the leg prepared here is given up: %s", p.data.get("name"), why)
+        task = asyncio.ensure_future(self.agent.node.ops.abandon_op(p.op, p.data, why))
+        self._giving_up.add(task)
+        task.add_done_callback(self._giving_up.discard)
+        return True
+
     async def _take_leg(
         self, st: dict[str, Any], snap: dict[str, Any], commit_after: asyncio.Future[None] | None = None
     ) -> asyncio.Task[None]:
-        """This node's leg of `snap`, by the durable operation the plan runs; returns once the
-        lvol snapshot is made, with the task committing its record. Once only: a leg already
-        there was taken in an earlier hold, maybe at another point than the others."""
+        """This node's leg of `snap`, by the durable operation the plan runs (begun before the
+        hold when prepared); returns once the lvol snapshot is made, with the task committing
+        its record."""
+        ops = self.agent.node.ops
+        p = self.prepared.pop(snap["uuid"], None)
+        if p is not None:
+            p.timer.cancel()
+            return await ops.run_until_made(p.op, p.data, None, commit_after)
+        step = self._leg_step(st, snap)
+        rec = dict(step.record or {})
+        return await ops.run_until_made(
+            step.op, dict(step.data), lambda txn: txn.put(step.db, step.name, rec), commit_after
+        )
+
+    def _leg_step(self, st: dict[str, Any], snap: dict[str, Any]) -> Any:
+        """The step that takes this node's leg. Once only: a leg already there was taken in an
+        earlier hold, maybe at another point than the others."""
         have = self.agent.node.records()[2].get(snap["name"])
         if have is not None:
             raise OperationFailed(
@@ -278,10 +340,7 @@ class OneStep:
         step = snapshot_step(st, snap, self._volume_record(snap))
         if step is None:
             raise OperationFailed(f"snapshot {snap['name']}: the replica is not ready here")
-        rec = dict(step.record or {})
-        return await self.agent.node.ops.run_until_made(
-            step.op, dict(step.data), lambda txn: txn.put(step.db, step.name, rec), commit_after
-        )
+        return step
 
     # -- primary side --
     async def take(self, st: dict[str, Any], me: int, vol_uuid: str, snap_uuid: str, mid: str) -> Outcome:
@@ -298,17 +357,26 @@ class OneStep:
                 *(transport.request(n, "snapshot.ready", params, READY_TIMEOUT_S + 1.0) for n in others)
             )
         except NodeosError as err:
+            await self._release(transport, others, params)  # those that prepared their legs
             if isinstance(err, BadInput) and err.field == "method":
                 return Outcome("passes", f"a replica node takes no one-step snapshot ({err.message})")
             return Outcome("failed", f"a replica node is not ready: {err.message}")
         ops = self.agent.node.ops
-        await ops.call("prepare_mirror_freeze", mid)  # the freeze's reads: no write held yet
-        t0 = time.monotonic()
-        await ops.call("freeze_mirror_writes", mid)
+        try:
+            self._prepare_leg(st, snap)
+        except NodeosError as err:
+            await self._release(transport, others, params)
+            return Outcome("failed", f"this node's leg: {err.message}")
+        try:
+            await ops.call("prepare_mirror_freeze", mid)  # the freeze's reads: no write held yet
+            t0 = time.monotonic()
+            await ops.call("freeze_mirror_writes", mid)
+        except NodeosError:  # the caller aborts the snapshot: nothing taken
+            self._give_up(snap_uuid, "the freeze failed")
+            await self._release(transport, others, params)
+            raise
         crash.point("snapshot.freeze:frozen")
         t1 = time.monotonic()
-        # The replica nodes are asked first: this node's leg writes its intent on the event loop
-        # (an LMDB commit, milliseconds), which would otherwise hold the requests back that long.
         legs = {
             n: asyncio.ensure_future(self._ask(transport, n, params, leg_timeout_s(st, n))) for n in others
         }
@@ -339,6 +407,15 @@ class OneStep:
         out.legs_s = answered
         out.settled_s = time.monotonic() - t3
         return out
+
+    @staticmethod
+    async def _release(transport: Any, others: list[int], params: dict[str, Any]) -> None:
+        """Tell the replica nodes no hold comes (best effort: a prepared leg is also given up
+        after PREPARED_KEPT_S), so the phases of passes find no leg half taken."""
+        await asyncio.gather(
+            *(transport.request(n, "snapshot.release", params, RELEASE_TIMEOUT_S) for n in others),
+            return_exceptions=True,
+        )
 
     @staticmethod
     async def _settle(

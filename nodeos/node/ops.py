@@ -25,6 +25,7 @@ from nodeos.errors import NodeosError, NotFound, OperationFailed
 
 from . import crash, model, opspec, orphan_ops, replicas
 from .mirror_ops import MirrorOps
+from .snapshot_ops import SnapshotOps
 
 LOG = logging.getLogger("nodeosd.node")
 Step = Callable[[dict[str, Any]], Awaitable[None]]
@@ -56,6 +57,7 @@ class Ops:
         self.call_times: dict[str, tuple[int, float]] = {}
         self.handing_off: set[str] = set()  # volume uuids fenced for a planned handoff (agent/handoff.py)
         self.mirrors = MirrorOps(self)
+        self.snapshots = SnapshotOps(self)
         # run_until_made: (its caller's wake-up, what the final commit waits for) by id() of the
         # data its forward step receives (the intent's number is known only once begun).
         self._made: dict[int, tuple[asyncio.Future[None], asyncio.Future[None] | None]] = {}
@@ -129,36 +131,54 @@ class Ops:
 
     async def run(self, op: str, data: dict[str, Any], prepare: Callable[[Any], None]) -> None:
         """Fresh operation: `prepare(txn)` writes the transient records with the intent."""
+        self.begin_op(op, data, prepare)
+        await self.run_begun(op, data)
+
+    def begin_op(self, op: str, data: dict[str, Any], prepare: Callable[[Any], None]) -> None:
+        """Step 1 alone (committed, synced): the operation is this process's to run (run_begun)
+        or give up (abandon_op) from here; recovery leaves it alone meanwhile."""
         with self.store.write() as txn:
             prepare(txn)
             self.begin(txn, op, data)
-        self.in_flight.add(data["_seq"])
+        self.in_flight.add(int(data["_seq"]))
+        crash.point(f"{op}:intent")
+        LOG.info("%s %s: intent %d recorded", op, data.get("name"), data["_seq"], extra=fields(op=op))
+
+    async def run_begun(self, op: str, data: dict[str, Any]) -> None:
+        """Steps 2 and 3 of an operation begun by begin_op (compensated when they fail)."""
         try:
-            crash.point(f"{op}:intent")
-            LOG.info("%s %s: intent %d recorded", op, data.get("name"), data["_seq"], extra=fields(op=op))
             try:
                 await self.forward[op](data)
             except Exception as err:
                 await self._compensate(op, data, err)
                 raise
         finally:
-            self.in_flight.discard(data["_seq"])
+            self.in_flight.discard(int(data["_seq"]))
         crash.point(f"{op}:done")
+
+    async def abandon_op(self, op: str, data: dict[str, Any], why: str) -> None:
+        """An operation begun by begin_op and not run after all: compensated, as if it failed."""
+        try:
+            await self._compensate(op, data, why)
+        finally:
+            self.in_flight.discard(int(data["_seq"]))
 
     async def run_until_made(
         self,
         op: str,
         data: dict[str, Any],
-        prepare: Callable[[Any], None],
+        prepare: Callable[[Any], None] | None,
         commit_after: asyncio.Future[None] | None = None,
     ) -> asyncio.Task[None]:
         """run() in a task of its own, returned once the data plane change is made (its forward
         step calls made()); the task commits the final state after `commit_after`, if given. For
         a one-step snapshot's leg (nodeos/agent/onestep.py): its primary needs every record before
-        it tells the map, not inside its hold. Raises what run() raised before the change."""
+        it tells the map, not inside its hold. `prepare` None: begun already (begin_op), so no
+        commit at all comes before the change. Raises what run() raised before the change."""
         made: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._made[id(data)] = (made, commit_after)
-        task = asyncio.ensure_future(self.run(op, data, prepare))
+        run = self.run(op, data, prepare) if prepare is not None else self.run_begun(op, data)
+        task = asyncio.ensure_future(run)
         task.add_done_callback(lambda t: self._ended_before_made(made, t))
         try:
             await made  # woken at once by made(): the answer goes out before the final commit
@@ -217,7 +237,7 @@ class Ops:
             crash.point(f"{op}:done")
         return errors
 
-    async def _compensate(self, op: str, data: dict[str, Any], err: Exception) -> None:
+    async def _compensate(self, op: str, data: dict[str, Any], err: Exception | str) -> None:
         LOG.warning("%s %s failed (%s); compensating", op, data.get("name"), err, extra=fields(op=op))
         try:
             await self.compensate[op](data)
@@ -480,37 +500,3 @@ class Ops:
         if vol is not None:
             await self.call("apply_export", self.spec_for(vol))
         self._drop(d)
-
-    # --- snapshots --------------------------------------------------------------------
-
-    async def _snapshot_create(self, d: dict[str, Any]) -> None:
-        with self.store.read() as txn:
-            snap = txn.get("snapshots", d["name"])
-        if snap is None:
-            return self._drop(d)
-        info = await self.call("snapshot_volume", snap["pool_id"], d["vol_id"], snap["snap_id"])
-        crash.point("volume.snapshot:snapshot-created")
-        await self.made(d)
-        with self.store.write() as txn:
-            txn.put("snapshots", d["name"], dict(snap, state="ready", size_bytes=info.size_bytes))
-            self.end(txn, d)
-
-    async def _undo_snapshot_create(self, d: dict[str, Any]) -> None:
-        with self.store.read() as txn:
-            snap = txn.get("snapshots", d["name"])
-        if snap is not None:
-            await self.call("delete_volume", snap["pool_id"], snap["snap_id"])
-        with self.store.write() as txn:
-            txn.delete("snapshots", d["name"])
-            self.end(txn, d)
-
-    async def _snapshot_delete(self, d: dict[str, Any]) -> None:
-        with self.store.read() as txn:
-            snap = txn.get("snapshots", d["name"])
-        if snap is None:
-            return self._drop(d)
-        await self.call("delete_volume", snap["pool_id"], snap["snap_id"])
-        crash.point("snapshot.delete:snapshot-deleted")
-        with self.store.write() as txn:
-            txn.delete("snapshots", d["name"])
-            self.end(txn, d)

@@ -48,9 +48,9 @@ OPERATIONS: tuple[OpSpec, ...] = (
         "volume-resized", "export-applied", retried=True),
     _op("volume.delete", "_volume_delete", "_undo_volume_delete", "forward",
         "export-removed", "volume-deleted"),
-    _op("volume.snapshot", "_snapshot_create", "_undo_snapshot_create", "backward",
+    _op("volume.snapshot", "snapshots.create", "snapshots.undo_create", "backward",
         "snapshot-created", keeps_capacity=True),
-    _op("snapshot.delete", "_snapshot_delete", "restore:snapshots", "forward", "snapshot-deleted"),
+    _op("snapshot.delete", "snapshots.delete", "restore:snapshots", "forward", "snapshot-deleted"),
     _op("volume.grant", "_volume_export", "_undo_volume_export", "forward", "export-applied", retried=True),
     _op("volume.revoke", "_volume_export", "_undo_volume_export", "forward", "export-applied"),
     # Replicated volumes (nodeos/node/mirror_ops.py). Undone: the record stays and the agent's

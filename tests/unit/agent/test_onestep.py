@@ -101,9 +101,16 @@ class FakeOps:
             raise OperationFailed(f"{method} failed")
         return self.mirror if method == "read_and_thaw_mirror" else None
 
+    def begin_op(self, op: str, data: dict[str, Any], prepare: Any) -> None:
+        self.log.append(f"{op} prepared local")  # the intent's commit
+
+    async def abandon_op(self, op: str, data: dict[str, Any], why: str) -> None:
+        self.log.append(f"{op} given up local")
+
     async def run_until_made(
         self, op: str, data: dict[str, Any], prepare: Any, commit_after: Any = None
     ) -> asyncio.Task[None]:
+        assert prepare is None  # begun before the hold: no commit inside it
         self.log.append(f"{op} local")
         await asyncio.sleep(0.01)
         if "local" in self.fail:
@@ -164,6 +171,7 @@ def test_every_leg_is_taken_between_the_freeze_and_the_thaw() -> None:
     assert log[0] == "snapshot.ready 2"  # the replica's map caught up before the hold
     freeze, thaw = log.index("freeze_mirror_writes"), log.index("read_and_thaw_mirror")
     assert log.index("prepare_mirror_freeze") == freeze - 1  # the freeze's reads, before the hold
+    assert log.index("volume.snapshot prepared local") < freeze  # the intent's commit too
     for part in ("volume.snapshot local", "snapshot.leg 2", "snapshot.leg 2 answered"):
         assert freeze < log.index(part) < thaw, log  # the slowest leg answered before the thaw
     assert out.held_s > 0.04 and set(out.parts) == {"freeze", "legs", "thaw"}
@@ -279,10 +287,16 @@ class ReplicaOps:
     def __init__(self, snaps: dict[str, Any], lost: bool) -> None:
         self.snaps, self.lost = snaps, lost
 
+    def begin_op(self, op: str, data: dict[str, Any], prepare: Any) -> None:
+        self.snaps["s"] = {"name": "s", "uuid": "s-1", "state": "creating"}  # the intent's record
+
+    async def abandon_op(self, op: str, data: dict[str, Any], why: str) -> None:
+        del self.snaps["s"]
+
     async def run_until_made(
         self, op: str, data: dict[str, Any], prepare: Any, commit_after: Any = None
     ) -> asyncio.Task[None]:
-        self.snaps["s"] = {"name": "s", "uuid": "s-1", "state": "creating"}  # the intent's record
+        assert prepare is None and self.snaps["s"]["state"] == "creating"  # prepared at ready
 
         async def record() -> None:
             await asyncio.sleep(0.02)
@@ -305,6 +319,7 @@ def test_a_replica_answers_its_leg_made_and_vouches_for_its_record_when_asked(lo
     params = {"snap": "s-1", "epoch": 3}
 
     async def go() -> None:
+        assert (await step.serve(1, "snapshot.ready", params))["ready"] and "s" in snaps  # prepared
         ans = await step.serve(1, "snapshot.leg", params)
         assert ans["state"] == "taken" and snaps["s"]["state"] == "creating"  # answered before its record
         if not lost:
@@ -312,5 +327,53 @@ def test_a_replica_answers_its_leg_made_and_vouches_for_its_record_when_asked(lo
             return
         with pytest.raises(OperationFailed, match="not recorded"):
             await step.serve(1, "snapshot.settled", params)
+
+    asyncio.run(go())
+
+
+def test_legs_prepared_for_a_hold_that_does_not_begin_are_released() -> None:
+    st, log = _st(), []  # a replica not ready: the others (here node 2's leg) may have prepared
+    st["snapshots"]["s-1"]["placement"].append({"node": 3, "pool_id": "p3"})
+    st["reports"][3] = {"replicas": {"u-v": {"state": "in-sync"}}}
+    st["reports"][1]["replicas"]["u-v"]["members"][3] = "in-sync"
+    agent = _agent(st, log, {"snapshot.ready": PeerUnreachable("no answer")})
+    out = _take(agent, st)
+    assert out.kind == "failed" and "freeze_mirror_writes" not in log, out
+    assert {"snapshot.release 2", "snapshot.release 3"} <= set(log)
+    st, log = _st(), []  # the freeze fails: this node's prepared leg is given up, the others released
+    agent = _agent(st, log, fail={"freeze_mirror_writes"})
+    with pytest.raises(OperationFailed):
+        asyncio.run(_give_up_after(OneStep(agent), st))
+    assert "volume.snapshot given up local" in log and "snapshot.release 2" in log, log
+
+
+async def _give_up_after(step: OneStep, st: dict[str, Any]) -> None:
+    try:
+        await step.take(st, 1, "u-v", "s-1", "nodeos-x")
+    finally:
+        await asyncio.gather(*step._giving_up)
+
+
+def test_a_replica_gives_up_a_prepared_leg_no_hold_came_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onestep, "PREPARED_KEPT_S", 0.05)
+    st, snaps = _st(), {}
+    driver = SimpleNamespace(map=SimpleNamespace(state=st), id=2)
+    volume = {"name": "v", "state": "ready", "pool": "p", "pool_id": "p2", "vol_id": "v2"}
+    node = SimpleNamespace(ops=ReplicaOps(snaps, False), records=lambda: ({}, {"v": volume}, snaps))
+    agent = SimpleNamespace(node=node, cluster=SimpleNamespace(peer_handlers={}), _driver=lambda: driver)
+    step = OneStep(agent)
+    params = {"snap": "s-1", "epoch": 3}
+
+    async def go() -> None:
+        await step.serve(1, "snapshot.ready", params)
+        assert "s" in snaps
+        await asyncio.sleep(0.1)
+        assert snaps == {} and step.prepared == {}  # undone: no leg half there for the passes
+        await step.serve(1, "snapshot.ready", params)
+        with pytest.raises(OperationFailed, match="not the primary"):
+            await step.serve(3, "snapshot.release", params)
+        assert (await step.serve(1, "snapshot.release", params))["released"]
+        await asyncio.sleep(0)
+        assert snaps == {}
 
     asyncio.run(go())

@@ -122,3 +122,51 @@ def test_recovery_leaves_an_operation_still_running_to_its_runner(store: Store) 
 
     asyncio.run(go())
     assert [c[0] for c in plane.calls] == ["snapshot_volume"] and _state(store) == ("ready", 0)
+
+
+def test_a_leg_begun_before_the_hold_commits_nothing_until_its_change_is_made(store: Store) -> None:
+    """A one-step leg's intent is committed before the primary holds the writes (begin_op): inside
+    the hold there is the data plane's change and no LMDB sync at all."""
+    plane = RecordingPlane()
+    ops = Ops(store, plane, _direct, lambda: ())
+    data = {"name": "s", "vol_id": "v1", "uuid": "s-1"}
+
+    async def go() -> None:
+        ops.begin_op("volume.snapshot", data, _put)
+        assert _state(store) == ("creating", 1) and await ops.recover() == []  # in flight
+        before = store.last_txn_id()
+        gate = asyncio.get_running_loop().create_future()
+        task = await ops.run_until_made("volume.snapshot", data, None, gate)
+        assert plane.calls == [("snapshot_volume", "p1", "v1", "ss1")]
+        assert store.last_txn_id() == before  # no commit between the hold's start and the answer
+        gate.set_result(None)
+        await task
+        assert _state(store) == ("ready", 0)
+
+    asyncio.run(go())
+
+
+def test_a_leg_given_up_is_undone_and_never_takes_a_newer_snapshot_of_its_name(store: Store) -> None:
+    plane = RecordingPlane()
+    ops = Ops(store, plane, _direct, lambda: ())
+    mine = {"name": "s", "vol_id": "v1", "uuid": "s-1"}
+    asyncio.run(_begin_then_abandon(ops, mine))
+    assert plane.calls == [("delete_volume", "p1", "ss1")] and _state(store) == (None, 0)
+    # Given up late: meanwhile that snapshot was dropped and a new one of the same name recorded.
+    plane.calls.clear()
+    ops.begin_op("volume.snapshot", dict(mine), _put)
+    with store.write() as txn:
+        txn.put("snapshots", "s", dict(REC, uuid="s-2", snap_id="ss2", state="ready"))
+    asyncio.run(_abandon(ops, "volume.snapshot", next(iter(ops.in_flight))))
+    assert plane.calls == [] and _state(store) == ("ready", 0)  # s-2 kept, the old intent ended
+
+
+async def _begin_then_abandon(ops: Ops, data: dict[str, Any]) -> None:
+    ops.begin_op("volume.snapshot", data, _put)
+    await ops.abandon_op("volume.snapshot", data, "no hold came")
+    assert ops.in_flight == set()
+
+
+async def _abandon(ops: Ops, op: str, seq: int) -> None:
+    intent = next(i for i in ops.pending() if i["seq"] == seq)
+    await ops.abandon_op(op, dict(intent["data"]), "no hold came")
