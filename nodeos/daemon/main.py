@@ -351,9 +351,10 @@ class Daemon:
                 else:
                     LOG.info("recovered: %s", self.status_line())
                 failed = now
-            if self.status_line() != line:
-                line = self.status_line()
-                self.notifier.status(line)
+            # A line systemd's queue had no room for is sent again next time (it changes rarely:
+            # a dropped "DOWN" would read "ready" in `systemctl status` until the next change).
+            if (now_line := self.status_line()) != line and self.notifier.status(now_line):
+                line = now_line
             if not failed and self.notifier.watchdog_usec:
                 self.notifier.watchdog()
             woke_at = time.monotonic() + interval
