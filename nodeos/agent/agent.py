@@ -282,7 +282,10 @@ class Agent(Reporting):
                     continue
                 await self.node.ops.call("thaw_mirror_writes", mid)
                 fz.thawed(act.vol_uuid)
-                since = f" after {now - held.since:.1f} s" if held else " (frozen before this start)"
+                # in ms: the phases of passes hold writes ~0.1 s on SPDK (docs/benchmarks.md)
+                since = (
+                    f" after {time.monotonic() - held.since:.3f} s" if held else " (frozen before this start)"
+                )
                 LOG.info("writes of mirror %s thawed%s", mid, since)
             except NodeosError as err:
                 LOG.error("%s of mirror %s failed: %s", act.kind, mid, err.message)
