@@ -276,6 +276,16 @@ def _snapshot_under_fio(lab: Lab, cluster: dict[str, Any], hold: str) -> None:
     lab.sh("h1", f"rm -f /root/fio.json; setsid -f {during} </dev/null >/dev/null 2>&1", timeout=60)
     lab.sh("h1", "for i in $(seq 60); do pgrep -x fio && break; sleep 1; done; pgrep -x fio", timeout=90)
 
+    # A snapshot needs every replica in sync (the map refuses it otherwise, naming them): as an
+    # operator would, wait for that first. On 2026-12-03 (a slow TCG day) s2's replica was not in
+    # sync a few seconds after the create; how long it took is printed.
+    t0, states = time.monotonic(), []
+    while time.monotonic() - t0 < 600:
+        states = [r["state"] for r in ok(lab, "s1", "volume", "show", "snapsrc")["replicas"]]
+        if all(st == "in-sync" for st in states):
+            break
+        time.sleep(5)
+    print(f"replicas in sync {time.monotonic() - t0:.0f} s after fio started: {states}")
     since = lab.sh(vol["primary"], "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
     rc, snap = nodeos(lab, "s2", "volume", "snapshot", "snapsrc", "snap1", timeout=600)
     if rc != 0:  # the primary's journal says why (the console only that it was rolled back)
