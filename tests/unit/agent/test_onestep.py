@@ -308,14 +308,19 @@ class ReplicaOps:
         return asyncio.ensure_future(record())
 
 
-@pytest.mark.parametrize("lost", [False, True])
-def test_a_replica_answers_its_leg_made_and_vouches_for_its_record_when_asked(lost: bool) -> None:
+def _replica(lost: bool) -> tuple[OneStep, dict[str, Any]]:
+    """Node 2's one step, its ready replica of v, and its snapshot records (filled by ReplicaOps)."""
     st, snaps = _st(), {}
     driver = SimpleNamespace(map=SimpleNamespace(state=st), id=2)
     volume = {"name": "v", "state": "ready", "pool": "p", "pool_id": "p2", "vol_id": "v2"}
     node = SimpleNamespace(ops=ReplicaOps(snaps, lost), records=lambda: ({}, {"v": volume}, snaps))
     agent = SimpleNamespace(node=node, cluster=SimpleNamespace(peer_handlers={}), _driver=lambda: driver)
-    step = OneStep(agent)
+    return OneStep(agent), snaps
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_replica_answers_its_leg_made_and_vouches_for_its_record_when_asked(lost: bool) -> None:
+    step, snaps = _replica(lost)
     params = {"snap": "s-1", "epoch": 3}
 
     async def go() -> None:
@@ -356,12 +361,7 @@ async def _give_up_after(step: OneStep, st: dict[str, Any]) -> None:
 
 def test_a_replica_gives_up_a_prepared_leg_no_hold_came_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(onestep, "PREPARED_KEPT_S", 0.05)
-    st, snaps = _st(), {}
-    driver = SimpleNamespace(map=SimpleNamespace(state=st), id=2)
-    volume = {"name": "v", "state": "ready", "pool": "p", "pool_id": "p2", "vol_id": "v2"}
-    node = SimpleNamespace(ops=ReplicaOps(snaps, False), records=lambda: ({}, {"v": volume}, snaps))
-    agent = SimpleNamespace(node=node, cluster=SimpleNamespace(peer_handlers={}), _driver=lambda: driver)
-    step = OneStep(agent)
+    step, snaps = _replica(False)
     params = {"snap": "s-1", "epoch": 3}
 
     async def go() -> None:
