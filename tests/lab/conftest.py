@@ -223,6 +223,10 @@ def _shared(request: pytest.FixtureRequest, module: Any, shape: str) -> Iterator
     if shape in failed:  # one failed boot per session, not one per module
         pytest.fail(f"the shared lab {shape!r} failed to boot earlier in this session: {failed[shape]}")
     request.config.stash.setdefault(_USED, set()).add(shape)
+    stopped = the_lab.stopped_vms() if the_lab.is_up() else []
+    if stopped:  # an earlier run killed from outside, or a module that powered a VM off
+        print(f"shared lab {shape!r}: {', '.join(stopped)} not running: taken down and booted again")
+        the_lab.down()
     if not the_lab.is_up():
         try:
             _boot(the_lab, module.__name__, shared_labs.up_kwargs(shape))

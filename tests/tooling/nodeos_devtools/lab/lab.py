@@ -70,6 +70,11 @@ class Lab(VmAccess):
         if os.geteuid() != 0:
             raise EnvironmentProblem("the lab needs root (network namespaces, taps)")
         with self._locked():
+            if self.is_abandoned():
+                self.progress(
+                    f"lab {self.name}: left with no VM running (their QEMUs were killed): taken down"
+                )
+                self._down_locked()
             if self.is_up():
                 raise AlreadyExists(f"lab {self.name!r} is already up (use another --name, or down first)",
                                     field="name")  # fmt: skip

@@ -79,6 +79,19 @@ class LabState:
     def is_up(self) -> bool:
         return self.state_file.exists()
 
+    def stopped_vms(self) -> list[str]:
+        """The lab's VMs whose QEMU is gone (powered off by `kill`, or killed from outside)."""
+        st = self._load()
+        return [n for n, v in st["vms"].items() if not qemu.is_ours(v.pid, self._tag(n))]
+
+    def is_abandoned(self) -> bool:
+        """State left with no VM running: its QEMUs were killed (a run stopped from outside), so
+        nothing of it can be used; `up` takes it down instead of refusing the name."""
+        if not self.is_up():
+            return False
+        vms = self._load()["vms"]
+        return bool(vms) and not any(qemu.is_ours(v.pid, self._tag(n)) for n, v in vms.items())
+
     def _vm(self, st: dict[str, Any], vm: str) -> VmSpec:
         if vm not in st["vms"]:
             raise NotFound(f"no VM {vm!r} in lab {self.name!r}", field="vm", allowed=sorted(st["vms"]))
