@@ -35,6 +35,7 @@ from nodeos.storage.replace import ReplacePolicy
 
 LOG = logging.getLogger("nodeosd.failover")
 TICK_S = 0.1
+FOLLOWER_WAIT_S = 1.0  # bounded: a missed leader change costs at most this
 WOKEN_GAP_S = 0.03  # between decisions at least, however often the map changes
 EAGER_S = 5.0  # after a decision, map changes wake the loop this long (a hand-over's confirmation)
 PROPOSE_TIMEOUT_S = 5.0
@@ -153,6 +154,12 @@ class FailoverLoop:
                 # once; an idle cluster's reports keep to the tick (decide reads the whole map).
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(d.map_changed.wait(), TICK_S - WOKEN_GAP_S)
+            elif d is not None and d.role is not StateRole.LEADER:
+                # Only a leader decides: a follower waits to become one (or a second), not a tick.
+                self._leading(d)  # a leadership's lease table goes with it
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(d.leader_changed.wait(), FOLLOWER_WAIT_S)
+                continue
             else:
                 await asyncio.sleep(TICK_S - WOKEN_GAP_S)
             try:

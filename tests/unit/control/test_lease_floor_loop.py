@@ -77,3 +77,31 @@ def test_a_move_of_a_primary_on_this_node_is_followed_at_once() -> None:
     st["volumes"]["w"]["epoch"] = 9  # not placed here: nothing to follow
     assert urgency.roles(st, 3) != urgency.roles({"volumes": {}}, 3)
     assert urgency.roles(st, 1) == urgency.roles({"volumes": {"u": vol}}, 1)
+
+
+def test_a_follower_waits_for_leadership_instead_of_ticking_and_decides_as_soon_as_it_leads() -> None:
+    """Only a leader decides: a follower's loop sleeps on the leader change (an idle storage VM
+    spent a third of its emulated core on wake-ups like these), and starts ticking at once when
+    it becomes the leader, not up to a second later."""
+
+    async def run() -> None:
+        loop, d = _loop({}, own_ago=None)
+        d.role, d.leader_changed = StateRole.FOLLOWER, asyncio.Event()
+        ticks: list[float] = []
+
+        async def tick() -> None:
+            ticks.append(time.monotonic())
+
+        loop.tick = tick  # type: ignore[method-assign]
+        task = asyncio.create_task(loop._run())
+        await asyncio.sleep(0.5)
+        assert ticks == []  # five ticks' time as a follower: none
+        d.role = StateRole.LEADER
+        led_at = time.monotonic()
+        d.leader_changed.set()
+        await asyncio.sleep(0.35)
+        task.cancel()
+        assert ticks and ticks[0] - led_at < 0.2, [t - led_at for t in ticks]
+        assert len(ticks) >= 2  # then every tick
+
+    asyncio.run(run())
